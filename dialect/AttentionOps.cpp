@@ -1,0 +1,125 @@
+//===- AttentionOps.cpp - verifiers of feature maps and attention --------===//
+
+#include "dialect/SpectraDialect.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+//===----------------------------------------------------------------------===//
+// spectra.feature_map
+//===----------------------------------------------------------------------===//
+
+LogicalResult FeatureMapOp::verify() {
+  int64_t m = getMAttr().getInt(), d = getDAttr().getInt(), seed = getSeedAttr().getInt();
+  if (m < 1 || d < 1 || seed < 0)
+    return constraintError(*this, "C3") << "needs m >= 1, d >= 1 and seed >= 0, got m = " << m
+                                        << ", d = " << d << ", seed = " << seed;
+  return success();
+}
+
+LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto recipe = symbols.lookupNearestSymbolFrom<WeightRecipeOp>(*this, getWeightsAttr());
+  if (!recipe)
+    return constraintError(*this, "C1") << "weights '" << getWeights()
+                                        << "' does not name a spectra.weight_recipe";
+  auto component = symbols.lookupNearestSymbolFrom<ComponentOp>(*this, getComponentAttr());
+  if (!component)
+    return constraintError(*this, "C2") << "component '" << getComponent()
+                                        << "' does not name a spectra.component";
+  if (std::optional<DictionaryAttr> options = getOptions()) {
+    SmallVector<StringRef> declared = component.getOptionNames();
+    for (NamedAttribute option : *options) {
+      if (!llvm::is_contained(declared, option.getName().getValue())) {
+        auto diag = constraintError(*this, "C4")
+                    << "component '" << getComponent() << "' has no option \""
+                    << option.getName().getValue() << "\"";
+        if (declared.empty())
+          diag << " (it declares none)";
+        else
+          diag << " (declared: " << llvm::join(declared, ", ") << ")";
+        return diag;
+      }
+      if (!llvm::isa<FloatAttr>(option.getValue()))
+        return constraintError(*this, "C4") << "option \"" << option.getName().getValue()
+                                            << "\" must be a float, got " << option.getValue();
+    }
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// spectra.attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  auto q = llvm::cast<RankedTensorType>(getQuery().getType());
+  auto k = llvm::cast<RankedTensorType>(getKey().getType());
+  auto v = llvm::cast<RankedTensorType>(getValue().getType());
+  auto out = llvm::cast<RankedTensorType>(getResult().getType());
+  for (auto [name, value, type] :
+       {std::tuple<StringRef, Value, RankedTensorType>{"key", getKey(), k},
+        {"value", getValue(), v}})
+    if (type.getElementType() != q.getElementType())
+      return constraintError(*this, "C2", value)
+             << name << " element type " << type.getElementType()
+             << " differs from the query's " << q.getElementType();
+  if (out.getElementType() != q.getElementType())
+    return constraintError(*this, "C2") << "result element type " << out.getElementType()
+                                        << " differs from the query's " << q.getElementType();
+
+  // Two dims conflict only when both are static.
+  auto conflict = [](int64_t a, int64_t b) {
+    return !ShapedType::isDynamic(a) && !ShapedType::isDynamic(b) && a != b;
+  };
+  for (unsigned dim : {0u, 1u}) {
+    StringRef what = dim == 0 ? "batch" : "head";
+    for (auto [name, value, type] :
+         {std::tuple<StringRef, Value, RankedTensorType>{"key", getKey(), k},
+          {"value", getValue(), v}})
+      if (conflict(q.getDimSize(dim), type.getDimSize(dim)))
+        return constraintError(*this, "C3", value)
+               << what << " size of " << name << " (" << type.getDimSize(dim)
+               << ") differs from the query's (" << q.getDimSize(dim) << ")";
+  }
+  if (conflict(k.getDimSize(2), v.getDimSize(2)))
+    return constraintError(*this, "C4", getValue())
+           << "value sequence length " << v.getDimSize(2) << " differs from the key's "
+           << k.getDimSize(2);
+  if (conflict(q.getDimSize(3), k.getDimSize(3)))
+    return constraintError(*this, "C4", getKey())
+           << "key head dimension " << k.getDimSize(3) << " differs from the query's "
+           << q.getDimSize(3);
+  if (Value mask = getMask()) {
+    auto m = llvm::cast<RankedTensorType>(mask.getType());
+    if (conflict(m.getDimSize(0), q.getDimSize(0)) || conflict(m.getDimSize(1), k.getDimSize(2)))
+      return constraintError(*this, "C6", mask)
+             << "mask must be [batch, key length] = [" << q.getDimSize(0) << ", "
+             << k.getDimSize(2) << "], got " << m;
+  }
+  SmallVector<int64_t> expected = {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2),
+                                   v.getDimSize(3)};
+  for (unsigned i = 0; i < 4; ++i)
+    if (conflict(out.getDimSize(i), expected[i]))
+      return constraintError(*this, "C7")
+             << "result must be [B, H, Nq, Dv] = " << RankedTensorType::get(expected, q.getElementType())
+             << ", got " << out;
+  if (FloatAttr scale = getScaleAttr(); scale && !(scale.getValueAsDouble() > 0.0))
+    return constraintError(*this, "C8") << "scale must be positive, got " << scale.getValueAsDouble();
+  return success();
+}
+
+LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto featureMap = symbols.lookupNearestSymbolFrom<FeatureMapOp>(*this, getFeatureMapAttr());
+  if (!featureMap)
+    return constraintError(*this, "C1") << "'" << getFeatureMap()
+                                        << "' does not name a spectra.feature_map";
+  auto q = llvm::cast<RankedTensorType>(getQuery().getType());
+  int64_t d = featureMap.getDAttr().getInt();
+  if (!q.isDynamicDim(3) && q.getDimSize(3) != d)
+    return constraintError(*this, "C5", getQuery())
+           << "head dimension " << q.getDimSize(3) << " differs from feature map '"
+           << getFeatureMap() << "' d = " << d;
+  return success();
+}

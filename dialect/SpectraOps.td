@@ -1,0 +1,10 @@
+//===- SpectraOps.td - all spectra ops -----------------------------------===//
+
+#ifndef SPECTRA_DIALECT_SPECTRAOPS_TD
+#define SPECTRA_DIALECT_SPECTRAOPS_TD
+
+include "dialect/WeightOps.td"
+include "dialect/ComponentOps.td"
+include "dialect/AttentionOps.td"
+
+#endif // SPECTRA_DIALECT_SPECTRAOPS_TD

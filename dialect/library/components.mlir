@@ -1,0 +1,220 @@
+// The built-in component functions, in softmax form (target exp(x^T y) for
+// inputs already scaled by d^(-1/4)). Every output is coeff * exp(logit) of
+// the per-feature scalars wx = w^T x, xx = ||x||^2, ww = ||w||^2. The
+// normalisation (m^(-1/2), GERF's D) is part of the coefficient.
+
+// PosRF: m^(-1/2) exp(w^T x - ||x||^2 / 2). Unbiased, positive.
+spectra.component @posrf params {
+^bb0(%m: f32, %d: f32):
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %h = arith.mulf %xx, %half : f32
+  %l = arith.subf %wx, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+
+// GERF (s = +1) with a given A < 1/4: D exp(A ||w||^2 + B w^T x - ||x||^2/2),
+// B = sqrt(1 - 4A), D = (1 - 4A)^(d/4). Unbiased for every such A.
+spectra.component @gerf params {
+^bb0(%m: f32, %d: f32):
+  %a = spectra.option "a" default -1.250000e-01 : f32
+  %one = arith.constant 1.000000e+00 : f32
+  %four = arith.constant 4.000000e+00 : f32
+  %quarter = arith.constant 2.500000e-01 : f32
+  %a4 = arith.mulf %four, %a : f32
+  %t = arith.subf %one, %a4 : f32
+  %b = math.sqrt %t : f32
+  %e = arith.mulf %d, %quarter : f32
+  %dd = math.powf %t, %e : f32
+  %r = math.rsqrt %m : f32
+  %c = arith.mulf %dd, %r : f32
+  spectra.params_yield scalars(%a, %b, %c : f32, f32, f32)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %aw = arith.mulf %a, %ww : f32
+  %bw = arith.mulf %b, %wx : f32
+  %h = arith.mulf %xx, %half : f32
+  %s = arith.addf %aw, %bw : f32
+  %l = arith.subf %s, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+
+// OPRF: GERF with the variance-optimal A* = (1 - 1/rho)/8,
+// rho = (sqrt((2u + d)^2 + 8du) - 2u - d) / (4u), u the mean of
+// ||q_i + k_j||^2 over ALL query-key pairs of a (batch, head):
+// u = mean||q||^2 + mean||k||^2 + 2 mean(q).mean(k).
+spectra.component @oprf params {
+^bb0(%m: f32, %d: f32):
+  %qn = spectra.statistic mean_sq_norm of queries : f32
+  %kn = spectra.statistic mean_sq_norm of keys : f32
+  %qm = spectra.statistic mean of queries : tensor<?xf32>
+  %km = spectra.statistic mean of keys : tensor<?xf32>
+  %dot = spectra.dot %qm, %km : tensor<?xf32>, tensor<?xf32> -> f32
+  %one = arith.constant 1.000000e+00 : f32
+  %two = arith.constant 2.000000e+00 : f32
+  %four = arith.constant 4.000000e+00 : f32
+  %eight = arith.constant 8.000000e+00 : f32
+  %eighth = arith.constant 1.250000e-01 : f32
+  %quarter = arith.constant 2.500000e-01 : f32
+  %dot2 = arith.mulf %two, %dot : f32
+  %n2 = arith.addf %qn, %kn : f32
+  %u = arith.addf %n2, %dot2 : f32
+  %u2 = arith.mulf %two, %u : f32
+  %t = arith.addf %u2, %d : f32
+  %tt = arith.mulf %t, %t : f32
+  %du = arith.mulf %d, %u : f32
+  %du8 = arith.mulf %eight, %du : f32
+  %disc = arith.addf %tt, %du8 : f32
+  %root = math.sqrt %disc : f32
+  %num = arith.subf %root, %t : f32
+  %u4 = arith.mulf %four, %u : f32
+  %rho = arith.divf %num, %u4 : f32
+  %inv = arith.divf %one, %rho : f32
+  %omr = arith.subf %one, %inv : f32
+  %a = arith.mulf %omr, %eighth : f32
+  %a4 = arith.mulf %four, %a : f32
+  %s = arith.subf %one, %a4 : f32
+  %b = math.sqrt %s : f32
+  %e = arith.mulf %d, %quarter : f32
+  %dd = math.powf %s, %e : f32
+  %r = math.rsqrt %m : f32
+  %c = arith.mulf %dd, %r : f32
+  spectra.params_yield scalars(%a, %b, %c : f32, f32, f32)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %aw = arith.mulf %a, %ww : f32
+  %bw = arith.mulf %b, %wx : f32
+  %h = arith.mulf %xx, %half : f32
+  %s = arith.addf %aw, %bw : f32
+  %l = arith.subf %s, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+
+// SADERF: OPRF on q' = Psi q, k' = Psi^{-1} k with the diagonal
+// Psi_ll = (sum_j k_jl^2 / sum_i q_il^2)^(1/4). q'^T k' = q^T k, so the target
+// is unchanged. The transformed statistics follow from the raw ones:
+// mean||q'||^2 = Psi^2 . mean(q^2), mean||k'||^2 = Psi^-2 . mean(k^2),
+// mean(q') . mean(k') = mean(q) . mean(k).
+spectra.component @saderf params {
+^bb0(%m: f32, %d: f32):
+  %sq = spectra.statistic sum_square of queries : tensor<?xf32>
+  %sk = spectra.statistic sum_square of keys : tensor<?xf32>
+  %ratio = arith.divf %sk, %sq : tensor<?xf32>
+  %psi2 = math.sqrt %ratio : tensor<?xf32>
+  %psi = math.sqrt %psi2 : tensor<?xf32>
+  %iratio = arith.divf %sq, %sk : tensor<?xf32>
+  %ipsi2 = math.sqrt %iratio : tensor<?xf32>
+  %ipsi = math.sqrt %ipsi2 : tensor<?xf32>
+  %mq2 = spectra.statistic mean_square of queries : tensor<?xf32>
+  %mk2 = spectra.statistic mean_square of keys : tensor<?xf32>
+  %qn = spectra.dot %psi2, %mq2 : tensor<?xf32>, tensor<?xf32> -> f32
+  %kn = spectra.dot %ipsi2, %mk2 : tensor<?xf32>, tensor<?xf32> -> f32
+  %qm = spectra.statistic mean of queries : tensor<?xf32>
+  %km = spectra.statistic mean of keys : tensor<?xf32>
+  %dot = spectra.dot %qm, %km : tensor<?xf32>, tensor<?xf32> -> f32
+  %one = arith.constant 1.000000e+00 : f32
+  %two = arith.constant 2.000000e+00 : f32
+  %four = arith.constant 4.000000e+00 : f32
+  %eight = arith.constant 8.000000e+00 : f32
+  %eighth = arith.constant 1.250000e-01 : f32
+  %quarter = arith.constant 2.500000e-01 : f32
+  %dot2 = arith.mulf %two, %dot : f32
+  %n2 = arith.addf %qn, %kn : f32
+  %u = arith.addf %n2, %dot2 : f32
+  %u2 = arith.mulf %two, %u : f32
+  %t = arith.addf %u2, %d : f32
+  %tt = arith.mulf %t, %t : f32
+  %du = arith.mulf %d, %u : f32
+  %du8 = arith.mulf %eight, %du : f32
+  %disc = arith.addf %tt, %du8 : f32
+  %root = math.sqrt %disc : f32
+  %num = arith.subf %root, %t : f32
+  %u4 = arith.mulf %four, %u : f32
+  %rho = arith.divf %num, %u4 : f32
+  %inv = arith.divf %one, %rho : f32
+  %omr = arith.subf %one, %inv : f32
+  %a = arith.mulf %omr, %eighth : f32
+  %a4 = arith.mulf %four, %a : f32
+  %s = arith.subf %one, %a4 : f32
+  %b = math.sqrt %s : f32
+  %e = arith.mulf %d, %quarter : f32
+  %dd = math.powf %s, %e : f32
+  %r = math.rsqrt %m : f32
+  %c = arith.mulf %dd, %r : f32
+  spectra.params_yield scalars(%a, %b, %c : f32, f32, f32) query_scale(%psi : tensor<?xf32>) key_scale(%ipsi : tensor<?xf32>)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %aw = arith.mulf %a, %ww : f32
+  %bw = arith.mulf %b, %wx : f32
+  %h = arith.mulf %xx, %half : f32
+  %s = arith.addf %aw, %bw : f32
+  %l = arith.subf %s, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+
+// TrigRF: exp(||x||^2/2) m^(-1/2) [cos(w^T x), sin(w^T x)]. Unbiased but can
+// be negative; kept for study.
+spectra.component @trigrf params {
+^bb0(%m: f32, %d: f32):
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %l = arith.mulf %xx, %half : f32
+  %cos = math.cos %wx : f32
+  %sin = math.sin %wx : f32
+  %c0 = arith.mulf %cos, %c : f32
+  %c1 = arith.mulf %sin, %c : f32
+  spectra.feature_yield exp(%l, %l : f32, f32) scaled(%c0, %c1 : f32, f32)
+}
+
+// PosRF-Hyp: exp(-||x||^2/2) (2m)^(-1/2) [exp(w^T x), exp(-w^T x)].
+spectra.component @posrf_hyp params {
+^bb0(%m: f32, %d: f32):
+  %two = arith.constant 2.000000e+00 : f32
+  %m2 = arith.mulf %m, %two : f32
+  %c = math.rsqrt %m2 : f32
+  spectra.params_yield scalars(%c : f32)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %h = arith.mulf %xx, %half : f32
+  %l0 = arith.subf %wx, %h : f32
+  %nwx = arith.negf %wx : f32
+  %l1 = arith.subf %nwx, %h : f32
+  spectra.feature_yield exp(%l0, %l1 : f32, f32) scaled(%c, %c : f32, f32)
+}
+
+// HCEXP: PosRF-Hyp on A q and A^{-T} k, A diagonal with
+// A_ii = ((var_k,i + mean_k,i^2) / (var_q,i + mean_q,i^2))^(1/4)
+//      = (mean(k_i^2) / mean(q_i^2))^(1/4).
+spectra.component @hcexp params {
+^bb0(%m: f32, %d: f32):
+  %mq2 = spectra.statistic mean_square of queries : tensor<?xf32>
+  %mk2 = spectra.statistic mean_square of keys : tensor<?xf32>
+  %ratio = arith.divf %mk2, %mq2 : tensor<?xf32>
+  %a2 = math.sqrt %ratio : tensor<?xf32>
+  %a = math.sqrt %a2 : tensor<?xf32>
+  %iratio = arith.divf %mq2, %mk2 : tensor<?xf32>
+  %ia2 = math.sqrt %iratio : tensor<?xf32>
+  %ia = math.sqrt %ia2 : tensor<?xf32>
+  %two = arith.constant 2.000000e+00 : f32
+  %m2 = arith.mulf %m, %two : f32
+  %c = math.rsqrt %m2 : f32
+  spectra.params_yield scalars(%c : f32) query_scale(%a : tensor<?xf32>) key_scale(%ia : tensor<?xf32>)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+  %half = arith.constant 5.000000e-01 : f32
+  %h = arith.mulf %xx, %half : f32
+  %l0 = arith.subf %wx, %h : f32
+  %nwx = arith.negf %wx : f32
+  %l1 = arith.subf %nwx, %h : f32
+  spectra.feature_yield exp(%l0, %l1 : f32, f32) scaled(%c, %c : f32, f32)
+}

@@ -1,0 +1,114 @@
+// The built-in weight recipes: the named weight matrices of the Spectraformer
+// paper as short compositions of building blocks. Every recipe is generic in
+// the feature count %m and the head dimension %d; a spectra.feature_map fixes
+// both and the seed. Target distribution of the rows: N(0, I_d).
+
+// Base: iid N(0, 1) entries.
+spectra.weight_recipe @base {
+^bb0(%m: index, %d: index):
+  %w = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// ORF: d x d blocks with Haar-orthogonal rows rescaled by chi_d norms,
+// independent blocks stacked until m rows.
+spectra.weight_recipe @orf {
+^bb0(%m: index, %d: index):
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+    %q = spectra.orthogonalize %g : tensor<?x?xf32>
+    %s = spectra.chi [%d] dof %d : tensor<?xf32>
+    %b = spectra.scale_rows %q, %s : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// SORF: sqrt(n) H D1 H D2 H D3 with the normalised Hadamard matrix, n = d
+// rounded up to a power of two, the first d columns kept.
+spectra.weight_recipe @sorf {
+^bb0(%m: index, %d: index):
+  %n = spectra.next_pow2 %d
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 normalized : tensor<?x?xf32>
+    %s = spectra.scale %h by %n pow 5.000000e-01 : tensor<?x?xf32>
+    %c = spectra.take_cols %s, %d : tensor<?x?xf32> -> tensor<?x?xf32>
+    spectra.yield %c : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// QMC: row i = Phi^{-1}(t_i), t_i the i-th randomly shifted Halton point.
+spectra.weight_recipe @qmc {
+^bb0(%m: index, %d: index):
+  %t = spectra.low_discrepancy halton [%m, %d] random_shift : tensor<?x?xf32>
+  %w = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// QMC with the Sobol sequence.
+spectra.weight_recipe @qmc_sobol {
+^bb0(%m: index, %d: index):
+  %t = spectra.low_discrepancy sobol [%m, %d] random_shift : tensor<?x?xf32>
+  %w = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// MM: the QMC points moment-matched, so the sample mean is exactly 0 and the
+// sample covariance exactly I (needs m > d).
+spectra.weight_recipe @mm {
+^bb0(%m: index, %d: index):
+  %t = spectra.low_discrepancy halton [%m, %d] random_shift : tensor<?x?xf32>
+  %p = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
+  %w = spectra.moment_match %p : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// SGQ: the degree-3 Smolyak sparse grid (2d+1 points, signed weights).
+// Design choice to reach m features: m / (2d+1) copies of the rule, each
+// under an independent Haar rotation (exactness for degree <= 3 is rotation
+// invariant), weights divided by the copy count so they still sum to 1. The
+// frontend rounds m down to a multiple of 2d+1 (at least one copy).
+spectra.weight_recipe @sgq {
+^bb0(%m: index, %d: index):
+  %w, %a = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {
+    %p, %wt = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+    %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+    %q = spectra.orthogonalize %g : tensor<?x?xf32>
+    %r = spectra.rotate %p by %q : tensor<?x?xf32>, tensor<?x?xf32>
+    spectra.yield %r, %wt : tensor<?x?xf32>, tensor<?xf32>
+  }
+  spectra.yield %w, %a : tensor<?x?xf32>, tensor<?xf32>
+}
+
+// FastFood: (1/sqrt(n)) S H G Pi H B blocks with chi_n row norms.
+spectra.weight_recipe @fastfood {
+^bb0(%m: index, %d: index):
+  %n = spectra.next_pow2 %d
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %s = spectra.chi [%n] dof %n : tensor<?xf32>
+    %g = spectra.gaussian [%n] : tensor<?xf32>
+    %p = spectra.permutation [%n] : tensor<?xi64>
+    %b = spectra.rademacher [%n] : tensor<?xf32>
+    %v = spectra.fastfood %s, %g, %p, %b : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
+    %c = spectra.take_cols %v, %d : tensor<?x?xf32> -> tensor<?x?xf32>
+    spectra.yield %c : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// FastFoodL: FastFood with S, G and B learnable (trained with the model).
+spectra.weight_recipe @fastfoodl {
+^bb0(%m: index, %d: index):
+  %n = spectra.next_pow2 %d
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %s = spectra.chi [%n] dof %n learnable : tensor<?xf32>
+    %g = spectra.gaussian [%n] learnable : tensor<?xf32>
+    %p = spectra.permutation [%n] : tensor<?xi64>
+    %b = spectra.rademacher [%n] learnable : tensor<?xf32>
+    %v = spectra.fastfood %s, %g, %p, %b : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
+    %c = spectra.take_cols %v, %d : tensor<?x?xf32> -> tensor<?x?xf32>
+    spectra.yield %c : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}

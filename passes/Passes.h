@@ -1,0 +1,27 @@
+//===- Passes.h - spectra passes and pipelines ---------------------------===//
+
+#ifndef SPECTRA_PASSES_PASSES_H
+#define SPECTRA_PASSES_PASSES_H
+
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace mlir::spectra {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// The input pipeline: link the built-in library, then canonicalise the
+/// recipes (folds next_pow2 of constants). Registered in spectra-opt as
+/// `spectra-input-pipeline` and run by spectra-compile for --emit=spectra.
+void buildSpectraInputPipeline(OpPassManager &pm);
+
+/// Registers every spectra pass and pipeline (for spectra-opt).
+void registerSpectraPassesAndPipelines();
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_PASSES_PASSES_H
