@@ -1,6 +1,7 @@
 //===- AttentionOps.cpp - verifiers of feature maps and attention --------===//
 
 #include "dialect/SpectraDialect.h"
+#include "dialect/BuiltinLibrary.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -19,17 +20,37 @@ LogicalResult FeatureMapOp::verify() {
   return success();
 }
 
+/// Symbols resolve in the module first, then in the built-in library (which
+/// spectra-link-library copies in later), so user IR may name built-ins.
 LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  auto recipe = symbols.lookupNearestSymbolFrom<WeightRecipeOp>(*this, getWeightsAttr());
-  if (!recipe)
+  const llvm::StringMap<BuiltinSymbol> &builtins = getBuiltinSymbols();
+  auto builtinOfKind = [&](StringRef name, BuiltinSymbol::Kind kind) -> const BuiltinSymbol * {
+    auto it = builtins.find(name);
+    return it != builtins.end() && it->second.kind == kind ? &it->second : nullptr;
+  };
+
+  Operation *recipe = symbols.lookupNearestSymbolFrom(*this, getWeightsAttr());
+  if (recipe ? !llvm::isa<WeightRecipeOp>(recipe)
+             : !builtinOfKind(getWeights(), BuiltinSymbol::Kind::Recipe))
     return constraintError(*this, "C1") << "weights '" << getWeights()
-                                        << "' does not name a spectra.weight_recipe";
-  auto component = symbols.lookupNearestSymbolFrom<ComponentOp>(*this, getComponentAttr());
-  if (!component)
+                                        << "' does not name a spectra.weight_recipe (in this "
+                                           "module or the built-in library)";
+
+  SmallVector<std::string> declared;
+  Operation *component = symbols.lookupNearestSymbolFrom(*this, getComponentAttr());
+  if (auto local = llvm::dyn_cast_or_null<ComponentOp>(component)) {
+    for (StringRef name : local.getOptionNames())
+      declared.push_back(name.str());
+  } else if (const BuiltinSymbol *builtin =
+                 component ? nullptr : builtinOfKind(getComponent(), BuiltinSymbol::Kind::Component)) {
+    declared.assign(builtin->options.begin(), builtin->options.end());
+  } else {
     return constraintError(*this, "C2") << "component '" << getComponent()
-                                        << "' does not name a spectra.component";
+                                        << "' does not name a spectra.component (in this module "
+                                           "or the built-in library)";
+  }
+
   if (std::optional<DictionaryAttr> options = getOptions()) {
-    SmallVector<StringRef> declared = component.getOptionNames();
     for (NamedAttribute option : *options) {
       if (!llvm::is_contained(declared, option.getName().getValue())) {
         auto diag = constraintError(*this, "C4")

@@ -44,6 +44,26 @@ OwningOpRef<ModuleOp> mlir::spectra::parseBuiltinLibrary(MLIRContext *context) {
   return library;
 }
 
+const llvm::StringMap<BuiltinSymbol> &mlir::spectra::getBuiltinSymbols() {
+  static const llvm::StringMap<BuiltinSymbol> symbols = [] {
+    llvm::StringMap<BuiltinSymbol> out;
+    MLIRContext context(MLIRContext::Threading::DISABLED);
+    OwningOpRef<ModuleOp> library = parseBuiltinLibrary(&context);
+    if (!library)
+      llvm::report_fatal_error("the embedded spectra library does not parse");
+    for (auto recipe : library->getOps<WeightRecipeOp>())
+      out[recipe.getSymName()] = {BuiltinSymbol::Kind::Recipe, {}};
+    for (auto component : library->getOps<ComponentOp>()) {
+      BuiltinSymbol symbol{BuiltinSymbol::Kind::Component, {}};
+      for (StringRef name : component.getOptionNames())
+        symbol.options.push_back(name.str());
+      out[component.getSymName()] = std::move(symbol);
+    }
+    return out;
+  }();
+  return symbols;
+}
+
 LogicalResult mlir::spectra::linkBuiltinLibrary(ModuleOp module) {
   SymbolTable symbols(module);
   SmallVector<FeatureMapOp> featureMaps(module.getOps<FeatureMapOp>());

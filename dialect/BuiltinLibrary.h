@@ -11,7 +11,11 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
+
+#include <string>
+#include <vector>
 
 namespace mlir {
 class DialectRegistry;
@@ -25,6 +29,16 @@ struct LibraryFile {
 
 /// The embedded library files, in a fixed order.
 llvm::ArrayRef<LibraryFile> getBuiltinLibraryFiles();
+
+/// What verifiers need to know of a library definition without linking it.
+struct BuiltinSymbol {
+  enum class Kind { Recipe, Component } kind;
+  std::vector<std::string> options; ///< option names of a component
+};
+
+/// The library's symbols by name, summarised once from a private context
+/// (thread-safe), so a module may reference built-ins it has not linked yet.
+const llvm::StringMap<BuiltinSymbol> &getBuiltinSymbols();
 
 /// Registers the dialects the library is written in (spectra, arith, math).
 void registerLibraryDialects(DialectRegistry &registry);

@@ -316,8 +316,9 @@ LogicalResult FastFoodOp::verify() {
     if (n && *len != *n)
       return constraintError(*this, "C1", v)
              << "factor of length " << *len << " does not match length " << *n;
+    if (!n)
+      first = v;
     n = len;
-    first = v;
   }
   if (n && !isPowerOfTwo(*n))
     return constraintError(*this, "C2", first)

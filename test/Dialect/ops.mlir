@@ -1,0 +1,125 @@
+// RUN: spectra-opt %s | spectra-opt | FileCheck %s
+// RUN: spectra-opt %s --mlir-print-op-generic | spectra-opt | FileCheck %s
+
+// Tests that every weight-recipe building block round-trips.
+// CHECK-LABEL: spectra.weight_recipe @every_block
+// CHECK-NEXT: ^bb0(%[[M:.*]]: index, %[[D:.*]]: index):
+// CHECK: %[[N:.*]] = spectra.next_pow2 %[[D]]
+// CHECK: spectra.gaussian [%[[M]], %[[D]]] : tensor<?x?xf32>
+// CHECK: spectra.gaussian [%[[N]]] learnable : tensor<?xf32>
+// CHECK: spectra.uniform [%[[M]], %[[D]]] : tensor<?x?xf32>
+// CHECK: spectra.rademacher [%[[N]]] learnable : tensor<?xf32>
+// CHECK: spectra.chi [%[[N]]] dof %[[N]] learnable : tensor<?xf32>
+// CHECK: spectra.permutation [%[[N]]] : tensor<?xi64>
+// CHECK: spectra.low_discrepancy sobol [%[[M]], %[[D]]] random_shift : tensor<?x?xf32>
+// CHECK: spectra.low_discrepancy halton [%[[M]], %[[D]]] : tensor<?x?xf32>
+// CHECK: spectra.inverse_normal_cdf %{{.*}} : tensor<?x?xf32>
+// CHECK: spectra.moment_match %{{.*}} : tensor<?x?xf32>
+// CHECK: spectra.orthogonalize %{{.*}} : tensor<?x?xf32>
+// CHECK: spectra.scale_rows %{{.*}}, %{{.*}} : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+// CHECK: spectra.hadamard_diagonal_chain [%[[N]], %[[N]]] length 3 normalized : tensor<?x?xf32>
+// CHECK: spectra.hadamard_diagonal_chain [%[[N]], %[[N]]] length 1 : tensor<?x?xf32>
+// CHECK: spectra.scale %{{.*}} by %[[N]] pow 5.000000e-01 : tensor<?x?xf32>
+// CHECK: spectra.take_cols %{{.*}}, %[[D]] : tensor<?x?xf32> -> tensor<?x?xf32>
+// CHECK: spectra.sparse_grid [%[[D]]] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+// CHECK: spectra.rotate %{{.*}} by %{{.*}} : tensor<?x?xf32>, tensor<?x?xf32>
+// CHECK: spectra.fastfood %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
+// CHECK: spectra.stack_blocks rows %[[M]] average_weights : tensor<?x?xf32>, tensor<?xf32> {
+// CHECK: spectra.yield %{{.*}}, %{{.*}} : tensor<?x?xf32>, tensor<?xf32>
+spectra.weight_recipe @every_block {
+^bb0(%m: index, %d: index):
+  %n = spectra.next_pow2 %d
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  %gv = spectra.gaussian [%n] learnable : tensor<?xf32>
+  %u = spectra.uniform [%m, %d] : tensor<?x?xf32>
+  %b = spectra.rademacher [%n] learnable : tensor<?xf32>
+  %s = spectra.chi [%n] dof %n learnable : tensor<?xf32>
+  %p = spectra.permutation [%n] : tensor<?xi64>
+  %t = spectra.low_discrepancy sobol [%m, %d] random_shift : tensor<?x?xf32>
+  %t2 = spectra.low_discrepancy halton [%m, %d] : tensor<?x?xf32>
+  %w = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
+  %mm = spectra.moment_match %w : tensor<?x?xf32>
+  %gd = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+  %q = spectra.orthogonalize %gd : tensor<?x?xf32>
+  %cd = spectra.chi [%d] dof %d : tensor<?xf32>
+  %orf = spectra.scale_rows %q, %cd : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 normalized : tensor<?x?xf32>
+  %h1 = spectra.hadamard_diagonal_chain [%n, %n] length 1 : tensor<?x?xf32>
+  %hs = spectra.scale %h by %n pow 0.5 : tensor<?x?xf32>
+  %hc = spectra.take_cols %hs, %d : tensor<?x?xf32> -> tensor<?x?xf32>
+  %pts, %wts = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+  %rot = spectra.rotate %pts by %q : tensor<?x?xf32>, tensor<?x?xf32>
+  %ff = spectra.fastfood %s, %gv, %p, %b : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
+  %sw, %sa = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {
+    %bp, %bw = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+    spectra.yield %bp, %bw : tensor<?x?xf32>, tensor<?xf32>
+  }
+  spectra.yield %sw, %sa : tensor<?x?xf32>, tensor<?xf32>
+}
+
+// Tests that static shapes are accepted where constants fix the sizes.
+// CHECK-LABEL: spectra.weight_recipe @static_shapes
+// CHECK: spectra.gaussian [%{{.*}}, %{{.*}}] : tensor<4x8xf32>
+// CHECK: spectra.sparse_grid [%{{.*}}] degree 3 : tensor<17x8xf32>, tensor<17xf32>
+spectra.weight_recipe @static_shapes {
+^bb0(%m: index, %d: index):
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %g = spectra.gaussian [%c4, %c8] : tensor<4x8xf32>
+  %p, %w = spectra.sparse_grid [%c8] degree 3 : tensor<17x8xf32>, tensor<17xf32>
+  spectra.yield %p, %w : tensor<17x8xf32>, tensor<17xf32>
+}
+
+// Tests that a component with statistics, options, input transforms and two
+// outputs round-trips, with named region arguments.
+// CHECK-LABEL: spectra.component @everything params {
+// CHECK-NEXT: ^bb0(%m: f32, %d: f32):
+// CHECK: spectra.option "a" default -1.250000e-01 : f32
+// CHECK: spectra.statistic mean of queries : tensor<?xf32>
+// CHECK: spectra.statistic mean_square of keys : tensor<?xf32>
+// CHECK: spectra.statistic sum_square of keys : tensor<?xf32>
+// CHECK: spectra.statistic mean_sq_norm of queries : f32
+// CHECK: spectra.statistic count of keys : f32
+// CHECK: spectra.dot %{{.*}}, %{{.*}} : tensor<?xf32>, tensor<?xf32> -> f32
+// CHECK: spectra.params_yield scalars(%{{.*}}, %{{.*}} : f32, f32) query_scale(%{{.*}} : tensor<?xf32>) key_scale(%{{.*}} : tensor<?xf32>)
+// CHECK: } features {
+// CHECK-NEXT: ^bb0(%wx: f32, %xx: f32, %ww: f32, %p0: f32, %p1: f32):
+// CHECK: spectra.feature_yield exp(%{{.*}}, %{{.*}} : f32, f32) scaled(%p1, %p1 : f32, f32)
+spectra.component @everything params {
+^bb0(%m: f32, %d: f32):
+  %a = spectra.option "a" default -0.125 : f32
+  %mq = spectra.statistic mean of queries : tensor<?xf32>
+  %mk2 = spectra.statistic mean_square of keys : tensor<?xf32>
+  %sk2 = spectra.statistic sum_square of keys : tensor<?xf32>
+  %n = spectra.statistic mean_sq_norm of queries : f32
+  %cnt = spectra.statistic count of keys : f32
+  %dot = spectra.dot %mq, %mk2 : tensor<?xf32>, tensor<?xf32> -> f32
+  %s = arith.addf %dot, %n : f32
+  spectra.params_yield scalars(%a, %s : f32, f32) query_scale(%mk2 : tensor<?xf32>) key_scale(%sk2 : tensor<?xf32>)
+} features {
+^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %c: f32):
+  %l = arith.subf %wx, %xx : f32
+  %nl = arith.negf %l : f32
+  spectra.feature_yield exp(%l, %nl : f32, f32) scaled(%c, %c : f32, f32)
+}
+
+// Tests that feature maps (with and without options) and attention (with and
+// without a mask, static and dynamic shapes, every element type) round-trip.
+// CHECK-LABEL: spectra.feature_map @fm component @everything weights @every_block m = 64 d = 16 seed = 3 options {a = -2.000000e-01 : f32}
+// CHECK-LABEL: spectra.feature_map @plain component @everything weights @every_block m = 8 d = 16 seed = 0
+// CHECK-LABEL: func.func @attend
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} feature_map @fm : tensor<2x4x128x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x128x8xf32>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain {scale = 5.000000e-01 : f64} : tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16> -> tensor<?x?x?x16xbf16>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain : tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16> -> tensor<1x1x4x16xf16>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
+spectra.feature_map @fm component @everything weights @every_block m = 64 d = 16 seed = 3 options {a = -0.2 : f32}
+spectra.feature_map @plain component @everything weights @every_block m = 8 d = 16 seed = 0
+func.func @attend(%q: tensor<2x4x128x16xf32>, %k: tensor<2x4x96x16xf32>, %v: tensor<2x4x96x8xf32>,
+                  %mask: tensor<2x96xi1>, %b: tensor<?x?x?x16xbf16>, %h: tensor<1x1x4x16xf16>,
+                  %x: tensor<1x1x4x16xf64>) {
+  %0 = spectra.attention %q, %k, %v mask %mask feature_map @fm : tensor<2x4x128x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x128x8xf32>
+  %1 = spectra.attention %b, %b, %b feature_map @plain {scale = 0.5 : f64} : tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16> -> tensor<?x?x?x16xbf16>
+  %2 = spectra.attention %h, %h, %h feature_map @plain : tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16> -> tensor<1x1x4x16xf16>
+  %3 = spectra.attention %x, %x, %x feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
+  return
+}
