@@ -35,7 +35,7 @@ def Spectra_Dialect : Dialect {
     `phi(q)^T S / phi(q)^T z` with it. The named recipes and components of the
     paper ship as a library written in this dialect (dialect/library).
   }];
-  let hasConstantMaterializer = 0;
+  let hasConstantMaterializer = 1;
 }
 
 /// Base class of every spectra op. Dialect-wide invariant: every op verifies

@@ -22,6 +22,14 @@ void SpectraDialect::initialize() {
       >();
 }
 
+/// Folded index sizes (next_pow2 of a constant) become arith constants.
+Operation *SpectraDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type,
+                                               Location loc) {
+  if (auto integer = llvm::dyn_cast<IntegerAttr>(value); integer && type.isIndex())
+    return arith::ConstantOp::create(builder, loc, type, integer);
+  return nullptr;
+}
+
 InFlightDiagnostic mlir::spectra::constraintError(Operation *op, llvm::StringRef id,
                                                   Value offending) {
   InFlightDiagnostic diag = op->emitOpError();
@@ -31,20 +39,24 @@ InFlightDiagnostic mlir::spectra::constraintError(Operation *op, llvm::StringRef
   return diag;
 }
 
-std::optional<int64_t> mlir::spectra::knownIndex(Value value) {
-  if (!value)
+/// Op verifiers run before dominance is checked, so invalid IR may hold a
+/// cycle (`%n = spectra.next_pow2 %n`): the depth bound keeps this total.
+static std::optional<int64_t> knownIndexImpl(Value value, unsigned depth) {
+  if (!value || depth > 16)
     return std::nullopt;
   APInt constant;
   if (matchPattern(value, m_ConstantInt(&constant)))
     return constant.getSExtValue();
   if (auto pow2 = value.getDefiningOp<NextPowerOfTwoOp>()) {
-    std::optional<int64_t> in = knownIndex(pow2.getValue());
+    std::optional<int64_t> in = knownIndexImpl(pow2.getValue(), depth + 1);
     if (!in || *in <= 0)
       return std::nullopt;
     return static_cast<int64_t>(llvm::PowerOf2Ceil(static_cast<uint64_t>(*in)));
   }
   return std::nullopt;
 }
+
+std::optional<int64_t> mlir::spectra::knownIndex(Value value) { return knownIndexImpl(value, 0); }
 
 #define GET_OP_CLASSES
 #include "dialect/SpectraOps.cpp.inc"

@@ -10,10 +10,11 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.spectra_obj_root, "test")
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Unit", "Fuzz"]
+config.excludes = ["Inputs", "scripts", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Unit"]
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%spectra_src", config.spectra_src_root))
+config.substitutions.append(("%spectra_tools", config.spectra_tools_dir))
 config.substitutions.append(("%python", config.python_executable or "python3"))
 # Variables must be re-captured in every CHECK-LABEL block (IREE, CIRCT).
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"

@@ -937,3 +937,16 @@ func.func @f(%q: tensor<1x1x4x8xf32>) {
   %0 = spectra.attention %q, %q, %q feature_map @fm {scale = -1.0 : f64} : tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32> -> tensor<1x1x4x8xf32>
   return
 }
+
+// -----
+
+// Tests that a size defined by itself (a cycle, caught by the dominance check)
+// does not send the size analysis of the verifiers into a loop.
+spectra.weight_recipe @r {
+^bb0(%m: index, %d: index):
+  // expected-error@+1 {{operand #0 does not dominate this use}}
+  %n = spectra.next_pow2 %n
+  // expected-note@-1 {{operand defined here (op in the same block)}}
+  %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 : tensor<?x?xf32>
+  spectra.yield %h : tensor<?x?xf32>
+}
