@@ -6,7 +6,8 @@ import lit.formats
 from lit.llvm import llvm_config
 
 config.name = "Spectra"
-config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+# The internal shell: portable, and the only one newer lit versions keep.
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.spectra_obj_root, "test")
