@@ -48,12 +48,10 @@ def Spectra_ComponentOp : Spectra_Op<"component", [
     * C4: option names are unique within the component.
 
     ```mlir
-    spectra.component @posrf params {
-    ^bb0(%m: f32, %d: f32):
+    spectra.component @posrf params(%m, %d) {
       %c = math.rsqrt %m : f32
       spectra.params_yield scalars(%c : f32)
-    } features {
-    ^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+    } features(%wx, %xx, %ww, %c) {
       %half = arith.constant 0.5 : f32
       %h = arith.mulf %xx, %half : f32
       %l = arith.subf %wx, %h : f32
@@ -63,7 +61,10 @@ def Spectra_ComponentOp : Spectra_Op<"component", [
   }];
   let arguments = (ins SymbolNameAttr:$sym_name);
   let regions = (region SizedRegion<1>:$params, SizedRegion<1>:$features);
-  let assemblyFormat = "$sym_name attr-dict-with-keyword `params` $params `features` $features";
+  let assemblyFormat = [{
+    $sym_name `params` `` custom<F32ArgsRegion>($params)
+    `features` `` custom<F32ArgsRegion>($features) attr-dict-with-keyword
+  }];
   let hasRegionVerifier = 1;
   let extraClassDeclaration = [{
     /// Number of outputs per row of W (k), so phi has k*m entries.

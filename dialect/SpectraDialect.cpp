@@ -58,5 +58,45 @@ static std::optional<int64_t> knownIndexImpl(Value value, unsigned depth) {
 
 std::optional<int64_t> mlir::spectra::knownIndex(Value value) { return knownIndexImpl(value, 0); }
 
+//===----------------------------------------------------------------------===//
+// custom<IndexArgsRegion> / custom<F32ArgsRegion>: `(%a, %b) { ... }`
+//===----------------------------------------------------------------------===//
+//
+// Region arguments written in the op syntax are defined inside the region's
+// isolated name scope. A `^bb0(...)` header instead lets an unresolved forward
+// reference from outside bind to a block argument, which dangles once a later
+// parse error drops the region (found by the malformed-input sweep).
+
+static ParseResult parseArgsRegion(OpAsmParser &parser, Region &region, Type type) {
+  SmallVector<OpAsmParser::Argument> args;
+  if (parser.parseArgumentList(args, OpAsmParser::Delimiter::Paren, /*allowType=*/false))
+    return failure();
+  for (OpAsmParser::Argument &arg : args)
+    arg.type = type;
+  return parser.parseRegion(region, args, /*enableNameShadowing=*/false);
+}
+
+static void printArgsRegion(OpAsmPrinter &printer, Region &region) {
+  printer << "(";
+  if (!region.empty())
+    llvm::interleaveComma(region.front().getArguments(), printer,
+                          [&](BlockArgument arg) { printer.printOperand(arg); });
+  printer << ") ";
+  printer.printRegion(region, /*printEntryBlockArgs=*/false);
+}
+
+static ParseResult parseIndexArgsRegion(OpAsmParser &parser, Region &region) {
+  return parseArgsRegion(parser, region, parser.getBuilder().getIndexType());
+}
+static void printIndexArgsRegion(OpAsmPrinter &printer, Operation *, Region &region) {
+  printArgsRegion(printer, region);
+}
+static ParseResult parseF32ArgsRegion(OpAsmParser &parser, Region &region) {
+  return parseArgsRegion(parser, region, parser.getBuilder().getF32Type());
+}
+static void printF32ArgsRegion(OpAsmPrinter &printer, Operation *, Region &region) {
+  printArgsRegion(printer, region);
+}
+
 #define GET_OP_CLASSES
 #include "dialect/SpectraOps.cpp.inc"

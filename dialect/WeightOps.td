@@ -35,8 +35,7 @@ def Spectra_WeightRecipeOp : Spectra_Op<"weight_recipe", [
     * C2: the body yields a rank-2 tensor, optionally followed by a rank-1 tensor.
 
     ```mlir
-    spectra.weight_recipe @base {
-    ^bb0(%m: index, %d: index):
+    spectra.weight_recipe @base(%m, %d) {
       %w = spectra.gaussian [%m, %d] : tensor<?x?xf32>
       spectra.yield %w : tensor<?x?xf32>
     }
@@ -44,7 +43,9 @@ def Spectra_WeightRecipeOp : Spectra_Op<"weight_recipe", [
   }];
   let arguments = (ins SymbolNameAttr:$sym_name);
   let regions = (region SizedRegion<1>:$body);
-  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  // The arguments are part of the op syntax, `@orf(%m, %d) {...}`, so the
+  // parser defines them inside the isolated name scope.
+  let assemblyFormat = "$sym_name `` custom<IndexArgsRegion>($body) attr-dict-with-keyword";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getM() { return getBody().front().getArgument(0); }

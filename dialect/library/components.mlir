@@ -4,12 +4,10 @@
 // normalisation (m^(-1/2), GERF's D) is part of the coefficient.
 
 // PosRF: m^(-1/2) exp(w^T x - ||x||^2 / 2). Unbiased, positive.
-spectra.component @posrf params {
-^bb0(%m: f32, %d: f32):
+spectra.component @posrf params(%m, %d) {
   %c = math.rsqrt %m : f32
   spectra.params_yield scalars(%c : f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+} features(%wx, %xx, %ww, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %h = arith.mulf %xx, %half : f32
   %l = arith.subf %wx, %h : f32
@@ -18,8 +16,7 @@ spectra.component @posrf params {
 
 // GERF (s = +1) with a given A < 1/4: D exp(A ||w||^2 + B w^T x - ||x||^2/2),
 // B = sqrt(1 - 4A), D = (1 - 4A)^(d/4). Unbiased for every such A.
-spectra.component @gerf params {
-^bb0(%m: f32, %d: f32):
+spectra.component @gerf params(%m, %d) {
   %a = spectra.option "a" default -1.250000e-01 : f32
   %one = arith.constant 1.000000e+00 : f32
   %four = arith.constant 4.000000e+00 : f32
@@ -32,8 +29,7 @@ spectra.component @gerf params {
   %r = math.rsqrt %m : f32
   %c = arith.mulf %dd, %r : f32
   spectra.params_yield scalars(%a, %b, %c : f32, f32, f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+} features(%wx, %xx, %ww, %a, %b, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %aw = arith.mulf %a, %ww : f32
   %bw = arith.mulf %b, %wx : f32
@@ -47,8 +43,7 @@ spectra.component @gerf params {
 // rho = (sqrt((2u + d)^2 + 8du) - 2u - d) / (4u), u the mean of
 // ||q_i + k_j||^2 over ALL query-key pairs of a (batch, head):
 // u = mean||q||^2 + mean||k||^2 + 2 mean(q).mean(k).
-spectra.component @oprf params {
-^bb0(%m: f32, %d: f32):
+spectra.component @oprf params(%m, %d) {
   %qn = spectra.statistic mean_sq_norm of queries : f32
   %kn = spectra.statistic mean_sq_norm of keys : f32
   %qm = spectra.statistic mean of queries : tensor<?xf32>
@@ -84,8 +79,7 @@ spectra.component @oprf params {
   %r = math.rsqrt %m : f32
   %c = arith.mulf %dd, %r : f32
   spectra.params_yield scalars(%a, %b, %c : f32, f32, f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+} features(%wx, %xx, %ww, %a, %b, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %aw = arith.mulf %a, %ww : f32
   %bw = arith.mulf %b, %wx : f32
@@ -100,8 +94,7 @@ spectra.component @oprf params {
 // is unchanged. The transformed statistics follow from the raw ones:
 // mean||q'||^2 = Psi^2 . mean(q^2), mean||k'||^2 = Psi^-2 . mean(k^2),
 // mean(q') . mean(k') = mean(q) . mean(k).
-spectra.component @saderf params {
-^bb0(%m: f32, %d: f32):
+spectra.component @saderf params(%m, %d) {
   %sq = spectra.statistic sum_square of queries : tensor<?xf32>
   %sk = spectra.statistic sum_square of keys : tensor<?xf32>
   %ratio = arith.divf %sk, %sq : tensor<?xf32>
@@ -147,8 +140,7 @@ spectra.component @saderf params {
   %r = math.rsqrt %m : f32
   %c = arith.mulf %dd, %r : f32
   spectra.params_yield scalars(%a, %b, %c : f32, f32, f32) query_scale(%psi : tensor<?xf32>) key_scale(%ipsi : tensor<?xf32>)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %b: f32, %c: f32):
+} features(%wx, %xx, %ww, %a, %b, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %aw = arith.mulf %a, %ww : f32
   %bw = arith.mulf %b, %wx : f32
@@ -160,12 +152,10 @@ spectra.component @saderf params {
 
 // TrigRF: exp(||x||^2/2) m^(-1/2) [cos(w^T x), sin(w^T x)]. Unbiased but can
 // be negative; kept for study.
-spectra.component @trigrf params {
-^bb0(%m: f32, %d: f32):
+spectra.component @trigrf params(%m, %d) {
   %c = math.rsqrt %m : f32
   spectra.params_yield scalars(%c : f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+} features(%wx, %xx, %ww, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %l = arith.mulf %xx, %half : f32
   %cos = math.cos %wx : f32
@@ -176,14 +166,12 @@ spectra.component @trigrf params {
 }
 
 // PosRF-Hyp: exp(-||x||^2/2) (2m)^(-1/2) [exp(w^T x), exp(-w^T x)].
-spectra.component @posrf_hyp params {
-^bb0(%m: f32, %d: f32):
+spectra.component @posrf_hyp params(%m, %d) {
   %two = arith.constant 2.000000e+00 : f32
   %m2 = arith.mulf %m, %two : f32
   %c = math.rsqrt %m2 : f32
   spectra.params_yield scalars(%c : f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+} features(%wx, %xx, %ww, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %h = arith.mulf %xx, %half : f32
   %l0 = arith.subf %wx, %h : f32
@@ -195,8 +183,7 @@ spectra.component @posrf_hyp params {
 // HCEXP: PosRF-Hyp on A q and A^{-T} k, A diagonal with
 // A_ii = ((var_k,i + mean_k,i^2) / (var_q,i + mean_q,i^2))^(1/4)
 //      = (mean(k_i^2) / mean(q_i^2))^(1/4).
-spectra.component @hcexp params {
-^bb0(%m: f32, %d: f32):
+spectra.component @hcexp params(%m, %d) {
   %mq2 = spectra.statistic mean_square of queries : tensor<?xf32>
   %mk2 = spectra.statistic mean_square of keys : tensor<?xf32>
   %ratio = arith.divf %mk2, %mq2 : tensor<?xf32>
@@ -209,8 +196,7 @@ spectra.component @hcexp params {
   %m2 = arith.mulf %m, %two : f32
   %c = math.rsqrt %m2 : f32
   spectra.params_yield scalars(%c : f32) query_scale(%a : tensor<?xf32>) key_scale(%ia : tensor<?xf32>)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %c: f32):
+} features(%wx, %xx, %ww, %c) {
   %half = arith.constant 5.000000e-01 : f32
   %h = arith.mulf %xx, %half : f32
   %l0 = arith.subf %wx, %h : f32

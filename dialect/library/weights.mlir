@@ -4,16 +4,14 @@
 // both and the seed. Target distribution of the rows: N(0, I_d).
 
 // Base: iid N(0, 1) entries.
-spectra.weight_recipe @base {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @base(%m, %d) {
   %w = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %w : tensor<?x?xf32>
 }
 
 // ORF: d x d blocks with Haar-orthogonal rows rescaled by chi_d norms,
 // independent blocks stacked until m rows.
-spectra.weight_recipe @orf {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @orf(%m, %d) {
   %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
     %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
     %q = spectra.orthogonalize %g : tensor<?x?xf32>
@@ -26,8 +24,7 @@ spectra.weight_recipe @orf {
 
 // SORF: sqrt(n) H D1 H D2 H D3 with the normalised Hadamard matrix, n = d
 // rounded up to a power of two, the first d columns kept.
-spectra.weight_recipe @sorf {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @sorf(%m, %d) {
   %n = spectra.next_pow2 %d
   %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
     %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 normalized : tensor<?x?xf32>
@@ -39,16 +36,14 @@ spectra.weight_recipe @sorf {
 }
 
 // QMC: row i = Phi^{-1}(t_i), t_i the i-th randomly shifted Halton point.
-spectra.weight_recipe @qmc {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @qmc(%m, %d) {
   %t = spectra.low_discrepancy halton [%m, %d] random_shift : tensor<?x?xf32>
   %w = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
   spectra.yield %w : tensor<?x?xf32>
 }
 
 // QMC with the Sobol sequence.
-spectra.weight_recipe @qmc_sobol {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @qmc_sobol(%m, %d) {
   %t = spectra.low_discrepancy sobol [%m, %d] random_shift : tensor<?x?xf32>
   %w = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
   spectra.yield %w : tensor<?x?xf32>
@@ -56,8 +51,7 @@ spectra.weight_recipe @qmc_sobol {
 
 // MM: the QMC points moment-matched, so the sample mean is exactly 0 and the
 // sample covariance exactly I (needs m > d).
-spectra.weight_recipe @mm {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @mm(%m, %d) {
   %t = spectra.low_discrepancy halton [%m, %d] random_shift : tensor<?x?xf32>
   %p = spectra.inverse_normal_cdf %t : tensor<?x?xf32>
   %w = spectra.moment_match %p : tensor<?x?xf32>
@@ -69,8 +63,7 @@ spectra.weight_recipe @mm {
 // under an independent Haar rotation (exactness for degree <= 3 is rotation
 // invariant), weights divided by the copy count so they still sum to 1. The
 // frontend rounds m down to a multiple of 2d+1 (at least one copy).
-spectra.weight_recipe @sgq {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @sgq(%m, %d) {
   %w, %a = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {
     %p, %wt = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
     %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
@@ -82,8 +75,7 @@ spectra.weight_recipe @sgq {
 }
 
 // FastFood: (1/sqrt(n)) S H G Pi H B blocks with chi_n row norms.
-spectra.weight_recipe @fastfood {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @fastfood(%m, %d) {
   %n = spectra.next_pow2 %d
   %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
     %s = spectra.chi [%n] dof %n : tensor<?xf32>
@@ -98,8 +90,7 @@ spectra.weight_recipe @fastfood {
 }
 
 // FastFoodL: FastFood with S, G and B learnable (trained with the model).
-spectra.weight_recipe @fastfoodl {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @fastfoodl(%m, %d) {
   %n = spectra.next_pow2 %d
   %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
     %s = spectra.chi [%n] dof %n learnable : tensor<?xf32>

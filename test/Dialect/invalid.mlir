@@ -2,8 +2,7 @@
 
 // Tests weight_recipe C1: the body takes (m, d) as two index arguments.
 // expected-error@+1 {{'spectra.weight_recipe' op C1: body must have exactly two index arguments (m, d), got 1 argument(s)}}
-spectra.weight_recipe @one_arg {
-^bb0(%m: index):
+spectra.weight_recipe @one_arg(%m) {
   %g = spectra.gaussian [%m, %m] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
 }
@@ -12,8 +11,7 @@ spectra.weight_recipe @one_arg {
 
 // Tests weight_recipe C2: W must be rank 2.
 // expected-error@+1 {{'spectra.weight_recipe' op C2: first yielded value must be a rank-2 float tensor (W), got 'tensor<?xf32>'}}
-spectra.weight_recipe @vector_w {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @vector_w(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %g = spectra.gaussian [%m] : tensor<?xf32>
   spectra.yield %g : tensor<?xf32>
@@ -23,8 +21,7 @@ spectra.weight_recipe @vector_w {
 
 // Tests weight_recipe C2: at most W and the row weights.
 // expected-error@+1 {{'spectra.weight_recipe' op C2: body must yield W (rank 2) and optionally row weights (rank 1), got 3 value(s)}}
-spectra.weight_recipe @three {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @three(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   %a = spectra.gaussian [%m] : tensor<?xf32>
   spectra.yield %g, %a, %a : tensor<?x?xf32>, tensor<?xf32>, tensor<?xf32>
@@ -34,8 +31,7 @@ spectra.weight_recipe @three {
 
 // Tests weight_recipe C2: the row weights must be rank 1.
 // expected-error@+1 {{'spectra.weight_recipe' op C2: second yielded value must be a rank-1 float tensor (row weights), got 'tensor<?x?xf32>'}}
-spectra.weight_recipe @matrix_weights {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @matrix_weights(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %g, %g : tensor<?x?xf32>, tensor<?x?xf32>
@@ -44,8 +40,7 @@ spectra.weight_recipe @matrix_weights {
 // -----
 
 // Tests gaussian C1: one size per result dimension.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.gaussian' op C1: expects one size per result dimension: 1 size(s) for a rank-2 result}}
   %g = spectra.gaussian [%m] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
@@ -54,8 +49,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests gaussian C2: known sizes are positive.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c0 = arith.constant 0 : index
   // expected-error@+1 {{'spectra.gaussian' op C2: size #0 must be positive, got 0}}
@@ -66,8 +60,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests gaussian C2: known sizes agree with the static result type.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c4 = arith.constant 4 : index
   // expected-error@+1 {{'spectra.gaussian' op C2: size #1 is 4 but result dimension 1 is 5}}
@@ -78,8 +71,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests uniform C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.uniform' op C1: expects one size per result dimension: 3 size(s) for a rank-2 result}}
   %u = spectra.uniform [%m, %d, %d] : tensor<?x?xf32>
   spectra.yield %u : tensor<?x?xf32>
@@ -88,8 +80,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests uniform C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant -3 : index
   // expected-error@+1 {{'spectra.uniform' op C2: size #1 must be positive, got -3}}
@@ -100,8 +91,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests rademacher C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.rademacher' op C1: expects one size per result dimension: 2 size(s) for a rank-1 result}}
   %b = spectra.rademacher [%d, %d] : tensor<?xf32>
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
@@ -111,8 +101,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests rademacher C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 8 : index
   // expected-error@+1 {{'spectra.rademacher' op C2: size #0 is 8 but result dimension 0 is 4}}
@@ -124,8 +113,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests chi C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.chi' op C1: expects one size per result dimension: 0 size(s) for a rank-1 result}}
   %s = spectra.chi [] dof %d : tensor<?xf32>
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
@@ -135,8 +123,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests chi C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 0 : index
   // expected-error@+1 {{'spectra.chi' op C2: size #0 must be positive, got 0}}
@@ -148,8 +135,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests chi C3: degrees of freedom are positive.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 0 : index
   // expected-error@+1 {{'spectra.chi' op C3: degrees of freedom must be positive, got 0}}
@@ -161,8 +147,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests permutation C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.permutation' op C1: expects one size per result dimension: 2 size(s) for a rank-1 result}}
   %p = spectra.permutation [%d, %d] : tensor<?xi64>
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
@@ -172,8 +157,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests permutation C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 0 : index
   // expected-error@+1 {{'spectra.permutation' op C2: size #0 must be positive, got 0}}
@@ -185,8 +169,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests low_discrepancy C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.low_discrepancy' op C1: expects one size per result dimension: 1 size(s) for a rank-2 result}}
   %t = spectra.low_discrepancy halton [%m] : tensor<?x?xf32>
   spectra.yield %t : tensor<?x?xf32>
@@ -195,8 +178,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests low_discrepancy C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 0 : index
   // expected-error@+1 {{'spectra.low_discrepancy' op C2: size #0 must be positive, got 0}}
@@ -207,8 +189,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests low_discrepancy C3: Sobol's direction numbers cover 21201 dimensions.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 30000 : index
   // expected-error@+1 {{'spectra.low_discrepancy' op C3: sobol supports at most 21201 dimensions, got 30000}}
@@ -219,8 +200,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests inverse_normal_cdf C1: only unit-cube point sets.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   // expected-error@+1 {{'spectra.inverse_normal_cdf' op C1: input must be a point set in the open unit cube (spectra.low_discrepancy or spectra.uniform)}}
@@ -231,8 +211,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests orthogonalize C1: only Gaussian blocks give Haar rows.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %u = spectra.uniform [%d, %d] : tensor<?x?xf32>
   // expected-error@+1 {{'spectra.orthogonalize' op C1: input must be a spectra.gaussian draw (sign-corrected QR is Haar only for Gaussian blocks)}}
@@ -243,8 +222,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests orthogonalize C2: no more orthonormal rows than columns.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c8 = arith.constant 8 : index
   %c4 = arith.constant 4 : index
   // expected-note@+1 {{offending value defined here}}
@@ -257,8 +235,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests scale_rows C1: the result keeps the matrix type.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   %s = spectra.chi [%m] dof %d : tensor<?xf32>
   // expected-error@+1 {{'spectra.scale_rows' op C1: result type 'tensor<?x?xf64>' must equal the matrix type 'tensor<?x?xf32>'}}
@@ -269,8 +246,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests scale_rows C2: one factor per row.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c4 = arith.constant 4 : index
   %c3 = arith.constant 3 : index
   %g = spectra.gaussian [%c4, %d] : tensor<4x?xf32>
@@ -284,8 +260,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests scale C1: the base is positive.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c0 = arith.constant 0 : index
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
@@ -297,8 +272,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests next_pow2 C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c0 = arith.constant 0 : index
   // expected-error@+1 {{'spectra.next_pow2' op C1: operand must be positive, got 0}}
@@ -310,8 +284,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests hadamard_diagonal_chain C1.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.hadamard_diagonal_chain' op C1: expects one size per result dimension: 1 size(s) for a rank-2 result}}
   %h = spectra.hadamard_diagonal_chain [%d] length 3 : tensor<?x?xf32>
   spectra.yield %h : tensor<?x?xf32>
@@ -320,8 +293,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests hadamard_diagonal_chain C2.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 16 : index
   // expected-error@+1 {{'spectra.hadamard_diagonal_chain' op C2: size #0 is 16 but result dimension 0 is 8}}
@@ -332,8 +304,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests hadamard_diagonal_chain C3: at least one factor.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %n = spectra.next_pow2 %d
   // expected-error@+1 {{'spectra.hadamard_diagonal_chain' op C3: length must be >= 1, got 0}}
   %h = spectra.hadamard_diagonal_chain [%n, %n] length 0 : tensor<?x?xf32>
@@ -343,8 +314,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests hadamard_diagonal_chain C4: Hadamard sizes are powers of two.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 24 : index
   // expected-error@+1 {{'spectra.hadamard_diagonal_chain' op C4: Hadamard size must be a power of two, got 24 (use spectra.next_pow2 and spectra.take_cols)}}
@@ -355,9 +325,8 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests hadamard_diagonal_chain C4: the chain is square.
-spectra.weight_recipe @r {
 // expected-note@+1 {{offending value defined here}}
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %n = spectra.next_pow2 %d
   // expected-error@+1 {{'spectra.hadamard_diagonal_chain' op C4: the chain is square: both sizes must be the same value}}
   %h = spectra.hadamard_diagonal_chain [%n, %m] length 3 : tensor<?x?xf32>
@@ -367,8 +336,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests take_cols C1: cannot take more columns than there are.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c8 = arith.constant 8 : index
   // expected-note@+1 {{offending value defined here}}
   %c12 = arith.constant 12 : index
@@ -381,8 +349,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests moment_match C1: more points than dimensions.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
   %t = spectra.low_discrepancy halton [%c16, %c32] random_shift : tensor<?x?xf32>
@@ -396,8 +363,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests sparse_grid C1: only the degree-3 rule.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.sparse_grid' op C1: only the degree-3 rule (3-point Gauss-Hermite Smolyak) is provided, got degree 5}}
   %p, %w = spectra.sparse_grid [%d] degree 5 : tensor<?x?xf32>, tensor<?xf32>
   spectra.yield %p, %w : tensor<?x?xf32>, tensor<?xf32>
@@ -406,8 +372,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests sparse_grid C2: 2d+1 points of dimension d.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %c = arith.constant 4 : index
   // expected-error@+1 {{'spectra.sparse_grid' op C2: with d = 4 result dimension 0 must be 9, got 8}}
@@ -418,8 +383,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests rotate C1: the rotation is square.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c = arith.constant 4 : index
   %p, %w = spectra.sparse_grid [%c] degree 3 : tensor<9x4xf32>, tensor<9xf32>
   // expected-note@+1 {{offending value defined here}}
@@ -432,8 +396,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests rotate C2: the rotation acts on the points' dimension.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c = arith.constant 4 : index
   %p, %w = spectra.sparse_grid [%c] degree 3 : tensor<9x4xf32>, tensor<9xf32>
   // expected-note@+1 {{offending value defined here}}
@@ -446,8 +409,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests fastfood C1: the factors have one length.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %c8 = arith.constant 8 : index
   %c4 = arith.constant 4 : index
   %s = spectra.chi [%c8] dof %c8 : tensor<?xf32>
@@ -463,8 +425,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests fastfood C2: power-of-two blocks.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-note@+1 {{offending value defined here}}
   %s = spectra.chi [%d] dof %d : tensor<6xf32>
   %g = spectra.gaussian [%d] : tensor<6xf32>
@@ -478,8 +439,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests fastfood C3: an n x n block.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   %s = spectra.chi [%d] dof %d : tensor<8xf32>
   %g = spectra.gaussian [%d] : tensor<8xf32>
   %p = spectra.permutation [%d] : tensor<8xi64>
@@ -492,8 +452,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests stack_blocks C1: a block is a matrix.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.stack_blocks' op C1: first yielded value must be a rank-2 float tensor (W), got 'tensor<?xf32>'}}
   %w = spectra.stack_blocks rows %m : tensor<?xf32> {
     // expected-note@+1 {{offending value defined here}}
@@ -507,8 +466,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests stack_blocks C2: results match what the body yields.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.stack_blocks' op C2: body yields 1 value(s) but the op has 2 result(s)}}
   %w, %a = spectra.stack_blocks rows %m : tensor<?x?xf32>, tensor<?xf32> {
     %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
@@ -520,8 +478,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests stack_blocks C2: result types match the yielded types.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.stack_blocks' op C2: yielded 'tensor<4x4xf32>' but the result is 'tensor<?x?xf32>'}}
   %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
     %c = arith.constant 4 : index
@@ -535,8 +492,7 @@ spectra.weight_recipe @r {
 // -----
 
 // Tests stack_blocks C3: averaging needs weights.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{'spectra.stack_blocks' op C3: average_weights needs a body that yields row weights}}
   %w = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32> {
     %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
@@ -549,11 +505,9 @@ spectra.weight_recipe @r {
 
 // Tests component C1: params takes (m, d) as f32.
 // expected-error@+1 {{'spectra.component' op C1: params region must have exactly two f32 arguments (m, d), got 1 argument(s)}}
-spectra.component @c params {
-^bb0(%m: f32):
+spectra.component @c params(%m) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
@@ -561,11 +515,9 @@ spectra.component @c params {
 
 // Tests component C2: params ends in params_yield.
 // expected-error@+1 {{'spectra.component' op C2: params region must end in spectra.params_yield}}
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   "other.terminator"() : () -> ()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
@@ -573,11 +525,9 @@ spectra.component @c params {
 
 // Tests component C2: features ends in feature_yield.
 // expected-error@+1 {{'spectra.component' op C2: features region must end in spectra.feature_yield}}
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   "other.terminator"() : () -> ()
 }
 
@@ -585,11 +535,9 @@ spectra.component @c params {
 
 // Tests component C3: features takes (wx, xx, ww) plus one argument per scalar parameter.
 // expected-error@+1 {{'spectra.component' op C3: features region must take (wx, xx, ww) and the 1 scalar parameter(s) as 4 f32 arguments, got 3}}
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars(%m : f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
@@ -597,108 +545,92 @@ spectra.component @c params {
 
 // Tests component C4: option names are unique.
 // expected-error@+1 {{'spectra.component' op C4: option "a" is declared twice}}
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.option "a" default 0.0 : f32
   // expected-note@+1 {{offending value defined here}}
   %b = spectra.option "a" default 1.0 : f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests statistic C1: per-dimension kinds are vectors.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   // expected-error@+1 {{'spectra.statistic' op C1: 'mean' is per dimension: result must be a rank-1 float tensor, got 'f32'}}
   %s = spectra.statistic mean of keys : f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests statistic C1: scalar kinds are f32.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   // expected-error@+1 {{'spectra.statistic' op C1: 'count' is a scalar: result must be f32, got 'tensor<?xf32>'}}
   %s = spectra.statistic count of keys : tensor<?xf32>
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests dot C1: operands of one type.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.statistic mean of keys : tensor<?xf32>
   // expected-note@+1 {{offending value defined here}}
   %b = spectra.statistic mean of queries : tensor<4xf32>
   // expected-error@+1 {{'spectra.dot' op C1: operands must have the same type, got 'tensor<?xf32>' and 'tensor<4xf32>'}}
   %s = spectra.dot %a, %b : tensor<?xf32>, tensor<4xf32> -> f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests option C1: finite defaults.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   // expected-error@+1 {{'spectra.option' op C1: default of option "a" must be finite}}
   %a = spectra.option "a" default 0x7F800000 : f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests params_yield C1: input transforms come in pairs.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.statistic mean of keys : tensor<?xf32>
   // expected-error@+1 {{'spectra.params_yield' op C1: query_scale and key_scale transform a pair: give both or neither}}
   spectra.params_yield scalars() query_scale(%a : tensor<?xf32>)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests params_yield C2: both scales have one type.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.statistic mean of keys : tensor<?xf32>
   // expected-note@+1 {{offending value defined here}}
   %b = spectra.statistic mean of keys : tensor<?xf64>
   // expected-error@+1 {{'spectra.params_yield' op C2: query_scale 'tensor<?xf32>' and key_scale 'tensor<?xf64>' must have the same type}}
   spectra.params_yield scalars() query_scale(%a : tensor<?xf32>) key_scale(%b : tensor<?xf64>)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests params_yield C3: it ends the params region only.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   // expected-error@+1 {{'spectra.params_yield' op C3: must terminate the params region}}
   spectra.params_yield scalars()
 }
@@ -706,11 +638,9 @@ spectra.component @c params {
 // -----
 
 // Tests feature_yield C1: at least one output.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   // expected-error@+1 {{'spectra.feature_yield' op C1: a component function yields at least one output}}
   spectra.feature_yield exp() scaled()
 }
@@ -718,11 +648,9 @@ spectra.component @c params {
 // -----
 
 // Tests feature_yield C2: a coefficient per logit.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   // expected-error@+1 {{'spectra.feature_yield' op C2: 2 logit(s) but 1 coefficient(s)}}
   spectra.feature_yield exp(%wx, %xx : f32, f32) scaled(%ww : f32)
 }
@@ -730,23 +658,19 @@ spectra.component @c params {
 // -----
 
 // Tests feature_yield C3: it ends the features region only.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   // expected-error@+1 {{'spectra.feature_yield' op C3: must terminate the features region}}
   spectra.feature_yield exp(%m : f32) scaled(%d : f32)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 
 // -----
 
 // Tests feature_map C1: weights names a recipe.
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 // expected-error@+1 {{'spectra.feature_map' op C1: weights 'c' does not name a spectra.weight_recipe (in this module or the built-in library)}}
@@ -755,8 +679,7 @@ spectra.feature_map @f component @c weights @c m = 8 d = 4 seed = 0
 // -----
 
 // Tests feature_map C2: component names a component.
-spectra.weight_recipe @w {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
 }
@@ -784,17 +707,14 @@ spectra.feature_map @f component @orf weights @orf m = 8 d = 4 seed = 0
 // -----
 
 // Tests feature_map C4: options must be declared by the component.
-spectra.weight_recipe @w {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
 }
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.option "a" default 0.0 : f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 // expected-error@+1 {{'spectra.feature_map' op C4: component 'c' has no option "b" (declared: a)}}
@@ -803,17 +723,14 @@ spectra.feature_map @f component @c weights @w m = 8 d = 4 seed = 0 options {b =
 // -----
 
 // Tests feature_map C4: option values are floats.
-spectra.weight_recipe @w {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
 }
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   %a = spectra.option "a" default 0.0 : f32
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 // expected-error@+1 {{'spectra.feature_map' op C4: option "a" must be a float, got "x"}}
@@ -890,16 +807,13 @@ func.func @f(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x16xf32>) {
 // -----
 
 // Tests attention C5: the head dimension is the feature map's d.
-spectra.weight_recipe @w {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   spectra.yield %g : tensor<?x?xf32>
 }
-spectra.component @c params {
-^bb0(%m: f32, %d: f32):
+spectra.component @c params(%m, %d) {
   spectra.params_yield scalars()
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32):
+} features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
 spectra.feature_map @fm component @c weights @w m = 8 d = 16 seed = 0
@@ -942,8 +856,7 @@ func.func @f(%q: tensor<1x1x4x8xf32>) {
 
 // Tests that a size defined by itself (a cycle, caught by the dominance check)
 // does not send the size analysis of the verifiers into a loop.
-spectra.weight_recipe @r {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @r(%m, %d) {
   // expected-error@+1 {{operand #0 does not dominate this use}}
   %n = spectra.next_pow2 %n
   // expected-note@-1 {{operand defined here (op in the same block)}}

@@ -3,7 +3,7 @@
 
 // Tests that every weight-recipe building block round-trips.
 // CHECK-LABEL: spectra.weight_recipe @every_block
-// CHECK-NEXT: ^bb0(%[[M:.*]]: index, %[[D:.*]]: index):
+// CHECK-SAME: (%[[M:.*]], %[[D:.*]]) {
 // CHECK: %[[N:.*]] = spectra.next_pow2 %[[D]]
 // CHECK: spectra.gaussian [%[[M]], %[[D]]] : tensor<?x?xf32>
 // CHECK: spectra.gaussian [%[[N]]] learnable : tensor<?xf32>
@@ -26,8 +26,7 @@
 // CHECK: spectra.fastfood %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
 // CHECK: spectra.stack_blocks rows %[[M]] average_weights : tensor<?x?xf32>, tensor<?xf32> {
 // CHECK: spectra.yield %{{.*}}, %{{.*}} : tensor<?x?xf32>, tensor<?xf32>
-spectra.weight_recipe @every_block {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @every_block(%m, %d) {
   %n = spectra.next_pow2 %d
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
   %gv = spectra.gaussian [%n] learnable : tensor<?xf32>
@@ -61,8 +60,7 @@ spectra.weight_recipe @every_block {
 // CHECK-LABEL: spectra.weight_recipe @static_shapes
 // CHECK: spectra.gaussian [%{{.*}}, %{{.*}}] : tensor<4x8xf32>
 // CHECK: spectra.sparse_grid [%{{.*}}] degree 3 : tensor<17x8xf32>, tensor<17xf32>
-spectra.weight_recipe @static_shapes {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @static_shapes(%m, %d) {
   %c4 = arith.constant 4 : index
   %c8 = arith.constant 8 : index
   %g = spectra.gaussian [%c4, %c8] : tensor<4x8xf32>
@@ -72,8 +70,7 @@ spectra.weight_recipe @static_shapes {
 
 // Tests that a component with statistics, options, input transforms and two
 // outputs round-trips, with named region arguments.
-// CHECK-LABEL: spectra.component @everything params {
-// CHECK-NEXT: ^bb0(%m: f32, %d: f32):
+// CHECK-LABEL: spectra.component @everything params(%m, %d) {
 // CHECK: spectra.option "a" default -1.250000e-01 : f32
 // CHECK: spectra.statistic mean of queries : tensor<?xf32>
 // CHECK: spectra.statistic mean_square of keys : tensor<?xf32>
@@ -82,11 +79,9 @@ spectra.weight_recipe @static_shapes {
 // CHECK: spectra.statistic count of keys : f32
 // CHECK: spectra.dot %{{.*}}, %{{.*}} : tensor<?xf32>, tensor<?xf32> -> f32
 // CHECK: spectra.params_yield scalars(%{{.*}}, %{{.*}} : f32, f32) query_scale(%{{.*}} : tensor<?xf32>) key_scale(%{{.*}} : tensor<?xf32>)
-// CHECK: } features {
-// CHECK-NEXT: ^bb0(%wx: f32, %xx: f32, %ww: f32, %p0: f32, %p1: f32):
+// CHECK: } features(%wx, %xx, %ww, %p0, %p1) {
 // CHECK: spectra.feature_yield exp(%{{.*}}, %{{.*}} : f32, f32) scaled(%p1, %p1 : f32, f32)
-spectra.component @everything params {
-^bb0(%m: f32, %d: f32):
+spectra.component @everything params(%m, %d) {
   %a = spectra.option "a" default -0.125 : f32
   %mq = spectra.statistic mean of queries : tensor<?xf32>
   %mk2 = spectra.statistic mean_square of keys : tensor<?xf32>
@@ -96,8 +91,7 @@ spectra.component @everything params {
   %dot = spectra.dot %mq, %mk2 : tensor<?xf32>, tensor<?xf32> -> f32
   %s = arith.addf %dot, %n : f32
   spectra.params_yield scalars(%a, %s : f32, f32) query_scale(%mk2 : tensor<?xf32>) key_scale(%sk2 : tensor<?xf32>)
-} features {
-^bb0(%wx: f32, %xx: f32, %ww: f32, %a: f32, %c: f32):
+} features(%wx, %xx, %ww, %a, %c) {
   %l = arith.subf %wx, %xx : f32
   %nl = arith.negf %l : f32
   spectra.feature_yield exp(%l, %nl : f32, f32) scaled(%c, %c : f32, f32)

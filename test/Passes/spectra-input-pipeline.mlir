@@ -7,8 +7,7 @@
 // CHECK: %[[C:.*]] = arith.constant 32 : index
 // CHECK: spectra.hadamard_diagonal_chain [%[[C]], %[[C]]]
 // CHECK-NOT: spectra.next_pow2
-spectra.weight_recipe @pow2 {
-^bb0(%m: index, %d: index):
+spectra.weight_recipe @pow2(%m, %d) {
   %c = arith.constant 20 : index
   %n = spectra.next_pow2 %c
   %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 normalized : tensor<?x?xf32>

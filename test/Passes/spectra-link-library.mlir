@@ -3,9 +3,9 @@
 // Tests that the recipe and component a feature map names are copied from the
 // built-in library, once each, while the user's definitions are kept.
 // CHECK-LABEL: module @links
-// CHECK-DAG: spectra.weight_recipe @orf {
-// CHECK-DAG: spectra.component @posrf params {
-// CHECK-DAG: spectra.component @oprf params {
+// CHECK-DAG: spectra.weight_recipe @orf(%m, %d) {
+// CHECK-DAG: spectra.component @posrf params(%m, %d) {
+// CHECK-DAG: spectra.component @oprf params(%m, %d) {
 // CHECK-NOT: spectra.weight_recipe @orf
 // CHECK: spectra.feature_map @a component @posrf weights @orf
 // CHECK: spectra.feature_map @b component @oprf weights @orf
@@ -18,13 +18,11 @@ module @links {
 
 // Tests that a user definition overrides the built-in of the same name.
 // CHECK-LABEL: module @override
-// CHECK: spectra.weight_recipe @orf {
-// CHECK-NEXT: ^bb0(%m: index, %d: index):
+// CHECK: spectra.weight_recipe @orf(%m, %d) {
 // CHECK-NEXT: spectra.uniform
 // CHECK-NOT: spectra.orthogonalize
 module @override {
-  spectra.weight_recipe @orf {
-  ^bb0(%m: index, %d: index):
+  spectra.weight_recipe @orf(%m, %d) {
     %u = spectra.uniform [%m, %d] : tensor<?x?xf32>
     %w = spectra.inverse_normal_cdf %u : tensor<?x?xf32>
     spectra.yield %w : tensor<?x?xf32>
