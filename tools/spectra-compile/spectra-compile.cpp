@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/ExportFeatureMap.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
 #include "frontend/Variant.h"
@@ -50,8 +51,9 @@ static cl::list<std::string> componentOptions(
     "option", cl::desc("component option NAME=VALUE (repeatable), e.g. --option a=-0.2 for gerf"),
     cl::cat(category));
 static cl::opt<std::string> emit("emit",
-                                 cl::desc("stage to print: spectra (default); kernels, loops, gpu, "
-                                          "llvm, ptx, obj come with code generation"),
+                                 cl::desc("stage to print: spectra (default), descriptor (the JSON "
+                                          "the runtime reads); kernels, loops, gpu, llvm, ptx, obj "
+                                          "come with code generation"),
                                  cl::init("spectra"), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or sm_90a"),
                                    cl::init("cpu"), cl::cat(category));
@@ -93,13 +95,13 @@ int main(int argc, char **argv) {
     printVariants(llvm::outs());
     return 0;
   }
-  static const std::vector<std::string> stages = {"spectra", "kernels", "loops", "gpu",
-                                                  "llvm",    "ptx",     "obj"};
+  static const std::vector<std::string> stages = {"spectra", "descriptor", "kernels", "loops",
+                                                  "gpu",     "llvm",       "ptx",     "obj"};
   if (!llvm::is_contained(stages, emit.getValue()))
     return fail("unknown --emit stage '" + emit + "'; stages: " + llvm::join(stages, ", "));
-  if (emit != "spectra")
+  if (emit != "spectra" && emit != "descriptor")
     return fail("--emit=" + emit + " is not available in this build: code generation is not "
-                "implemented yet; available stages: spectra");
+                "implemented yet; available stages: spectra, descriptor");
   static const std::vector<std::string> targets = {"cpu", "sm_80", "sm_90a"};
   if (!llvm::is_contained(targets, target.getValue()))
     return fail("unknown --target '" + target + "'; targets: cpu, sm_80, sm_90a");
@@ -171,6 +173,14 @@ int main(int argc, char **argv) {
   auto output = openOutputFile(outputFile, &error);
   if (!output)
     return fail(error);
+  if (emit == "descriptor") {
+    llvm::Expected<std::string> descriptor = mlir::spectra::exportFeatureMap(*module);
+    if (!descriptor)
+      return fail(llvm::toString(descriptor.takeError()));
+    output->os() << *descriptor << "\n";
+    output->keep();
+    return 0;
+  }
   module->print(output->os());
   output->os() << "\n";
   output->keep();

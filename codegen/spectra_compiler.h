@@ -1,0 +1,40 @@
+/*===- spectra_compiler.h - the C API of libspectra-compiler --------------===*
+ *
+ * Plain C so the LibTorch runtime never includes MLIR or LLVM headers. MLIR
+ * lives inside the shared library with hidden symbols; only spectra_* are
+ * exported. Strings returned are owned by the caller: free them with
+ * spectra_free. On failure the functions return NULL and set *error (if
+ * error is not NULL) to a message saying what was wrong and where.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#ifndef SPECTRA_CODEGEN_SPECTRA_COMPILER_H
+#define SPECTRA_CODEGEN_SPECTRA_COMPILER_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the compiler build: part of every cache key. */
+const char *spectra_compiler_version(void);
+
+/* The JSON feature-map descriptor of a named variant `<component>-<weights>`.
+ * `options` is "" or a comma-separated list NAME=VALUE (e.g. "a=-0.2"). */
+char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
+                               const char *options, char **error);
+
+/* The descriptor of a feature map declared in spectra IR text (built-in
+ * library names resolve). `feature_map` may be NULL when the IR has exactly
+ * one spectra.feature_map. `source_name` names the text in diagnostics. */
+char *spectra_describe_ir(const char *ir, const char *source_name, const char *feature_map,
+                          char **error);
+
+void spectra_free(void *pointer);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPECTRA_CODEGEN_SPECTRA_COMPILER_H */
