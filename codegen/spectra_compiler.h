@@ -13,25 +13,31 @@
 
 #include <stdint.h>
 
+#if defined(__GNUC__)
+#define SPECTRA_API __attribute__((visibility("default")))
+#else
+#define SPECTRA_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Version of the compiler build: part of every cache key. */
-const char *spectra_compiler_version(void);
+SPECTRA_API const char *spectra_compiler_version(void);
 
 /* The JSON feature-map descriptor of a named variant `<component>-<weights>`.
  * `options` is "" or a comma-separated list NAME=VALUE (e.g. "a=-0.2"). */
-char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
+SPECTRA_API char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
                                const char *options, char **error);
 
 /* The descriptor of a feature map declared in spectra IR text (built-in
  * library names resolve). `feature_map` may be NULL when the IR has exactly
  * one spectra.feature_map. `source_name` names the text in diagnostics. */
-char *spectra_describe_ir(const char *ir, const char *source_name, const char *feature_map,
+SPECTRA_API char *spectra_describe_ir(const char *ir, const char *source_name, const char *feature_map,
                           char **error);
 
-void spectra_free(void *pointer);
+SPECTRA_API void spectra_free(void *pointer);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,40 @@
+//===- Compiler.h - the runtime's view of libspectra-compiler ------------===//
+//
+// C++ wrappers over the C API (codegen/spectra_compiler.h): errors become
+// exceptions with the compiler's message; nothing here includes MLIR.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_COMPILER_H
+#define SPECTRA_RUNTIME_COMPILER_H
+
+#include "runtime/Descriptor.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace spectra {
+
+/// Options of a named variant.
+struct VariantConfig {
+  int64_t m = 128;
+  int64_t d = 32;
+  int64_t seed = 0;
+  std::map<std::string, double> options; ///< component options, e.g. {"a": -0.2}
+};
+
+/// The descriptor of `<component>-<weights>`; throws std::invalid_argument
+/// with the compiler's message (e.g. the list of valid names).
+Descriptor describeVariant(const std::string &variant, const VariantConfig &config = {});
+
+/// The descriptor of a feature map declared in spectra IR text.
+Descriptor describeIR(const std::string &ir, const std::string &sourceName = "<ir>",
+                      const std::string &featureMap = "");
+
+/// The compiler build id (part of every cache key).
+std::string compilerVersion();
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_COMPILER_H

@@ -1,0 +1,298 @@
+//===- WeightFactoryTest.cpp - every weight matrix has its defining properties ===//
+//
+// Statistical checks use fixed seeds and tolerances of a few standard errors
+// computed from the known distribution, so a wrong construction fails and a
+// right one passes for every seed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/Compiler.h"
+#include "runtime/WeightFactory.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace spectra;
+
+namespace {
+
+WeightFactory factory(const std::string &variant, int64_t m, int64_t d) {
+  VariantConfig config;
+  config.m = m;
+  config.d = d;
+  return WeightFactory(describeVariant(variant, config));
+}
+
+double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
+
+TEST(WeightFactory, DrawsAreDeterministicPerSeedAndDifferAcrossSeeds) {
+  for (const char *variant : {"posrf-base", "posrf-orf", "posrf-sorf", "posrf-qmc", "posrf-mm",
+                              "posrf-fastfood", "posrf-qmc-sobol"}) {
+    WeightFactory f = factory(variant, 64, 16);
+    torch::Tensor a = f.draw(3).W, b = f.draw(3).W, c = f.draw(4).W;
+    EXPECT_TRUE(torch::equal(a, b)) << variant;
+    EXPECT_GT(maxAbs(a - c), 1e-3) << variant << ": a new seed must redraw";
+    EXPECT_EQ(a.sizes(), (std::vector<int64_t>{64, 16})) << variant;
+    EXPECT_EQ(a.scalar_type(), torch::kFloat64);
+    // float32 is the float64 draw rounded once.
+    torch::Tensor f32 = f.draw(3, torch::kFloat32).W;
+    EXPECT_EQ(f32.scalar_type(), torch::kFloat32);
+    EXPECT_LT(maxAbs(f32.to(torch::kFloat64) - a), 1e-5 * (1 + maxAbs(a))) << variant;
+  }
+}
+
+TEST(WeightFactory, BaseEntriesAreStandardNormal) {
+  WeightFactory f = factory("posrf-base", 256, 32);
+  torch::Tensor w = f.draw(11).W;
+  double n = static_cast<double>(w.numel());
+  // Sample mean ~ N(0, 1/n), sample variance ~ N(1, 2/n).
+  EXPECT_LT(std::abs(w.mean().item<double>()), 4.0 / std::sqrt(n));
+  EXPECT_LT(std::abs(w.var().item<double>() - 1.0), 4.0 * std::sqrt(2.0 / n));
+}
+
+TEST(WeightFactory, OrfRowsAreOrthogonalWithinBlocksWithChiNorms) {
+  const int64_t d = 16, m = 64;
+  WeightFactory f = factory("posrf-orf", m, d);
+  std::vector<torch::Tensor> squaredNorms;
+  for (int64_t seed = 0; seed < 40; ++seed) {
+    torch::Tensor w = f.draw(seed).W;
+    for (int64_t b = 0; b < m / d; ++b) {
+      torch::Tensor block = w.slice(0, b * d, (b + 1) * d);
+      torch::Tensor gram = block.matmul(block.t());
+      torch::Tensor offDiagonal = gram - torch::diag(torch::diagonal(gram));
+      EXPECT_LT(maxAbs(offDiagonal), 1e-10) << "seed " << seed << " block " << b;
+    }
+    squaredNorms.push_back(w.square().sum(1));
+  }
+  // ||w||^2 ~ chi^2_d: mean d, variance 2d.
+  torch::Tensor s = torch::cat(squaredNorms);
+  double n = static_cast<double>(s.numel());
+  EXPECT_LT(std::abs(s.mean().item<double>() - d), 4.0 * std::sqrt(2.0 * d / n));
+  EXPECT_LT(std::abs(s.var().item<double>() - 2.0 * d), 0.25 * 2.0 * d);
+  // Blocks are independent: two blocks are not orthogonal to each other.
+  torch::Tensor w = f.draw(0).W;
+  EXPECT_GT(maxAbs(w.slice(0, 0, d).matmul(w.slice(0, d, 2 * d).t())), 0.1);
+}
+
+TEST(WeightFactory, SorfRowsHaveNormSqrtD) {
+  WeightFactory f = factory("posrf-sorf", 64, 16);
+  torch::Tensor w = f.draw(5).W;
+  // sqrt(n) times an orthogonal matrix (normalised Hadamard): every row norm is sqrt(16) = 4.
+  EXPECT_LT(maxAbs(w.norm(2, 1) - 4.0), 1e-10);
+  torch::Tensor block = w.slice(0, 0, 16);
+  EXPECT_LT(maxAbs(block.matmul(block.t()) - 16.0 * torch::eye(16, torch::kFloat64)), 1e-9);
+  // The entries are not the unnormalised chain's (~sqrt(n)^3 times larger).
+  EXPECT_LT(maxAbs(w), 4.0 + 1e-9);
+}
+
+TEST(WeightFactory, SorfWithPaddedDimensionKeepsExpectedSquaredNorm) {
+  // d = 24 pads to n = 32 and keeps 24 columns: E||w||^2 = d.
+  WeightFactory f = factory("posrf-sorf", 256, 24);
+  torch::Tensor s = torch::cat({f.draw(1).W.square().sum(1), f.draw(2).W.square().sum(1)});
+  EXPECT_NEAR(s.mean().item<double>(), 24.0, 2.0);
+  EXPECT_LT(s.max().item<double>(), 32.0 + 1e-9);
+}
+
+/// The Halton point i (1-based) in base p, computed independently of the factory.
+double radicalInverse(int64_t i, int64_t p) {
+  double result = 0, f = 1.0 / p;
+  for (; i > 0; i /= p, f /= p)
+    result += f * (i % p);
+  return result;
+}
+
+TEST(WeightFactory, QmcRowsAreShiftedHaltonPointsThroughNdtri) {
+  const int64_t m = 50, d = 5;
+  WeightFactory f = factory("posrf-qmc", m, d);
+  torch::Tensor w = f.draw(9).W;
+  torch::Tensor t = torch::special::ndtr(w);  // back to the unit cube
+  const int64_t primes[] = {2, 3, 5, 7, 11};
+  for (int64_t j = 0; j < d; ++j) {
+    // Row i is point i+1 of the sequence; a random shift modulo 1 is common to the column.
+    double shift0 = t[0][j].item<double>() - radicalInverse(1, primes[j]);
+    for (int64_t i = 0; i < m; ++i) {
+      double delta = t[i][j].item<double>() - radicalInverse(i + 1, primes[j]) - shift0;
+      delta -= std::round(delta);
+      EXPECT_NEAR(delta, 0.0, 1e-9) << "row " << i << " column " << j;
+    }
+  }
+  // Rows are points (not the transposed layout): row 0 has one value per dimension.
+  EXPECT_EQ(w.size(0), m);
+}
+
+TEST(WeightFactory, QmcSobolRowsAreInsideTheCube) {
+  WeightFactory f = factory("posrf-qmc-sobol", 128, 8);
+  torch::Tensor w = f.draw(2).W;
+  EXPECT_TRUE(torch::isfinite(w).all().item<bool>());
+  // A randomised QMC rule in d dims: each column's points are well spread.
+  torch::Tensor t = torch::special::ndtr(w);
+  torch::Tensor hist = torch::histc(t.select(1, 0), 8, 0, 1);
+  EXPECT_EQ(hist.min().item<double>(), 16.0);  // Sobol: exactly 128/8 per bin
+}
+
+TEST(WeightFactory, MomentMatchingIsExact) {
+  WeightFactory f = factory("posrf-mm", 128, 32);
+  torch::Tensor w = f.draw(4).W;
+  EXPECT_LT(maxAbs(w.mean(0)), 1e-12);
+  torch::Tensor centred = w - w.mean(0, true);
+  torch::Tensor cov = centred.t().matmul(centred) / 127.0;
+  EXPECT_LT(maxAbs(cov - torch::eye(32, torch::kFloat64)), 1e-10);
+}
+
+TEST(WeightFactory, SgqIsTheDegreeThreeSmolyakRule) {
+  for (int64_t copies : {1, 2}) {
+    const int64_t d = 32, m = copies * (2 * d + 1);
+    WeightFactory f = factory("posrf-sgq", m, d);
+    Weights w = f.draw(7);
+    ASSERT_TRUE(w.rowWeights.has_value());
+    torch::Tensor a = *w.rowWeights, p = w.W;
+    EXPECT_NEAR(a.sum().item<double>(), 1.0, 1e-12);
+    // Weights: centre 1 - d/3 (negative for d = 32), the rest 1/6, averaged over copies.
+    EXPECT_NEAR(a[0].item<double>(), (1.0 - d / 3.0) / copies, 1e-12);
+    EXPECT_NEAR(a[1].item<double>(), 1.0 / 6.0 / copies, 1e-12);
+    // Exact moments of N(0, I): first and third vanish, second is I.
+    torch::Tensor first = (a.unsqueeze(1) * p).sum(0);
+    torch::Tensor second = (a.unsqueeze(1) * p).t().matmul(p);
+    torch::Tensor third = (a * p.select(1, 0).pow(3)).sum();
+    EXPECT_LT(maxAbs(first), 1e-10);
+    EXPECT_LT(maxAbs(second - torch::eye(d, torch::kFloat64)), 1e-10);
+    EXPECT_LT(std::abs(third.item<double>()), 1e-9);
+    // Every copy is the rule rotated: points at radius sqrt(3) around the centre.
+    torch::Tensor radii = p.norm(2, 1);
+    EXPECT_NEAR(radii[0].item<double>(), 0.0, 1e-12);
+    EXPECT_LT(maxAbs(radii.slice(0, 1, 2 * d + 1) - std::sqrt(3.0)), 1e-10);
+  }
+}
+
+TEST(WeightFactory, FastFoodRowNormsAreTheChiFactors) {
+  WeightFactory f = factory("posrf-fastfoodl", 64, 16);
+  ASSERT_TRUE(f.hasLearnable());
+  Weights w = f.draw(8);
+  ASSERT_EQ(w.learnable.size(), 4u * 3u) << "s, g, b for each of 4 blocks";
+  for (int64_t b = 0; b < 4; ++b) {
+    const torch::Tensor &s = w.learnable[3 * b].second;  // chi draw comes first in each block
+    EXPECT_EQ(w.learnable[3 * b].first.rfind("b" + std::to_string(b) + ".chi", 0), 0u)
+        << w.learnable[3 * b].first;
+    torch::Tensor norms = w.W.slice(0, 16 * b, 16 * (b + 1)).norm(2, 1);
+    EXPECT_LT(maxAbs(norms - s.detach()), 1e-10) << "block " << b;
+  }
+  // Over many draws ||w||^2 has the chi^2_d mean d.
+  torch::Tensor s = torch::cat({f.draw(1).W, f.draw(2).W, f.draw(3).W}).square().sum(1);
+  EXPECT_LT(std::abs(s.mean().item<double>() - 16.0), 4.0 * std::sqrt(2.0 * 16 / 192));
+}
+
+TEST(WeightFactory, FastFoodLGradientsMatchFiniteDifferences) {
+  WeightFactory f = factory("posrf-fastfoodl", 16, 8);
+  Weights w = f.draw(2);
+  torch::Tensor probe = torch::randn({16, 8}, torch::kFloat64);
+  auto loss = [&](const std::vector<std::pair<std::string, torch::Tensor>> &factors) {
+    return (f.rebuild(2, factors).W * probe).sum();
+  };
+  loss(w.learnable).backward();
+  for (size_t k = 0; k < w.learnable.size(); ++k) {
+    torch::Tensor grad = w.learnable[k].second.grad();
+    ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
+    for (int64_t i = 0; i < grad.size(0); i += 3) {
+      auto shifted = [&](double h) {
+        std::vector<std::pair<std::string, torch::Tensor>> factors;
+        for (auto &[name, t] : w.learnable)
+          factors.emplace_back(name, t.detach().clone());
+        factors[k].second[i] += h;
+        return loss(factors).item<double>();
+      };
+      double h = 1e-6, numeric = (shifted(h) - shifted(-h)) / (2 * h);
+      EXPECT_NEAR(grad[i].item<double>(), numeric, 1e-6 * (1 + std::abs(numeric)))
+          << w.learnable[k].first << "[" << i << "]";
+    }
+  }
+}
+
+TEST(WeightFactory, RebuildChecksTheFactors) {
+  WeightFactory f = factory("posrf-fastfoodl", 16, 8);
+  Weights w = f.draw(2);
+  auto factors = w.learnable;
+  factors[0].second = torch::ones({3}, torch::kFloat64);
+  try {
+    f.rebuild(2, factors);
+    FAIL() << "a wrong-shaped factor must be rejected";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("has shape [3], expected [8]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(WeightFactory, UserRecipeFromIRAndItsErrors) {
+  // A user-declared recipe: uniform points moment-matched (not in the library).
+  const char *ir = R"mlir(
+    spectra.weight_recipe @mc_mm(%m, %d) {
+      %u = spectra.uniform [%m, %d] : tensor<?x?xf32>
+      %p = spectra.inverse_normal_cdf %u : tensor<?x?xf32>
+      %w = spectra.moment_match %p : tensor<?x?xf32>
+      spectra.yield %w : tensor<?x?xf32>
+    }
+    spectra.feature_map @posrf_mc_mm component @posrf weights @mc_mm m = 40 d = 8 seed = 0
+  )mlir";
+  WeightFactory f(describeIR(ir, "user.mlir"));
+  torch::Tensor w = f.draw(1).W;
+  EXPECT_LT(maxAbs(w.mean(0)), 1e-12);
+
+  // m <= d is caught when the recipe is drawn, with the reason.
+  std::string small(ir);
+  small.replace(small.find("m = 40"), 6, "m = 8");
+  WeightFactory g(describeIR(small, "user.mlir"));
+  try {
+    g.draw(1);
+    FAIL() << "moment matching 8 points in 8 dimensions must fail";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("moment matching needs more points than dimensions"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(WeightFactory, WeightedBlocksMustNotBeTruncated) {
+  const char *ir = R"mlir(
+    spectra.weight_recipe @sgq_any(%m, %d) {
+      %w, %a = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {
+        %p, %wt = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+        spectra.yield %p, %wt : tensor<?x?xf32>, tensor<?xf32>
+      }
+      spectra.yield %w, %a : tensor<?x?xf32>, tensor<?xf32>
+    }
+    spectra.feature_map @f component @posrf weights @sgq_any m = 20 d = 4 seed = 0
+  )mlir";
+  WeightFactory f(describeIR(ir));
+  try {
+    f.draw(0);
+    FAIL() << "20 rows of a 9-point rule must be rejected";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("truncating a quadrature rule breaks its weights; use a "
+                                         "multiple of 9"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Descriptor, UnknownVariantListsValidNamesAndBadJsonIsLocated) {
+  try {
+    describeVariant("posrf-orb");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'posrf-orf'?"), std::string::npos) << e.what();
+  }
+  try {
+    Descriptor::fromJson("{\"version\": 1}");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_EQ(std::string(e.what()), "feature-map descriptor: root: missing field 'name'");
+  }
+  try {
+    Descriptor::fromJson("{\"version\": 7}");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("version 7 is not the supported version 1"),
+              std::string::npos);
+  }
+}
+
+} // namespace
