@@ -1,0 +1,266 @@
+//===- Reference.cpp - interpreting components with LibTorch ------------===//
+
+#include "runtime/Reference.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <stdexcept>
+
+namespace spectra {
+namespace {
+
+/// Evaluates arith/math ops elementwise on tensors (broadcasting); `custom`
+/// handles the spectra ops of a program and returns false for unknown ones.
+class Evaluator {
+public:
+  Evaluator(const Descriptor &desc, torch::TensorOptions opts) : desc(desc), opts(opts) {}
+
+  void set(int64_t id, torch::Tensor t) { values[id] = std::move(t); }
+  torch::Tensor get(int64_t id) const {
+    auto it = values.find(id);
+    if (it == values.end())
+      throw std::invalid_argument("component '" + desc.component.name + "': value #" +
+                                  std::to_string(id) + " is used before it is defined");
+    return it->second;
+  }
+
+  void run(const Program &program, const std::function<bool(const ProgramOp &)> &custom) {
+    for (const ProgramOp &op : program.ops) {
+      if (custom(op))
+        continue;
+      const std::string &n = op.name;
+      auto a = [&](size_t i) { return get(op.operands.at(i)); };
+      torch::Tensor r;
+      if (n == "arith.constant")
+        r = torch::full({}, op.number("value"), opts);
+      else if (n == "arith.addf")
+        r = a(0) + a(1);
+      else if (n == "arith.subf")
+        r = a(0) - a(1);
+      else if (n == "arith.mulf")
+        r = a(0) * a(1);
+      else if (n == "arith.divf")
+        r = a(0) / a(1);
+      else if (n == "arith.negf")
+        r = -a(0);
+      else if (n == "arith.maximumf" || n == "arith.maxnumf")
+        r = torch::maximum(a(0), a(1));
+      else if (n == "arith.minimumf" || n == "arith.minnumf")
+        r = torch::minimum(a(0), a(1));
+      else if (n == "math.sqrt")
+        r = torch::sqrt(a(0));
+      else if (n == "math.rsqrt")
+        r = torch::rsqrt(a(0));
+      else if (n == "math.exp")
+        r = torch::exp(a(0));
+      else if (n == "math.exp2")
+        r = torch::exp2(a(0));
+      else if (n == "math.expm1")
+        r = torch::expm1(a(0));
+      else if (n == "math.log")
+        r = torch::log(a(0));
+      else if (n == "math.log1p")
+        r = torch::log1p(a(0));
+      else if (n == "math.powf")
+        r = torch::pow(a(0), a(1));
+      else if (n == "math.cos")
+        r = torch::cos(a(0));
+      else if (n == "math.sin")
+        r = torch::sin(a(0));
+      else if (n == "math.tanh")
+        r = torch::tanh(a(0));
+      else if (n == "math.absf")
+        r = torch::abs(a(0));
+      else
+        throw std::invalid_argument("component '" + desc.component.name + "': op '" + n +
+                                    "' is not supported by the reference interpreter");
+      set(op.results.at(0), r);
+    }
+  }
+
+private:
+  const Descriptor &desc;
+  torch::TensorOptions opts;
+  std::map<int64_t, torch::Tensor> values;
+};
+
+void checkActivation(const torch::Tensor &t, const char *name, int64_t d) {
+  TORCH_CHECK(t.defined(), "spectra attention: ", name, " is undefined");
+  TORCH_CHECK(t.dim() == 4, "spectra attention: ", name, " must be [batch, heads, length, dim], got ",
+              t.dim(), " dimension(s) ", t.sizes());
+  TORCH_CHECK(t.is_floating_point(), "spectra attention: ", name,
+              " must be a floating-point tensor, got ", t.scalar_type());
+  if (d > 0)
+    TORCH_CHECK(t.size(3) == d, "spectra attention: ", name, " has head dimension ", t.size(3),
+                " but the feature map was built for d = ", d);
+}
+
+} // namespace
+
+ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move(descriptor)) {}
+
+ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch::Tensor &k,
+                                            const std::optional<torch::Tensor> &keyMask) const {
+  const int64_t B = q.size(0), H = q.size(1);
+  torch::TensorOptions opts = q.options();
+  // Statistics: weights 1 for every query, the mask for keys.
+  torch::Tensor keyWeight = keyMask ? keyMask->to(opts).view({B, 1, -1, 1})
+                                    : torch::ones({1, 1, k.size(2), 1}, opts);
+  torch::Tensor queryWeight = torch::ones({1, 1, q.size(2), 1}, opts);
+  auto statistic = [&](const ProgramOp &op) {
+    bool keys = op.string("side") == "keys";
+    const torch::Tensor &x = keys ? k : q;
+    torch::Tensor w = keys ? keyWeight : queryWeight;
+    torch::Tensor count = w.sum(2).expand({B, H, 1});  // [B, H, 1]
+    std::string kind = op.string("kind");
+    if (kind == "mean")
+      return (x * w).sum(2) / count;
+    if (kind == "mean_square")
+      return (x.square() * w).sum(2) / count;
+    if (kind == "sum_square")
+      return (x.square() * w).sum(2);
+    if (kind == "mean_sq_norm")
+      return ((x.square().sum(3, true) * w).sum(2) / count).squeeze(-1);
+    if (kind == "count")
+      return count.squeeze(-1);
+    throw std::invalid_argument("component '" + desc.component.name + "': unknown statistic '" +
+                                kind + "'");
+  };
+
+  Evaluator eval(desc, opts);
+  const Program &p = desc.component.params;
+  eval.set(p.args.at(0), torch::full({}, static_cast<double>(desc.m), opts));
+  eval.set(p.args.at(1), torch::full({}, static_cast<double>(desc.d), opts));
+  eval.run(p, [&](const ProgramOp &op) {
+    if (op.name == "spectra.statistic") {
+      eval.set(op.results.at(0), statistic(op));
+    } else if (op.name == "spectra.dot") {
+      eval.set(op.results.at(0), (eval.get(op.operands[0]) * eval.get(op.operands[1])).sum(-1));
+    } else if (op.name == "spectra.option") {
+      eval.set(op.results.at(0), torch::full({}, desc.option(op.string("name")), opts));
+    } else {
+      return false;
+    }
+    return true;
+  });
+
+  ComponentParams out;
+  for (int64_t id : desc.component.scalars)
+    out.scalars.push_back(eval.get(id).expand({B, H}));
+  if (desc.component.queryScale) {
+    out.queryScale = eval.get(*desc.component.queryScale).expand({B, H, desc.d});
+    out.keyScale = eval.get(*desc.component.keyScale).expand({B, H, desc.d});
+  }
+  return out;
+}
+
+torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &xIn, Side side,
+                                            const ComponentParams &params, const Weights &weights,
+                                            Stabilizer stabilizer,
+                                            const std::optional<torch::Tensor> &keyMask) const {
+  checkActivation(xIn, side == Side::Queries ? "queries" : "keys", desc.d);
+  const int64_t B = xIn.size(0), H = xIn.size(1), N = xIn.size(2), m = desc.m;
+  torch::Tensor x = xIn;
+  torch::Tensor scale = side == Side::Queries ? params.queryScale : params.keyScale;
+  if (scale.defined())
+    x = x * scale.unsqueeze(2);
+  torch::Tensor W = weights.W.to(x.options());
+  TORCH_CHECK(W.dim() == 2 && W.size(0) == m && W.size(1) == desc.d,
+              "spectra features: W must be [", m, ", ", desc.d, "], got ", W.sizes());
+
+  Evaluator eval(desc, x.options());
+  const Program &f = desc.component.features;
+  eval.set(f.args[0], x.matmul(W.t()));                  // wx [B, H, N, m]
+  eval.set(f.args[1], x.square().sum(-1, true));         // xx [B, H, N, 1]
+  eval.set(f.args[2], W.square().sum(-1).view({1, 1, 1, m}));  // ww
+  for (size_t i = 0; i < params.scalars.size(); ++i)
+    eval.set(f.args[3 + i], params.scalars[i].to(x.options()).view({B, H, 1, 1}));
+  eval.run(f, [](const ProgramOp &) { return false; });
+
+  std::vector<torch::Tensor> logits, coeffs;
+  for (size_t o = 0; o < desc.component.logits.size(); ++o) {
+    logits.push_back(eval.get(desc.component.logits[o]).expand({B, H, N, m}));
+    coeffs.push_back(eval.get(desc.component.coeffs[o]).expand({B, H, N, m}));
+  }
+  torch::Tensor L = torch::stack(logits, 3);  // [B, H, N, K, m]
+  torch::Tensor C = torch::stack(coeffs, 3);
+
+  std::optional<torch::Tensor> keep;
+  if (side == Side::Keys && keyMask)
+    keep = keyMask->to(torch::kBool).view({B, 1, N, 1, 1});
+  if (stabilizer == Stabilizer::Exact) {
+    torch::Tensor shift;
+    if (side == Side::Queries) {
+      shift = L.detach().amax({3, 4}, true);  // one constant per query
+    } else {
+      torch::Tensor l = L.detach();
+      if (keep)  // padded keys do not set the constant
+        l = l.masked_fill(keep->logical_not(), -std::numeric_limits<double>::infinity());
+      shift = l.amax({2, 3, 4}, true);        // one constant per (batch, head)
+      shift = torch::where(torch::isfinite(shift), shift, torch::zeros_like(shift));
+    }
+    L = L - shift;
+  }
+  torch::Tensor phi = C * torch::exp(L);
+  if (side == Side::Keys) {
+    if (weights.rowWeights)  // quadrature weights relative to the uniform 1/m
+      phi = phi * (weights.rowWeights->to(x.options()) * static_cast<double>(m)).view({1, 1, 1, 1, m});
+    if (keep)  // padded keys contribute nothing: mask phi(k), not k
+      phi = phi.masked_fill(keep->logical_not(), 0.0);
+  }
+  return phi.reshape({B, H, N, desc.component.outputs * m});
+}
+
+torch::Tensor ReferenceFeatureMap::attention(const torch::Tensor &q, const torch::Tensor &k,
+                                             const torch::Tensor &v, const Weights &weights,
+                                             const std::optional<torch::Tensor> &keyMask,
+                                             const AttentionOptions &options) const {
+  checkActivation(q, "q", desc.d);
+  checkActivation(k, "k", desc.d);
+  checkActivation(v, "v", -1);
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+              "spectra attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
+              k.scalar_type(), ", ", v.scalar_type());
+  TORCH_CHECK(q.device() == k.device() && q.device() == v.device(),
+              "spectra attention: q, k and v must be on one device, got ", q.device(), ", ",
+              k.device(), ", ", v.device());
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                  v.size(1) == q.size(1),
+              "spectra attention: batch and heads must agree: q ", q.sizes(), ", k ", k.sizes(),
+              ", v ", v.sizes());
+  TORCH_CHECK(v.size(2) == k.size(2), "spectra attention: v has ", v.size(2),
+              " positions but k has ", k.size(2));
+  TORCH_CHECK(weights.W.device() == q.device(), "spectra attention: W is on ", weights.W.device(),
+              " but the inputs are on ", q.device());
+  if (keyMask) {
+    TORCH_CHECK(keyMask->scalar_type() == torch::kBool, "spectra attention: the key mask must be bool, got ",
+                keyMask->scalar_type());
+    TORCH_CHECK(keyMask->dim() == 2 && keyMask->size(0) == k.size(0) && keyMask->size(1) == k.size(2),
+                "spectra attention: the key mask must be [batch, key length] = [", k.size(0), ", ",
+                k.size(2), "], got ", keyMask->sizes());
+    TORCH_CHECK(keyMask->any(1).all().item<bool>(),
+                "spectra attention: every sequence needs at least one unmasked key");
+  }
+  TORCH_CHECK(torch::isfinite(q).all().item<bool>() && torch::isfinite(k).all().item<bool>() &&
+                  torch::isfinite(v).all().item<bool>(),
+              "spectra attention: q, k and v must be finite (found inf or nan)");
+
+  // Half precisions are computed in float32 and cast back.
+  auto work = [](const torch::Tensor &t) {
+    return t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16
+               ? t.to(torch::kFloat32)
+               : t;
+  };
+  double s = options.scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
+  torch::Tensor qs = work(q) * s, ks = work(k) * s, vs = work(v);
+  ComponentParams p = params(qs, ks, keyMask);
+  torch::Tensor phiQ = features(qs, Side::Queries, p, weights, options.stabilizer);
+  torch::Tensor phiK = features(ks, Side::Keys, p, weights, options.stabilizer, keyMask);
+  torch::Tensor S = phiK.transpose(2, 3).matmul(vs);      // [B, H, F, dv]
+  torch::Tensor z = phiK.sum(2).unsqueeze(-1);            // [B, H, F, 1]
+  torch::Tensor out = phiQ.matmul(S) / phiQ.matmul(z);
+  return out.to(q.scalar_type());
+}
+
+} // namespace spectra
