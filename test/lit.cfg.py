@@ -24,6 +24,10 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.spectra_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile"], tool_dirs)
+# spectra-eval is a LibTorch tool: built only with SPECTRA_ENABLE_TORCH.
+if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
+    config.available_features.add("spectra-eval")
+    llvm_config.add_tool_substitutions(["spectra-eval"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # GPU integration tests need a device; the PTX tests need only ptxas.

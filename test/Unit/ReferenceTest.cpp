@@ -311,3 +311,65 @@ TEST(Reference, HalfPrecisionInputsComputeInFloat32) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(Reference, UserDeclaredComponentRunsFromIR) {
+  // PosRF written another way by a user: the normaliser moved into the logit
+  // (-log(m)/2) with a unit coefficient; a different program, the same phi.
+  const char *ir = R"mlir(
+    spectra.component @posrf_in_logit params(%m, %d) {
+      %lm = math.log %m : f32
+      %half = arith.constant -5.000000e-01 : f32
+      %c = arith.mulf %lm, %half : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %one = arith.constant 1.000000e+00 : f32
+      %h = arith.mulf %xx, %half : f32
+      %l0 = arith.subf %wx, %h : f32
+      %l = arith.addf %l0, %c : f32
+      spectra.feature_yield exp(%l : f32) scaled(%one : f32)
+    }
+    spectra.feature_map @mine component @posrf_in_logit weights @orf m = 16 d = 4 seed = 2
+  )mlir";
+  Descriptor mine = describeIR(ir, "user.mlir");
+  EXPECT_EQ(mine.component.name, "posrf_in_logit");
+  Descriptor builtin = describe("posrf-orf", 16, 4);
+  Weights w = WeightFactory(mine).draw(2);
+  torch::manual_seed(11);
+  torch::Tensor q = torch::randn({1, 2, 6, 4}, f64) * 0.5, k = torch::randn({1, 2, 6, 4}, f64) * 0.5,
+                v = torch::randn({1, 2, 6, 3}, f64);
+  torch::Tensor a = ReferenceFeatureMap(mine).attention(q, k, v, w);
+  torch::Tensor b = ReferenceFeatureMap(builtin).attention(q, k, v, w);
+  EXPECT_LT(maxRel(a, b), 1e-12);
+  torch::Tensor x = q;
+  ReferenceFeatureMap fm(mine), ref(builtin);
+  EXPECT_LT(maxRel(fm.features(x, Side::Queries, fm.params(x, x), w),
+                   ref.features(x, Side::Queries, ref.params(x, x), w)),
+            1e-6);  // the log(m) constant travels as f32
+}
+
+TEST(Reference, UnsupportedOpsInAUserComponentAreNamed) {
+  const char *ir = R"mlir(
+    spectra.component @odd params(%m, %d) {
+      spectra.params_yield scalars()
+    } features(%wx, %xx, %ww) {
+      %t = math.atan %wx : f32
+      spectra.feature_yield exp(%t : f32) scaled(%xx : f32)
+    }
+    spectra.feature_map @f component @odd weights @base m = 4 d = 2 seed = 0
+  )mlir";
+  Descriptor desc = describeIR(ir);
+  ReferenceFeatureMap fm(desc);
+  torch::Tensor x = torch::randn({1, 1, 3, 2}, f64);
+  try {
+    fm.features(x, Side::Queries, fm.params(x, x), WeightFactory(desc).draw(0));
+    FAIL() << "math.atan is not interpreted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "component 'odd': op 'math.atan' is not supported by the reference interpreter");
+  }
+}
+
+} // namespace

@@ -1,0 +1,345 @@
+//===- spectra-eval.cpp - weights, features, attention and approximation studies ===//
+//
+//   spectra-eval weights   --variant posrf-orf --out W.npy
+//   spectra-eval features  --variant oprf-mm --queries Q.npy --keys K.npy --out-queries PQ.npy --out-keys PK.npy
+//   spectra-eval attention --variant saderf-orf --q Q.npy --k K.npy --v V.npy [--mask M.npy] --out O.npy
+//   spectra-eval approx    --variants posrf-base,posrf-orf --ms 8,16,32,64 --out results/
+//
+// LibTorch only: the variant is described by libspectra-compiler's C API and
+// evaluated by the eager reference (the oracle the fused kernels must match).
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/Compiler.h"
+#include "runtime/Npy.h"
+#include "runtime/Reference.h"
+#include "runtime/WeightFactory.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+using namespace spectra;
+
+#ifndef SPECTRA_PLOT_SCRIPT
+#define SPECTRA_PLOT_SCRIPT ""
+#endif
+
+namespace {
+
+const char *kUsage = R"(spectra-eval: evaluate random features with the eager LibTorch reference.
+
+Commands:
+  weights    draw W (and SGQ's row weights) for a variant and seed
+             --out W.npy [--out-row-weights A.npy]
+  features   phi of queries and keys (parameters from their statistics)
+             --queries Q.npy --keys K.npy [--mask M.npy] [--weights W.npy]
+             --out-queries PQ.npy --out-keys PK.npy
+  attention  random-feature attention of [B,H,N,d] inputs (q and k are scaled by d^-1/4)
+             --q Q.npy --k K.npy --v V.npy [--mask M.npy (bool [B,N], true = keep)]
+             [--weights W.npy] [--no-stabilize] [--scale S] --out O.npy
+  approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
+             --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
+             [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
+             --out DIR   (writes DIR/approx.csv and DIR/approx.png)
+
+Variant options (all commands):
+  --variant NAME       <component>-<weights>, e.g. posrf-mm (see spectra-compile --list)
+  --ir FILE.mlir       a user-declared feature map instead of --variant
+  --feature-map NAME   which feature map of --ir (when it has several)
+  --m M --d D --seed S --option NAME=VALUE (repeatable)
+  --dtype f32|f64      computation dtype (default f64)
+)";
+
+struct Args {
+  std::string command;
+  std::map<std::string, std::vector<std::string>> values;
+  std::set<std::string> flags;
+
+  bool has(const std::string &k) const { return values.count(k) || flags.count(k); }
+  std::string get(const std::string &k, const std::string &fallback = "") const {
+    auto it = values.find(k);
+    return it == values.end() ? fallback : it->second.back();
+  }
+  std::string require(const std::string &k) const {
+    if (!values.count(k))
+      throw std::invalid_argument("missing --" + k + " (spectra-eval " + command + " --help)");
+    return get(k);
+  }
+  int64_t integer(const std::string &k, int64_t fallback) const {
+    if (!values.count(k))
+      return fallback;
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(get(k), &used);
+      if (used != get(k).size())
+        throw std::invalid_argument("");
+      return v;
+    } catch (...) {
+      throw std::invalid_argument("--" + k + " expects an integer, got '" + get(k) + "'");
+    }
+  }
+  double number(const std::string &k, double fallback) const {
+    if (!values.count(k))
+      return fallback;
+    try {
+      size_t used = 0;
+      double v = std::stod(get(k), &used);
+      if (used != get(k).size())
+        throw std::invalid_argument("");
+      return v;
+    } catch (...) {
+      throw std::invalid_argument("--" + k + " expects a number, got '" + get(k) + "'");
+    }
+  }
+};
+
+const std::set<std::string> kFlags = {"no-stabilize", "help"};
+
+Args parse(int argc, char **argv) {
+  Args args;
+  if (argc < 2)
+    throw std::invalid_argument("missing command\n\n" + std::string(kUsage));
+  args.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0)
+      throw std::invalid_argument("unexpected argument '" + a + "'");
+    a = a.substr(2);
+    auto eq = a.find('=');
+    if (eq != std::string::npos && a.substr(0, eq) != "option") {
+      args.values[a.substr(0, eq)].push_back(a.substr(eq + 1));
+    } else if (kFlags.count(a)) {
+      args.flags.insert(a);
+    } else {
+      if (i + 1 >= argc)
+        throw std::invalid_argument("--" + a + " needs a value");
+      args.values[a].push_back(argv[++i]);
+    }
+  }
+  return args;
+}
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+Descriptor describeFrom(const Args &args, const std::string &variant, int64_t m) {
+  if (args.has("ir")) {
+    std::ifstream in(args.get("ir"));
+    if (!in)
+      throw std::invalid_argument("cannot read --ir " + args.get("ir"));
+    std::stringstream text;
+    text << in.rdbuf();
+    return describeIR(text.str(), args.get("ir"), args.get("feature-map"));
+  }
+  VariantConfig config;
+  config.m = m;
+  config.d = args.integer("d", 32);
+  config.seed = args.integer("seed", 0);
+  auto it = args.values.find("option");
+  if (it != args.values.end())
+    for (const std::string &kv : it->second) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos)
+        throw std::invalid_argument("--option expects NAME=VALUE, got '" + kv + "'");
+      config.options[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
+    }
+  return describeVariant(variant, config);
+}
+
+Descriptor describeFrom(const Args &args) {
+  if (!args.has("ir") && !args.has("variant"))
+    throw std::invalid_argument("give --variant NAME or --ir FILE.mlir");
+  return describeFrom(args, args.get("variant"), args.integer("m", 128));
+}
+
+torch::ScalarType dtypeOf(const Args &args) {
+  std::string d = args.get("dtype", "f64");
+  if (d == "f64")
+    return torch::kFloat64;
+  if (d == "f32")
+    return torch::kFloat32;
+  throw std::invalid_argument("--dtype must be f32 or f64, got '" + d + "'");
+}
+
+Weights weightsFor(const Args &args, const Descriptor &desc, torch::ScalarType dtype) {
+  if (args.has("weights")) {
+    torch::Tensor W = readNpy(args.get("weights")).to(dtype);
+    if (W.dim() != 2 || W.size(0) != desc.m || W.size(1) != desc.d)
+      throw std::invalid_argument(args.get("weights") + ": W must be [" + std::to_string(desc.m) +
+                                  ", " + std::to_string(desc.d) + "], got " +
+                                  c10::str(W.sizes()));
+    if (desc.rowWeights)
+      throw std::invalid_argument("--weights cannot replace a recipe with row weights ('" +
+                                  desc.recipeName + "'); draw it instead");
+    return Weights{W, std::nullopt, {}};
+  }
+  return WeightFactory(desc).draw(desc.seed, dtype);
+}
+
+std::optional<torch::Tensor> maskFrom(const Args &args) {
+  if (!args.has("mask"))
+    return std::nullopt;
+  torch::Tensor mask = readNpy(args.get("mask"));
+  if (mask.scalar_type() != torch::kBool)
+    mask = mask != 0;
+  return mask;
+}
+
+torch::Tensor input(const Args &args, const std::string &key, torch::ScalarType dtype) {
+  return readNpy(args.require(key)).to(dtype);
+}
+
+int weights(const Args &args) {
+  Descriptor desc = describeFrom(args);
+  Weights w = WeightFactory(desc).draw(desc.seed, dtypeOf(args));
+  writeNpy(args.require("out"), w.W);
+  std::cout << "wrote W [" << desc.m << ", " << desc.d << "] of " << desc.name << " (seed "
+            << desc.seed << ") to " << args.get("out") << "\n";
+  if (w.rowWeights) {
+    std::string path = args.get("out-row-weights", args.get("out") + ".row_weights.npy");
+    writeNpy(path, *w.rowWeights);
+    std::cout << "wrote row weights [" << desc.m << "] to " << path << "\n";
+  }
+  return 0;
+}
+
+int features(const Args &args) {
+  Descriptor desc = describeFrom(args);
+  torch::ScalarType dtype = dtypeOf(args);
+  torch::Tensor q = input(args, "queries", dtype), k = input(args, "keys", dtype);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4, "features: queries and keys must be [B, H, N, d]");
+  std::optional<torch::Tensor> mask = maskFrom(args);
+  Weights w = weightsFor(args, desc, dtype);
+  ReferenceFeatureMap fm(desc);
+  ComponentParams p = fm.params(q, k, mask);
+  writeNpy(args.require("out-queries"), fm.features(q, Side::Queries, p, w));
+  writeNpy(args.require("out-keys"), fm.features(k, Side::Keys, p, w, Stabilizer::None, mask));
+  std::cout << "wrote phi [.., " << desc.numFeatures() << "] of queries to "
+            << args.get("out-queries") << " and of keys to " << args.get("out-keys") << "\n";
+  return 0;
+}
+
+int attention(const Args &args) {
+  Descriptor desc = describeFrom(args);
+  torch::ScalarType dtype = dtypeOf(args);
+  torch::Tensor q = input(args, "q", dtype), k = input(args, "k", dtype), v = input(args, "v", dtype);
+  AttentionOptions options;
+  options.stabilizer = args.has("no-stabilize") ? Stabilizer::None : Stabilizer::Exact;
+  if (args.has("scale"))
+    options.scale = args.number("scale", 0);
+  ReferenceFeatureMap fm(desc);
+  torch::Tensor out = fm.attention(q, k, v, weightsFor(args, desc, dtype), maskFrom(args), options);
+  writeNpy(args.require("out"), out);
+  std::cout << "wrote attention output " << c10::str(out.sizes()) << " of " << desc.name << " to "
+            << args.get("out") << "\n";
+  return 0;
+}
+
+int approx(const Args &args) {
+  std::vector<std::string> variants = split(args.get("variants", "posrf-base,posrf-orf,trigrf-base,trigrf-orf"), ',');
+  std::vector<int64_t> ms;
+  for (const std::string &m : split(args.get("ms", "8,16,32,64,128"), ','))
+    ms.push_back(std::stoll(m));
+  int64_t seeds = args.integer("seeds", 50), pairs = args.integer("pairs", 256);
+  int64_t d = args.integer("d", 16);
+  if (seeds < 2 || pairs < 1)
+    throw std::invalid_argument("approx needs --seeds >= 2 and --pairs >= 1");
+  std::string dir = args.require("out");
+  if (std::system(("mkdir -p '" + dir + "'").c_str()) != 0)
+    throw std::runtime_error("cannot create " + dir);
+
+  // Pairs (x, y): the same for every variant, m and seed.
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  // Default spread d^-1/2: ||x|| ~ 1, the regime of the Performer comparisons.
+  double spread = 1.0 / std::sqrt(static_cast<double>(d));
+  double qm = args.number("query-mean", 0), qs = args.number("query-std", spread);
+  double km = args.number("key-mean", 0), ks = args.number("key-std", spread);
+  torch::Tensor x = (torch::randn({1, 1, pairs, d}, gen, torch::kFloat64) * qs + qm);
+  torch::Tensor y = (torch::randn({1, 1, pairs, d}, gen, torch::kFloat64) * ks + km);
+  torch::Tensor target = torch::exp((x * y).sum(-1)).view({pairs});
+
+  std::ofstream csv(dir + "/approx.csv");
+  csv << "variant,m,features,mse,mse_stderr,relative_mse\n";
+  std::cout << std::left << std::setw(22) << "variant" << std::setw(6) << "m" << std::setw(14)
+            << "MSE" << std::setw(14) << "stderr" << "relative MSE\n";
+  for (const std::string &variant : variants)
+    for (int64_t m : ms) {
+      Args local = args;
+      local.values["d"] = {std::to_string(d)};
+      Descriptor desc = describeFrom(local, variant, m);
+      WeightFactory factory(desc);
+      ReferenceFeatureMap fm(desc);
+      ComponentParams p = fm.params(x, y);
+      std::vector<double> perSeed;
+      torch::Tensor relative = torch::zeros({}, torch::kFloat64);
+      for (int64_t s = 0; s < seeds; ++s) {
+        Weights w = factory.draw(desc.seed * 1000003 + s);
+        torch::Tensor est = (fm.features(x, Side::Queries, p, w) *
+                             fm.features(y, Side::Keys, p, w)).sum(-1).view({pairs});
+        torch::Tensor err = (est - target).square();
+        perSeed.push_back(err.mean().item<double>());
+        relative += (err / target.square()).mean();
+      }
+      torch::Tensor e = torch::tensor(perSeed, torch::kFloat64);
+      double mse = e.mean().item<double>(), se = e.std().item<double>() / std::sqrt(double(seeds));
+      double rel = relative.item<double>() / static_cast<double>(seeds);
+      csv << variant << "," << desc.m << "," << desc.numFeatures() << "," << std::setprecision(10)
+          << mse << "," << se << "," << rel << "\n";
+      std::cout << std::setw(22) << variant << std::setw(6) << desc.m << std::setw(14)
+                << std::setprecision(5) << mse << std::setw(14) << se << rel << "\n";
+    }
+  csv.close();
+  std::cout << "wrote " << dir << "/approx.csv\n";
+  std::string script = SPECTRA_PLOT_SCRIPT;
+  std::string cmd = "python3 '" + script + "' '" + dir + "/approx.csv' '" + dir + "/approx.png'";
+  if (!script.empty() && std::system(cmd.c_str()) == 0)
+    std::cout << "wrote " << dir << "/approx.png\n";
+  else
+    std::cerr << "warning: the plot was not written (needs python3 with matplotlib: "
+                 "pip install matplotlib); the CSV is complete\n";
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    Args args = parse(argc, argv);
+    if (args.command == "--help" || args.command == "-h" || args.command == "help" ||
+        args.has("help")) {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (args.command == "weights")
+      return weights(args);
+    if (args.command == "features")
+      return features(args);
+    if (args.command == "attention")
+      return attention(args);
+    if (args.command == "approx")
+      return approx(args);
+    throw std::invalid_argument("unknown command '" + args.command +
+                                "' (commands: weights, features, attention, approx)");
+  } catch (const c10::Error &e) {
+    std::cerr << "spectra-eval: error: " << e.what_without_backtrace() << "\n";
+  } catch (const std::exception &e) {
+    std::cerr << "spectra-eval: error: " << e.what() << "\n";
+  }
+  return 1;
+}
