@@ -296,3 +296,61 @@ TEST(Descriptor, UnknownVariantListsValidNamesAndBadJsonIsLocated) {
 }
 
 } // namespace
+
+#include "runtime/WeightModule.h"
+
+namespace {
+
+TEST(WeightModule, StateDictSavesAndRestoresFactorsAndSeed) {
+  VariantConfig config;
+  config.m = 16;
+  config.d = 8;
+  Descriptor desc = describeVariant("posrf-fastfoodl", config);
+  RandomFeatureWeights trained(desc, 5);
+  // A training step moves the learnable factors.
+  torch::optim::SGD opt(trained->parameters(), 0.1);
+  (trained->weights().W.square().sum()).backward();
+  opt.step();
+  torch::Tensor before = trained->weights().W.detach().clone();
+  EXPECT_GT(maxAbs(before - WeightFactory(desc).draw(5).W), 1e-6) << "the step must change W";
+
+  std::string path = ::testing::TempDir() + "/fastfoodl_weights.pt";
+  torch::save(trained, path);
+  RandomFeatureWeights restored(desc, 99);  // another seed: the checkpoint must win
+  torch::load(restored, path);
+  EXPECT_EQ(restored->seed(), 5);
+  EXPECT_LT(maxAbs(restored->weights().W - before), 1e-15);
+  EXPECT_EQ(restored->parameters().size(), 6u) << "s, g, b of 2 blocks";
+}
+
+TEST(WeightModule, RedrawAndDtypeMoves) {
+  VariantConfig config;
+  config.m = 64;
+  config.d = 16;
+  Descriptor desc = describeVariant("posrf-orf", config);
+  RandomFeatureWeights module(desc, 1);
+  EXPECT_TRUE(module->parameters().empty()) << "ORF has nothing to learn";
+  torch::Tensor first = module->weights().W.clone();
+  module->redraw(2);
+  EXPECT_EQ(module->seed(), 2);
+  EXPECT_TRUE(torch::equal(module->weights().W, WeightFactory(desc).draw(2).W));
+  EXPECT_GT(maxAbs(module->weights().W - first), 1e-3);
+  module->to(torch::kFloat32);
+  EXPECT_EQ(module->weights().W.scalar_type(), torch::kFloat32);
+  module->redraw(1);
+  EXPECT_LT(maxAbs(module->weights().W.to(torch::kFloat64) - first), 1e-5);
+}
+
+TEST(WeightModule, DrawsAreIdenticalOnCuda) {
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device on this machine: cross-device determinism not checked";
+  VariantConfig config;
+  config.m = 64;
+  config.d = 16;
+  WeightFactory f(describeVariant("posrf-qmc", config));
+  torch::Tensor cpu = f.draw(4).W;
+  torch::Tensor cuda = f.draw(4, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat64)).W;
+  EXPECT_TRUE(torch::equal(cpu, cuda.cpu()));
+}
+
+} // namespace
