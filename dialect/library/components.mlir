@@ -42,7 +42,7 @@ spectra.component @gerf params(%m, %d) {
 // OPRF: GERF with the variance-optimal A* = (1 - 1/rho)/8,
 // rho = (sqrt((2u + d)^2 + 8du) - 2u - d) / (4u), u the mean of
 // ||q_i + k_j||^2 over ALL query-key pairs of a (batch, head):
-// u = mean||q||^2 + mean||k||^2 + 2 mean(q).mean(k).
+// u = mean||q||^2 + mean||k||^2 + 2 mean(q).mean(k), floored at 1e-6.
 spectra.component @oprf params(%m, %d) {
   %qn = spectra.statistic mean_sq_norm of queries : f32
   %kn = spectra.statistic mean_sq_norm of keys : f32
@@ -57,7 +57,10 @@ spectra.component @oprf params(%m, %d) {
   %quarter = arith.constant 2.500000e-01 : f32
   %dot2 = arith.mulf %two, %dot : f32
   %n2 = arith.addf %qn, %kn : f32
-  %u = arith.addf %n2, %dot2 : f32
+  %u0 = arith.addf %n2, %dot2 : f32
+  // rho is 0/0 at u = 0 (all-zero inputs); its limit there is 1 (A* = 0, PosRF).
+  %tiny = arith.constant 9.99999997E-7 : f32
+  %u = arith.maximumf %u0, %tiny : f32
   %u2 = arith.mulf %two, %u : f32
   %t = arith.addf %u2, %d : f32
   %tt = arith.mulf %t, %t : f32
@@ -118,7 +121,10 @@ spectra.component @saderf params(%m, %d) {
   %quarter = arith.constant 2.500000e-01 : f32
   %dot2 = arith.mulf %two, %dot : f32
   %n2 = arith.addf %qn, %kn : f32
-  %u = arith.addf %n2, %dot2 : f32
+  %u0 = arith.addf %n2, %dot2 : f32
+  // rho is 0/0 at u = 0 (all-zero inputs); its limit there is 1 (A* = 0, PosRF).
+  %tiny = arith.constant 9.99999997E-7 : f32
+  %u = arith.maximumf %u0, %tiny : f32
   %u2 = arith.mulf %two, %u : f32
   %t = arith.addf %u2, %d : f32
   %tt = arith.mulf %t, %t : f32

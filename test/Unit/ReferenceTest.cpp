@@ -373,3 +373,23 @@ TEST(Reference, UnsupportedOpsInAUserComponentAreNamed) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(Reference, OprfStaysFiniteWhenQueriesAndKeysVanish) {
+  // u = 0 makes rho 0/0; the library floors u, where A* tends to 0 (PosRF).
+  for (const char *variant : {"oprf-orf", "saderf-orf"}) {
+    Descriptor desc = describe(variant, 16, 4);
+    ReferenceFeatureMap fm(desc);
+    // SADERF's Psi divides by the query energy, so it gets tiny (not zero) inputs.
+    double level = variant == std::string("oprf-orf") ? 0.0 : 1e-3;
+    torch::Tensor q = torch::full({1, 1, 4, 4}, level, f64), k = q.clone();
+    torch::Tensor v = torch::randn({1, 1, 4, 2}, f64);
+    torch::Tensor out = fm.attention(q, k, v, WeightFactory(desc).draw(0));
+    ASSERT_TRUE(torch::isfinite(out).all().item<bool>()) << variant;
+    // Identical keys: every query attends uniformly.
+    EXPECT_LT(maxAbs(out - v.mean(2, true)), 1e-9) << variant;
+  }
+}
+
+} // namespace
