@@ -4,6 +4,7 @@
 
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -66,6 +67,8 @@ private:
     json::Object attrs;
     if (auto ld = llvm::dyn_cast<LowDiscrepancyOp>(op))
       attrs["sequence"] = stringifySequence(ld.getSequence()).str();
+    if (auto cmp = llvm::dyn_cast<arith::CmpFOp>(op))
+      attrs["predicate"] = arith::stringifyCmpFPredicate(cmp.getPredicate()).str();
     if (auto stat = llvm::dyn_cast<StatisticOp>(op)) {
       attrs["kind"] = stringifyStatisticKind(stat.getKind()).str();
       attrs["side"] = stringifySide(stat.getSide()).str();
@@ -204,6 +207,28 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
     f["logits"] = features.numbers(fy.getLogits());
     f["coeffs"] = features.numbers(fy.getCoeffs());
     c["features"] = std::move(f);
+
+    // The derivatives the backward needs, derived from the features region.
+    FeaturePartialsOp partials =
+        SymbolTable::lookupNearestSymbolFrom<FeaturePartialsOp>(
+            featureMap, StringAttr::get(module.getContext(), component.getSymName() + "_partials"));
+    if (!partials) {
+      FailureOr<FeaturePartialsOp> derived = derivePartials(component);
+      if (failed(derived))
+        return exportError("component '" + component.getSymName() +
+                           "' cannot be differentiated (see the diagnostic above)");
+      partials = *derived;
+    }
+    ProgramWriter partialWriter;
+    json::Object d;
+    d["args"] = partialWriter.numbers(partials.getBody().front().getArguments());
+    llvm::Expected<json::Array> partialOps =
+        partialWriter.writeBlock(partials.getBody().front(), ignored);
+    if (!partialOps)
+      return partialOps.takeError();
+    d["ops"] = std::move(*partialOps);
+    d["yield"] = partialWriter.numbers(ignored);
+    c["partials"] = std::move(d);
     root["component"] = std::move(c);
   }
   std::string text;

@@ -140,3 +140,41 @@ LogicalResult FeatureYieldOp::verify() {
     return constraintError(*this, "C3") << "must terminate the features region";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// spectra.feature_partials
+//===----------------------------------------------------------------------===//
+
+void FeaturePartialsOp::getAsmBlockArgumentNames(Region &region, OpAsmSetValueNameFn setName) {
+  static const char *const names[] = {"wx", "xx", "ww"};
+  for (auto [i, arg] : llvm::enumerate(region.front().getArguments()))
+    setName(arg, i < 3 ? std::string(names[i]) : "p" + std::to_string(i - 3));
+}
+
+LogicalResult FeaturePartialsOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto component = symbols.lookupNearestSymbolFrom<ComponentOp>(*this, getComponentAttr());
+  if (!component)
+    return constraintError(*this, "C1") << "'" << getComponent()
+                                        << "' does not name a spectra.component of this module";
+  unsigned args = component.getFeatures().front().getNumArguments();
+  Block &body = getBody().front();
+  if (body.getNumArguments() != args)
+    return constraintError(*this, "C2") << "body takes " << body.getNumArguments()
+                                        << " argument(s) but the features region of '"
+                                        << getComponent() << "' takes " << args;
+  unsigned expected = 2 * component.getNumOutputs() * args;
+  auto yield = llvm::dyn_cast<PartialsYieldOp>(body.getTerminator());
+  if (!yield || yield.getValues().size() != expected)
+    return constraintError(*this, "C3")
+           << "body must yield 2 x " << component.getNumOutputs() << " output(s) x " << args
+           << " argument(s) = " << expected << " partials, got "
+           << (yield ? yield.getValues().size() : 0);
+  return success();
+}
+
+LogicalResult FeaturePartialsOp::verifyRegions() {
+  Block &body = getBody().front();
+  if (!llvm::all_of(body.getArgumentTypes(), [](Type t) { return t.isF32(); }))
+    return constraintError(*this, "C2") << "body arguments must all be f32";
+  return success();
+}

@@ -6,5 +6,6 @@
 include "dialect/WeightOps.td"
 include "dialect/ComponentOps.td"
 include "dialect/AttentionOps.td"
+include "dialect/DerivativeOps.td"
 
 #endif // SPECTRA_DIALECT_SPECTRAOPS_TD

@@ -6,6 +6,8 @@
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassManager.h"
 
+#include "dialect/SpectraDialect.h"
+
 namespace mlir::spectra {
 
 #define GEN_PASS_DECL
@@ -13,6 +15,11 @@ namespace mlir::spectra {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
+
+/// Differentiates the features region of `component` and inserts the
+/// spectra.feature_partials op after it (see -spectra-derive-partials).
+/// Emits a diagnostic naming the op it cannot differentiate on failure.
+FailureOr<FeaturePartialsOp> derivePartials(ComponentOp component);
 
 /// The input pipeline: link the built-in library, then canonicalise the
 /// recipes (folds next_pow2 of constants). Registered in spectra-opt as

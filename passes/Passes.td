@@ -25,4 +25,23 @@ def SpectraLinkLibrary : Pass<"spectra-link-library", "::mlir::ModuleOp"> {
                            "::mlir::math::MathDialect"];
 }
 
+def SpectraDerivePartials : Pass<"spectra-derive-partials", "::mlir::ModuleOp"> {
+  let summary = "differentiate every component's features region (forward mode)";
+  let description = [{
+    For each `spectra.component @c` without one, adds
+    `spectra.feature_partials @c_partials of @c` holding d logit / d v and
+    d coeff / d v for every output and every argument v (wx, xx, ww, the
+    scalar parameters). The backward kernels chain these with
+    d wx / d x = w, d xx / d x = 2x, d wx / d w = x, d ww / d w = 2w. Fails
+    with the op it cannot differentiate (the supported set is that of the
+    runtime's interpreter). Follow with -canonicalize -cse to fold zeros.
+
+    ```mlir
+    // features: l = wx - 0.5 * xx, yield exp(l) scaled(c)
+    // partials: dl/dwx = 1, dl/dxx = -0.5, dl/dww = 0, dl/dc = 0, dc/dc = 1, ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
 #endif // SPECTRA_PASSES_PASSES_TD

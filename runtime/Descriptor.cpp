@@ -138,6 +138,11 @@ Descriptor Descriptor::fromJson(const std::string &text) {
     if (c.logits.empty() || c.logits.size() != c.coeffs.size() ||
         static_cast<int64_t>(c.logits.size()) != c.outputs)
       bad(where, "features must yield one (logit, coeff) pair per output");
+    if (component.contains("partials")) {
+      c.partials = program(component.at("partials"), where + " partials");
+      if (c.partials->yields.size() != 2 * c.logits.size() * c.features.args.size())
+        bad(where, "partials must yield 2 x outputs x arguments values");
+    }
     if (c.features.args.size() != 3 + c.scalars.size())
       bad(where, "features arguments must be (wx, xx, ww) and the scalar parameters");
     return d;

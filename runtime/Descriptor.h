@@ -58,6 +58,9 @@ struct ComponentDescriptor {
   std::optional<int64_t> queryScale, keyScale;
   Program features;                ///< args (wx, xx, ww, scalars...)
   std::vector<int64_t> logits, coeffs;
+  /// Compiler-derived derivatives: same args as features; yields, for each
+  /// output o and argument v, (d logit_o / d v, d coeff_o / d v).
+  std::optional<Program> partials;
 };
 
 /// A feature map: the recipe, the component and their instantiation.

@@ -44,6 +44,12 @@ public:
         r = a(0) / a(1);
       else if (n == "arith.negf")
         r = -a(0);
+      else if (n == "arith.select")
+        r = torch::where(a(0).to(torch::kBool), a(1), a(2));
+      else if (n == "arith.cmpf")
+        r = compare(op.string("predicate"), a(0), a(1));
+      else if (n == "math.copysign")
+        r = torch::copysign(a(0), a(1));
       else if (n == "arith.maximumf" || n == "arith.maxnumf")
         r = torch::maximum(a(0), a(1));
       else if (n == "arith.minimumf" || n == "arith.minnumf")
@@ -80,10 +86,42 @@ public:
   }
 
 private:
+  torch::Tensor compare(const std::string &predicate, const torch::Tensor &x,
+                        const torch::Tensor &y) const {
+    if (predicate == "oeq" || predicate == "ueq")
+      return x == y;
+    if (predicate == "one" || predicate == "une")
+      return x != y;
+    if (predicate == "olt" || predicate == "ult")
+      return x < y;
+    if (predicate == "ole" || predicate == "ule")
+      return x <= y;
+    if (predicate == "ogt" || predicate == "ugt")
+      return x > y;
+    if (predicate == "oge" || predicate == "uge")
+      return x >= y;
+    throw std::invalid_argument("component '" + desc.component.name +
+                                "': unsupported arith.cmpf predicate '" + predicate + "'");
+  }
+
   const Descriptor &desc;
   torch::TensorOptions opts;
   std::map<int64_t, torch::Tensor> values;
 };
+
+/// Binds (wx, xx, ww, params...) to the arguments of a features-shaped program.
+void bindFeatureArgs(Evaluator &eval, const Program &program, const torch::Tensor &wx,
+                     const torch::Tensor &xx, const torch::Tensor &ww,
+                     const std::vector<torch::Tensor> &params) {
+  if (program.args.size() != 3 + params.size())
+    throw std::invalid_argument("features program takes " + std::to_string(program.args.size()) +
+                                " arguments, given " + std::to_string(3 + params.size()));
+  eval.set(program.args[0], wx);
+  eval.set(program.args[1], xx);
+  eval.set(program.args[2], ww);
+  for (size_t i = 0; i < params.size(); ++i)
+    eval.set(program.args[3 + i], params[i]);
+}
 
 void checkActivation(const torch::Tensor &t, const char *name, int64_t d) {
   TORCH_CHECK(t.defined(), "spectra attention: ", name, " is undefined");
@@ -97,6 +135,38 @@ void checkActivation(const torch::Tensor &t, const char *name, int64_t d) {
 }
 
 } // namespace
+
+FeatureValues evaluateFeatures(const Descriptor &desc, const torch::Tensor &wx,
+                               const torch::Tensor &xx, const torch::Tensor &ww,
+                               const std::vector<torch::Tensor> &params) {
+  Evaluator eval(desc, wx.options());
+  bindFeatureArgs(eval, desc.component.features, wx, xx, ww, params);
+  eval.run(desc.component.features, [](const ProgramOp &) { return false; });
+  FeatureValues out;
+  for (size_t o = 0; o < desc.component.logits.size(); ++o) {
+    out.logits.push_back(eval.get(desc.component.logits[o]));
+    out.coeffs.push_back(eval.get(desc.component.coeffs[o]));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>>
+evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::Tensor &xx,
+                 const torch::Tensor &ww, const std::vector<torch::Tensor> &params) {
+  if (!desc.component.partials)
+    throw std::invalid_argument("feature map '" + desc.name + "' carries no partials");
+  const Program &p = *desc.component.partials;
+  Evaluator eval(desc, wx.options());
+  bindFeatureArgs(eval, p, wx, xx, ww, params);
+  eval.run(p, [](const ProgramOp &) { return false; });
+  size_t outputs = desc.component.logits.size(), args = p.args.size();
+  std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> out(outputs);
+  for (size_t o = 0; o < outputs; ++o)
+    for (size_t v = 0; v < args; ++v)
+      out[o].emplace_back(eval.get(p.yields[2 * (o * args + v)]),
+                          eval.get(p.yields[2 * (o * args + v) + 1]));
+  return out;
+}
 
 ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move(descriptor)) {}
 
@@ -169,19 +239,16 @@ torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &xIn, Side side,
   TORCH_CHECK(W.dim() == 2 && W.size(0) == m && W.size(1) == desc.d,
               "spectra features: W must be [", m, ", ", desc.d, "], got ", W.sizes());
 
-  Evaluator eval(desc, x.options());
-  const Program &f = desc.component.features;
-  eval.set(f.args[0], x.matmul(W.t()));                  // wx [B, H, N, m]
-  eval.set(f.args[1], x.square().sum(-1, true));         // xx [B, H, N, 1]
-  eval.set(f.args[2], W.square().sum(-1).view({1, 1, 1, m}));  // ww
-  for (size_t i = 0; i < params.scalars.size(); ++i)
-    eval.set(f.args[3 + i], params.scalars[i].to(x.options()).view({B, H, 1, 1}));
-  eval.run(f, [](const ProgramOp &) { return false; });
-
+  std::vector<torch::Tensor> scalars;
+  for (const torch::Tensor &p : params.scalars)
+    scalars.push_back(p.to(x.options()).view({B, H, 1, 1}));
+  FeatureValues values = evaluateFeatures(desc, x.matmul(W.t()),         // wx [B, H, N, m]
+                                          x.square().sum(-1, true),      // xx [B, H, N, 1]
+                                          W.square().sum(-1).view({1, 1, 1, m}), scalars);
   std::vector<torch::Tensor> logits, coeffs;
-  for (size_t o = 0; o < desc.component.logits.size(); ++o) {
-    logits.push_back(eval.get(desc.component.logits[o]).expand({B, H, N, m}));
-    coeffs.push_back(eval.get(desc.component.coeffs[o]).expand({B, H, N, m}));
+  for (size_t o = 0; o < values.logits.size(); ++o) {
+    logits.push_back(values.logits[o].expand({B, H, N, m}));
+    coeffs.push_back(values.coeffs[o].expand({B, H, N, m}));
   }
   torch::Tensor L = torch::stack(logits, 3);  // [B, H, N, K, m]
   torch::Tensor C = torch::stack(coeffs, 3);

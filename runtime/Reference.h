@@ -39,6 +39,23 @@ struct AttentionOptions {
   std::optional<double> scale;
 };
 
+/// The outputs of a features program evaluated on broadcastable tensors.
+struct FeatureValues {
+  std::vector<torch::Tensor> logits, coeffs;  ///< one per output
+};
+
+/// Evaluates the component's features program elementwise on wx, xx, ww and
+/// the scalar parameters (any broadcastable shapes).
+FeatureValues evaluateFeatures(const Descriptor &desc, const torch::Tensor &wx,
+                               const torch::Tensor &xx, const torch::Tensor &ww,
+                               const std::vector<torch::Tensor> &params);
+
+/// Evaluates the compiler-derived partials program: element [o][v] is the pair
+/// (d logit_o / d v, d coeff_o / d v), v over (wx, xx, ww, params...).
+std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>>
+evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::Tensor &xx,
+                 const torch::Tensor &ww, const std::vector<torch::Tensor> &params);
+
 class ReferenceFeatureMap {
 public:
   explicit ReferenceFeatureMap(Descriptor descriptor);

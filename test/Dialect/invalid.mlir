@@ -863,3 +863,37 @@ spectra.weight_recipe @r(%m, %d) {
   %h = spectra.hadamard_diagonal_chain [%n, %n] length 3 : tensor<?x?xf32>
   spectra.yield %h : tensor<?x?xf32>
 }
+
+// -----
+
+// Tests feature_partials C1: it names a component.
+// expected-error@+1 {{'spectra.feature_partials' op C1: 'nothing' does not name a spectra.component of this module}}
+spectra.feature_partials @x of @nothing(%wx, %xx, %ww) {
+  spectra.partials_yield
+}
+
+// -----
+
+// Tests feature_partials C2: the component's arguments.
+spectra.component @c params(%m, %d) {
+  spectra.params_yield scalars()
+} features(%wx, %xx, %ww) {
+  spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
+}
+// expected-error@+1 {{'spectra.feature_partials' op C2: body takes 2 argument(s) but the features region of 'c' takes 3}}
+spectra.feature_partials @x of @c(%wx, %xx) {
+  spectra.partials_yield
+}
+
+// -----
+
+// Tests feature_partials C3: one (logit, coeff) pair per output and argument.
+spectra.component @c params(%m, %d) {
+  spectra.params_yield scalars()
+} features(%wx, %xx, %ww) {
+  spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
+}
+// expected-error@+1 {{'spectra.feature_partials' op C3: body must yield 2 x 1 output(s) x 3 argument(s) = 6 partials, got 2}}
+spectra.feature_partials @x of @c(%wx, %xx, %ww) {
+  spectra.partials_yield %wx, %xx : f32, f32
+}
