@@ -212,23 +212,33 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
     FeaturePartialsOp partials =
         SymbolTable::lookupNearestSymbolFrom<FeaturePartialsOp>(
             featureMap, StringAttr::get(module.getContext(), component.getSymName() + "_partials"));
+    std::string partialsError;
     if (!partials) {
+      // A feature that cannot be differentiated still runs forward; the
+      // descriptor says why its backward is unavailable.
+      ScopedDiagnosticHandler capture(module.getContext(), [&](Diagnostic &diag) {
+        llvm::raw_string_ostream os(partialsError);
+        os << diag;
+        return success();
+      });
       FailureOr<FeaturePartialsOp> derived = derivePartials(component);
-      if (failed(derived))
-        return exportError("component '" + component.getSymName() +
-                           "' cannot be differentiated (see the diagnostic above)");
-      partials = *derived;
+      if (succeeded(derived))
+        partials = *derived;
     }
-    ProgramWriter partialWriter;
-    json::Object d;
-    d["args"] = partialWriter.numbers(partials.getBody().front().getArguments());
-    llvm::Expected<json::Array> partialOps =
-        partialWriter.writeBlock(partials.getBody().front(), ignored);
-    if (!partialOps)
-      return partialOps.takeError();
-    d["ops"] = std::move(*partialOps);
-    d["yield"] = partialWriter.numbers(ignored);
-    c["partials"] = std::move(d);
+    if (partials) {
+      ProgramWriter partialWriter;
+      json::Object d;
+      d["args"] = partialWriter.numbers(partials.getBody().front().getArguments());
+      llvm::Expected<json::Array> partialOps =
+          partialWriter.writeBlock(partials.getBody().front(), ignored);
+      if (!partialOps)
+        return partialOps.takeError();
+      d["ops"] = std::move(*partialOps);
+      d["yield"] = partialWriter.numbers(ignored);
+      c["partials"] = std::move(d);
+    } else {
+      c["partials_error"] = partialsError;
+    }
     root["component"] = std::move(c);
   }
   std::string text;

@@ -138,6 +138,7 @@ Descriptor Descriptor::fromJson(const std::string &text) {
     if (c.logits.empty() || c.logits.size() != c.coeffs.size() ||
         static_cast<int64_t>(c.logits.size()) != c.outputs)
       bad(where, "features must yield one (logit, coeff) pair per output");
+    c.partialsError = component.value("partials_error", std::string());
     if (component.contains("partials")) {
       c.partials = program(component.at("partials"), where + " partials");
       if (c.partials->yields.size() != 2 * c.logits.size() * c.features.args.size())

@@ -61,6 +61,7 @@ struct ComponentDescriptor {
   /// Compiler-derived derivatives: same args as features; yields, for each
   /// output o and argument v, (d logit_o / d v, d coeff_o / d v).
   std::optional<Program> partials;
+  std::string partialsError;       ///< why partials are missing (an op that cannot be differentiated)
 };
 
 /// A feature map: the recipe, the component and their instantiation.

@@ -154,7 +154,8 @@ std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>>
 evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::Tensor &xx,
                  const torch::Tensor &ww, const std::vector<torch::Tensor> &params) {
   if (!desc.component.partials)
-    throw std::invalid_argument("feature map '" + desc.name + "' carries no partials");
+    throw std::invalid_argument("feature map '" + desc.name + "' has no derived partials: " +
+                                desc.component.partialsError);
   const Program &p = *desc.component.partials;
   Evaluator eval(desc, wx.options());
   bindFeatureArgs(eval, p, wx, xx, ww, params);

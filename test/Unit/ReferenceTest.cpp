@@ -361,6 +361,10 @@ TEST(Reference, UnsupportedOpsInAUserComponentAreNamed) {
     spectra.feature_map @f component @odd weights @base m = 4 d = 2 seed = 0
   )mlir";
   Descriptor desc = describeIR(ir);
+  EXPECT_FALSE(desc.component.partials.has_value());
+  EXPECT_NE(desc.component.partialsError.find("'math.atan' op cannot be differentiated"),
+            std::string::npos)
+      << desc.component.partialsError;
   ReferenceFeatureMap fm(desc);
   torch::Tensor x = torch::randn({1, 1, 3, 2}, f64);
   try {
