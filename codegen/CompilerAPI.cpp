@@ -2,18 +2,41 @@
 
 #include "codegen/spectra_compiler.h"
 
+#include "codegen/CpuKernel.h"
 #include "codegen/ExportFeatureMap.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
 #include "frontend/Variant.h"
 
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Index/IR/IndexDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/UB/IR/UBOps.h"
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/Support/TargetSelect.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <cstdlib>
+#include <memory>
+#include <mutex>
 #include <cstring>
 
 using namespace mlir;
@@ -44,7 +67,18 @@ struct Context {
   Context() {
     DialectRegistry registry;
     mlir::spectra::registerLibraryDialects(registry);
-    registry.insert<func::FuncDialect>();
+    registry.insert<func::FuncDialect, scf::SCFDialect, memref::MemRefDialect,
+                    cf::ControlFlowDialect, LLVM::LLVMDialect, index::IndexDialect,
+                    ub::UBDialect>();
+    arith::registerConvertArithToLLVMInterface(registry);
+    cf::registerConvertControlFlowToLLVMInterface(registry);
+    registerConvertFuncToLLVMInterface(registry);
+    index::registerConvertIndexToLLVMInterface(registry);
+    registerConvertMathToLLVMInterface(registry);
+    registerConvertMemRefToLLVMInterface(registry);
+    ub::registerConvertUBToLLVMInterface(registry);
+    registerBuiltinDialectTranslation(registry);
+    registerLLVMDialectTranslation(registry);
     context.appendDialectRegistry(registry);
     context.loadAllAvailableDialects();
     context.getDiagEngine().registerHandler([this](Diagnostic &diag) {
@@ -108,3 +142,118 @@ extern "C" char *spectra_describe_ir(const char *ir, const char *sourceName,
 }
 
 extern "C" void spectra_free(void *pointer) { std::free(pointer); }
+
+//===----------------------------------------------------------------------===//
+// CPU kernels
+//===----------------------------------------------------------------------===//
+
+struct spectra_cpu_kernel {
+  std::unique_ptr<ExecutionEngine> engine;
+  void *forward = nullptr;
+  std::string loopsIR, llvmIR;
+};
+
+static constexpr const char *kForwardName = "spectra_forward";
+namespace sp = mlir::spectra;
+
+static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
+  fail(error, message);
+  return nullptr;
+}
+
+/// Builds, lowers and JIT-compiles the fused forward of the module's feature map.
+static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char *featureMap,
+                                      char **error) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  if (failed(sp::linkBuiltinLibrary(source)))
+    return failKernel(error, "could not link the built-in library:\n" + ctx.diagnostics);
+  sp::FeatureMapOp map;
+  for (auto fm : source.getOps<sp::FeatureMapOp>())
+    if (!featureMap || fm.getSymName() == featureMap)
+      map = map ? map : fm;
+  if (!map)
+    return failKernel(error, "no spectra.feature_map to compile");
+  auto component = SymbolTable::lookupNearestSymbolFrom<sp::ComponentOp>(
+      map, map.getComponentAttr());
+  if (!component)
+    return failKernel(error, "feature map '" + map.getSymName().str() + "' has no component");
+
+  OwningOpRef<ModuleOp> kernel = ModuleOp::create(UnknownLoc::get(&ctx.context));
+  if (failed(sp::buildCpuForwardKernel(*kernel, component, kForwardName)))
+    return failKernel(error, "building the CPU kernel failed:\n" + ctx.diagnostics);
+  auto result = std::make_unique<spectra_cpu_kernel>();
+  {
+    llvm::raw_string_ostream os(result->loopsIR);
+    kernel->print(os);
+  }
+  PassManager pm(&ctx.context);
+  sp::buildCpuLoweringPipeline(pm);
+  if (failed(pm.run(*kernel)))
+    return failKernel(error, "lowering the CPU kernel failed:\n" + ctx.diagnostics);
+  {
+    llvm::raw_string_ostream os(result->llvmIR);
+    kernel->print(os);
+  }
+  ExecutionEngineOptions options;
+  options.transformer = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, nullptr);
+  // Debian's LLVM writes jitdump files for every JIT unless told not to.
+  options.enablePerfNotificationListener = false;
+  options.enableGDBNotificationListener = false;
+  auto engine = ExecutionEngine::create(*kernel, options);
+  if (!engine)
+    return failKernel(error, "JIT compilation failed: " + llvm::toString(engine.takeError()));
+  auto symbol = (*engine)->lookup(std::string("_mlir_ciface_") + kForwardName);
+  if (!symbol)
+    return failKernel(error, "JIT lookup failed: " + llvm::toString(symbol.takeError()));
+  result->forward = *symbol;
+  result->engine = std::move(*engine);
+  return result.release();
+}
+
+extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
+                                                           int64_t d, int64_t seed,
+                                                           const char *options, char **error) {
+  char *descriptor = spectra_describe_variant(variant, m, d, seed, options, error);
+  if (!descriptor)
+    return nullptr;
+  spectra_free(descriptor);
+  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
+  fe::VariantOptions opts;
+  opts.m = m;
+  opts.d = d;
+  opts.seed = seed;
+  Context ctx;
+  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  if (!module)
+    return fail(error, llvm::toString(module.takeError())), nullptr;
+  return compileCpu(ctx, **module, nullptr, error);
+}
+
+extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
+                                                      const char *featureMap, char **error) {
+  if (!ir)
+    return fail(error, "spectra_cpu_compile_ir: ir is NULL"), nullptr;
+  Context ctx;
+  ParserConfig config(&ctx.context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
+  if (!module)
+    return fail(error, ctx.diagnostics), nullptr;
+  return compileCpu(ctx, *module, featureMap, error);
+}
+
+extern "C" void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel) {
+  return kernel ? kernel->forward : nullptr;
+}
+
+extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage) {
+  if (!kernel || !stage)
+    return "";
+  return std::string(stage) == "llvm" ? kernel->llvmIR.c_str() : kernel->loopsIR.c_str();
+}
+
+extern "C" void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel) { delete kernel; }

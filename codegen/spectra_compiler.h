@@ -39,6 +39,23 @@ SPECTRA_API char *spectra_describe_ir(const char *ir, const char *source_name, c
 
 SPECTRA_API void spectra_free(void *pointer);
 
+/* A JIT-compiled fused CPU forward kernel for one (batch, head) slice; see
+ * codegen/CpuKernel.h for its arguments. The same inputs as the describe
+ * functions; NULL and *error on failure. */
+typedef struct spectra_cpu_kernel spectra_cpu_kernel;
+SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
+                                                            int64_t d, int64_t seed,
+                                                            const char *options, char **error);
+SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
+                                                       const char *feature_map, char **error);
+/* The kernel's C entry point: void (*)(StridedMemRef *q, *k, *v, *keep, *W,
+ * *rowscale, *params, *S, *z, *out, *shift), memrefs of f32 as MLIR lays them
+ * out ({allocated, aligned, offset, sizes[R], strides[R]}). */
+SPECTRA_API void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel);
+/* The kernel's IR at a stage: "loops" (before lowering) or "llvm" (after). */
+SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
+SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
+
 #ifdef __cplusplus
 }
 #endif

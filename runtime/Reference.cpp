@@ -169,6 +169,41 @@ evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::T
   return out;
 }
 
+void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask) {
+  checkActivation(q, "q", desc.d);
+  checkActivation(k, "k", desc.d);
+  checkActivation(v, "v", -1);
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+              "spectra attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
+              k.scalar_type(), ", ", v.scalar_type());
+  TORCH_CHECK(q.device() == k.device() && q.device() == v.device(),
+              "spectra attention: q, k and v must be on one device, got ", q.device(), ", ",
+              k.device(), ", ", v.device());
+  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                  v.size(1) == q.size(1),
+              "spectra attention: batch and heads must agree: q ", q.sizes(), ", k ", k.sizes(),
+              ", v ", v.sizes());
+  TORCH_CHECK(v.size(2) == k.size(2), "spectra attention: v has ", v.size(2),
+              " positions but k has ", k.size(2));
+  TORCH_CHECK(weights.W.device() == q.device(), "spectra attention: W is on ", weights.W.device(),
+              " but the inputs are on ", q.device());
+  if (keyMask) {
+    TORCH_CHECK(keyMask->scalar_type() == torch::kBool, "spectra attention: the key mask must be bool, got ",
+                keyMask->scalar_type());
+    TORCH_CHECK(keyMask->dim() == 2 && keyMask->size(0) == k.size(0) && keyMask->size(1) == k.size(2),
+                "spectra attention: the key mask must be [batch, key length] = [", k.size(0), ", ",
+                k.size(2), "], got ", keyMask->sizes());
+    TORCH_CHECK(keyMask->any(1).all().item<bool>(),
+                "spectra attention: every sequence needs at least one unmasked key");
+  }
+  TORCH_CHECK(torch::isfinite(q).all().item<bool>() && torch::isfinite(k).all().item<bool>() &&
+                  torch::isfinite(v).all().item<bool>(),
+              "spectra attention: q, k and v must be finite (found inf or nan)");
+
+}
+
 ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move(descriptor)) {}
 
 ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch::Tensor &k,
@@ -284,35 +319,7 @@ torch::Tensor ReferenceFeatureMap::attention(const torch::Tensor &q, const torch
                                              const torch::Tensor &v, const Weights &weights,
                                              const std::optional<torch::Tensor> &keyMask,
                                              const AttentionOptions &options) const {
-  checkActivation(q, "q", desc.d);
-  checkActivation(k, "k", desc.d);
-  checkActivation(v, "v", -1);
-  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
-              "spectra attention: q, k and v must have one dtype, got ", q.scalar_type(), ", ",
-              k.scalar_type(), ", ", v.scalar_type());
-  TORCH_CHECK(q.device() == k.device() && q.device() == v.device(),
-              "spectra attention: q, k and v must be on one device, got ", q.device(), ", ",
-              k.device(), ", ", v.device());
-  TORCH_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(1) == q.size(1) &&
-                  v.size(1) == q.size(1),
-              "spectra attention: batch and heads must agree: q ", q.sizes(), ", k ", k.sizes(),
-              ", v ", v.sizes());
-  TORCH_CHECK(v.size(2) == k.size(2), "spectra attention: v has ", v.size(2),
-              " positions but k has ", k.size(2));
-  TORCH_CHECK(weights.W.device() == q.device(), "spectra attention: W is on ", weights.W.device(),
-              " but the inputs are on ", q.device());
-  if (keyMask) {
-    TORCH_CHECK(keyMask->scalar_type() == torch::kBool, "spectra attention: the key mask must be bool, got ",
-                keyMask->scalar_type());
-    TORCH_CHECK(keyMask->dim() == 2 && keyMask->size(0) == k.size(0) && keyMask->size(1) == k.size(2),
-                "spectra attention: the key mask must be [batch, key length] = [", k.size(0), ", ",
-                k.size(2), "], got ", keyMask->sizes());
-    TORCH_CHECK(keyMask->any(1).all().item<bool>(),
-                "spectra attention: every sequence needs at least one unmasked key");
-  }
-  TORCH_CHECK(torch::isfinite(q).all().item<bool>() && torch::isfinite(k).all().item<bool>() &&
-                  torch::isfinite(v).all().item<bool>(),
-              "spectra attention: q, k and v must be finite (found inf or nan)");
+  checkAttentionInputs(desc, q, k, v, weights, keyMask);
 
   // Half precisions are computed in float32 and cast back.
   auto work = [](const torch::Tensor &t) {

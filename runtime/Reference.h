@@ -56,6 +56,12 @@ std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>>
 evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::Tensor &xx,
                  const torch::Tensor &ww, const std::vector<torch::Tensor> &params);
 
+/// The checks every attention entry point makes (shapes, dtypes, devices,
+/// mask, finiteness), as TORCH_CHECK errors naming what is wrong.
+void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask);
+
 class ReferenceFeatureMap {
 public:
   explicit ReferenceFeatureMap(Descriptor descriptor);

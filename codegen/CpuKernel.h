@@ -1,0 +1,40 @@
+//===- CpuKernel.h - the fused CPU forward kernel --------------------------===//
+//
+// One (batch, head) slice of random-feature attention as loops with the
+// component's features region inlined, so phi is never stored: a pre-pass
+// finds the key stabiliser (one constant per slice, exact), the key pass
+// accumulates S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j), and the
+// readout computes phi(q_n)^T S / phi(q_n)^T z with one constant per query.
+//
+// Signature (all f32, llvm.emit_c_interface):
+//   forward(q [Nq,d], k [Nk,d], v [Nk,dv], keep [Nk] (1 or 0), W [m,d],
+//           rowscale [m], params [P], S [K*m,dv], z [K*m], out [Nq,dv],
+//           shift [1])
+// q and k arrive normalised and transformed (diag scales applied);
+// rowscale is m*a_i for quadrature weights, else 1; S, z, shift are outputs
+// saved for the backward.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_CPUKERNEL_H
+#define SPECTRA_CODEGEN_CPUKERNEL_H
+
+#include "dialect/SpectraDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace mlir::spectra {
+
+/// Adds `func.func @<name>` (the fused forward of `component`) to `module`.
+FailureOr<func::FuncOp> buildCpuForwardKernel(ModuleOp module, ComponentOp component,
+                                              StringRef name);
+
+/// Lowers the kernel module to the LLVM dialect (scf, arith, math, memref,
+/// func to LLVM). Registered in spectra-opt as spectra-cpu-lowering.
+void buildCpuLoweringPipeline(OpPassManager &pm);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_CPUKERNEL_H

@@ -1,0 +1,61 @@
+//===- FusedCpu.h - the JIT-compiled fused CPU forward ---------------------===//
+//
+// Calls the kernel libspectra-compiler JIT-compiles (codegen/CpuKernel.h) on
+// every (batch, head) slice with at::parallel_for. The component parameters
+// come from the params program over the data statistics (evaluated with
+// LibTorch here; a compiled statistics prologue is the next step), the
+// features themselves are computed inside the kernel and never stored.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_FUSEDCPU_H
+#define SPECTRA_RUNTIME_FUSEDCPU_H
+
+#include "runtime/Compiler.h"
+#include "runtime/Reference.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+
+struct spectra_cpu_kernel;
+
+namespace spectra {
+
+/// What the forward saves for a backward: S, z and the key stabiliser per slice.
+struct FusedForward {
+  torch::Tensor out;    ///< [B, H, Nq, dv]
+  torch::Tensor S;      ///< [B, H, outputs*m, dv]
+  torch::Tensor z;      ///< [B, H, outputs*m]
+  torch::Tensor shift;  ///< [B, H] key stabiliser constants
+};
+
+class FusedCpuAttention {
+public:
+  /// JIT-compiles the kernel of a named variant.
+  FusedCpuAttention(const std::string &variant, const VariantConfig &config = {});
+  /// JIT-compiles the kernel of a feature map declared in IR.
+  static FusedCpuAttention fromIR(const std::string &ir, const std::string &sourceName = "<ir>",
+                                  const std::string &featureMap = "");
+
+  const Descriptor &descriptor() const { return reference.descriptor(); }
+
+  /// Fused non-causal attention on CPU tensors (computed in float32).
+  FusedForward forward(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       const Weights &weights,
+                       const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                       std::optional<double> scale = std::nullopt) const;
+
+  /// The kernel's IR at "loops" or "llvm".
+  std::string kernelIR(const std::string &stage) const;
+
+private:
+  FusedCpuAttention(Descriptor desc, spectra_cpu_kernel *kernel);
+
+  ReferenceFeatureMap reference;
+  std::shared_ptr<spectra_cpu_kernel> kernel;
+};
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_FUSEDCPU_H
