@@ -9,19 +9,33 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/CpuKernel.h"
 #include "codegen/ExportFeatureMap.h"
+#include "codegen/Passes.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
 #include "frontend/Variant.h"
 #include "passes/Passes.h"
 
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Index/IR/IndexDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -52,8 +66,8 @@ static cl::list<std::string> componentOptions(
     cl::cat(category));
 static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "
-                                          "the runtime reads); kernels, loops, gpu, llvm, ptx, obj "
-                                          "come with code generation"),
+                                          "the runtime reads), loops (the fused CPU kernel), llvm "
+                                          "(lowered); kernels, gpu, ptx, obj are not implemented yet"),
                                  cl::init("spectra"), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or sm_90a"),
                                    cl::init("cpu"), cl::cat(category));
@@ -99,17 +113,33 @@ int main(int argc, char **argv) {
                                                   "gpu",     "llvm",       "ptx",     "obj"};
   if (!llvm::is_contained(stages, emit.getValue()))
     return fail("unknown --emit stage '" + emit + "'; stages: " + llvm::join(stages, ", "));
-  if (emit != "spectra" && emit != "descriptor")
-    return fail("--emit=" + emit + " is not available in this build: code generation is not "
-                "implemented yet; available stages: spectra, descriptor");
   static const std::vector<std::string> targets = {"cpu", "sm_80", "sm_90a"};
   if (!llvm::is_contained(targets, target.getValue()))
     return fail("unknown --target '" + target + "'; targets: cpu, sm_80, sm_90a");
+  bool cpuStage = emit == "loops" || emit == "llvm";
+  if (!cpuStage && emit != "spectra" && emit != "descriptor")
+    return fail("--emit=" + emit + " is not available in this build: available stages: spectra, "
+                "descriptor, loops, llvm (cpu); kernels, gpu, ptx and obj are not implemented yet");
+  if (cpuStage && target != "cpu")
+    return fail("--target " + target + " is not available in this build: GPU code generation is "
+                "not implemented yet (use --target cpu)");
 
   MLIRContext context;
   DialectRegistry registry;
   mlir::spectra::registerLibraryDialects(registry);
   registry.insert<func::FuncDialect>();
+  if (emit == "llvm") {
+    // convert-to-llvm finds each dialect's lowering through these interfaces.
+    registry.insert<LLVM::LLVMDialect, cf::ControlFlowDialect, index::IndexDialect, ub::UBDialect,
+                    memref::MemRefDialect, scf::SCFDialect>();
+    arith::registerConvertArithToLLVMInterface(registry);
+    cf::registerConvertControlFlowToLLVMInterface(registry);
+    registerConvertFuncToLLVMInterface(registry);
+    index::registerConvertIndexToLLVMInterface(registry);
+    registerConvertMathToLLVMInterface(registry);
+    registerConvertMemRefToLLVMInterface(registry);
+    ub::registerConvertUBToLLVMInterface(registry);
+  }
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
 
@@ -165,6 +195,13 @@ int main(int argc, char **argv) {
   if (!printLibrary) {
     PassManager pm(&context);
     mlir::spectra::buildSpectraInputPipeline(pm);
+    if (cpuStage) {
+      pm.addPass(mlir::spectra::createSpectraBuildCpuKernels());
+      pm.addPass(createCanonicalizerPass());
+      pm.addPass(createCSEPass());
+    }
+    if (emit == "llvm")
+      mlir::spectra::buildCpuLoweringPipeline(pm);
     if (failed(pm.run(*module)))
       return 1;
   }

@@ -1,0 +1,35 @@
+// RUN: spectra-opt %s -spectra-build-cpu-kernels | FileCheck %s
+// RUN: spectra-opt %s -spectra-build-cpu-kernels -spectra-cpu-lowering | FileCheck %s --check-prefix=LLVM
+
+// Tests that the fused forward of a feature map is loops over memrefs with the
+// features region inlined, the exact stabiliser (a key pre-pass taking the
+// max logit over kept keys, then logit - shift), and no buffer for phi.
+// CHECK-LABEL: func.func @posrf_orf_forward(
+// CHECK-SAME: %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?xf32>,
+// CHECK-SAME: attributes {llvm.emit_c_interface}
+// CHECK-NOT: memref.alloc
+// Key pre-pass: max of the logit over features, kept keys only.
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: arith.subf
+// CHECK: arith.maximumf
+// CHECK: arith.cmpf ogt
+// CHECK: arith.select
+// The shift is saved for the backward.
+// CHECK: memref.store %{{.*}}, %arg10
+// Accumulation of S and z under the mask, phi = c * exp(logit - shift) * rowscale.
+// CHECK: scf.if
+// CHECK: math.exp
+// CHECK: memref.store %{{.*}}, %arg8
+// CHECK: memref.store %{{.*}}, %arg7
+// Readout: per-query max, then num / den.
+// CHECK: arith.maximumf
+// CHECK: math.exp
+// CHECK: arith.divf
+// CHECK-NOT: memref.alloc
+// CHECK: return
+
+// LLVM-LABEL: llvm.func @posrf_orf_forward(
+// LLVM: llvm.func @_mlir_ciface_posrf_orf_forward(
+// LLVM-NOT: scf.for
+spectra.feature_map @posrf_orf component @posrf weights @orf m = 16 d = 8 seed = 0
