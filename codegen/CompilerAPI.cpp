@@ -91,6 +91,24 @@ struct Context {
 };
 } // namespace
 
+/// The options of a named variant; "" or a message naming the malformed option.
+static std::string variantOptions(int64_t m, int64_t d, int64_t seed, const char *options,
+                                  fe::VariantOptions &opts) {
+  opts.m = m;
+  opts.d = d;
+  opts.seed = seed;
+  llvm::SmallVector<llvm::StringRef> pairs;
+  llvm::StringRef(options ? options : "").split(pairs, ',', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef pair : pairs) {
+    auto [key, value] = pair.split('=');
+    double number;
+    if (key.trim().empty() || value.trim().getAsDouble(number))
+      return "option '" + pair.str() + "' is not NAME=VALUE with a number";
+    opts.componentOptions[key.trim().str()] = number;
+  }
+  return "";
+}
+
 extern "C" const char *spectra_compiler_version(void) { return SPECTRA_COMPILER_VERSION; }
 
 extern "C" char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
@@ -101,18 +119,8 @@ extern "C" char *spectra_describe_variant(const char *variant, int64_t m, int64_
   if (!parsed)
     return fail(error, llvm::toString(parsed.takeError()));
   fe::VariantOptions opts;
-  opts.m = m;
-  opts.d = d;
-  opts.seed = seed;
-  llvm::SmallVector<llvm::StringRef> pairs;
-  llvm::StringRef(options ? options : "").split(pairs, ',', -1, /*KeepEmpty=*/false);
-  for (llvm::StringRef pair : pairs) {
-    auto [key, value] = pair.split('=');
-    double number;
-    if (key.trim().empty() || value.trim().getAsDouble(number))
-      return fail(error, "option '" + pair.str() + "' is not NAME=VALUE with a number");
-    opts.componentOptions[key.trim().str()] = number;
-  }
+  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
+    return fail(error, bad);
   Context ctx;
   auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
   if (!module)
@@ -220,29 +228,30 @@ extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, 
   char *descriptor = spectra_describe_variant(variant, m, d, seed, options, error);
   if (!descriptor)
     return nullptr;
-  spectra_free(descriptor);
+  spectra_free(descriptor);  // the name and options are valid: describing them succeeded
   llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
+  if (!parsed)
+    return failKernel(error, llvm::toString(parsed.takeError()));
   fe::VariantOptions opts;
-  opts.m = m;
-  opts.d = d;
-  opts.seed = seed;
+  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
+    return failKernel(error, bad);
   Context ctx;
   auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
   if (!module)
-    return fail(error, llvm::toString(module.takeError())), nullptr;
+    return failKernel(error, llvm::toString(module.takeError()));
   return compileCpu(ctx, **module, nullptr, error);
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
                                                       const char *featureMap, char **error) {
   if (!ir)
-    return fail(error, "spectra_cpu_compile_ir: ir is NULL"), nullptr;
+    return failKernel(error, "spectra_cpu_compile_ir: ir is NULL");
   Context ctx;
   ParserConfig config(&ctx.context);
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
   if (!module)
-    return fail(error, ctx.diagnostics), nullptr;
+    return failKernel(error, ctx.diagnostics);
   return compileCpu(ctx, *module, featureMap, error);
 }
 
