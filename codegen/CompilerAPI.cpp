@@ -8,13 +8,6 @@
 #include "dialect/SpectraDialect.h"
 #include "frontend/Variant.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
-#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
-#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
@@ -67,16 +60,7 @@ struct Context {
   Context() {
     DialectRegistry registry;
     mlir::spectra::registerLibraryDialects(registry);
-    registry.insert<func::FuncDialect, scf::SCFDialect, memref::MemRefDialect,
-                    cf::ControlFlowDialect, LLVM::LLVMDialect, index::IndexDialect,
-                    ub::UBDialect>();
-    arith::registerConvertArithToLLVMInterface(registry);
-    cf::registerConvertControlFlowToLLVMInterface(registry);
-    registerConvertFuncToLLVMInterface(registry);
-    index::registerConvertIndexToLLVMInterface(registry);
-    registerConvertMathToLLVMInterface(registry);
-    registerConvertMemRefToLLVMInterface(registry);
-    ub::registerConvertUBToLLVMInterface(registry);
+    mlir::spectra::registerCpuLoweringDialects(registry);
     registerBuiltinDialectTranslation(registry);
     registerLLVMDialectTranslation(registry);
     context.appendDialectRegistry(registry);

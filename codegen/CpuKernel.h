@@ -31,6 +31,10 @@ namespace mlir::spectra {
 FailureOr<func::FuncOp> buildCpuForwardKernel(ModuleOp module, ComponentOp component,
                                               StringRef name);
 
+/// Registers the dialects the CPU kernels use and their convert-to-llvm
+/// interfaces; every tool that runs buildCpuLoweringPipeline needs them.
+void registerCpuLoweringDialects(DialectRegistry &registry);
+
 /// Lowers the kernel module to the LLVM dialect (scf, arith, math, memref,
 /// func to LLVM). Registered in spectra-opt as spectra-cpu-lowering.
 void buildCpuLoweringPipeline(OpPassManager &pm);

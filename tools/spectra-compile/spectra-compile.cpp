@@ -17,18 +17,7 @@
 #include "frontend/Variant.h"
 #include "passes/Passes.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
-#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
-#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
-#include "mlir/Dialect/Index/IR/IndexDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
@@ -128,18 +117,8 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   mlir::spectra::registerLibraryDialects(registry);
   registry.insert<func::FuncDialect>();
-  if (emit == "llvm") {
-    // convert-to-llvm finds each dialect's lowering through these interfaces.
-    registry.insert<LLVM::LLVMDialect, cf::ControlFlowDialect, index::IndexDialect, ub::UBDialect,
-                    memref::MemRefDialect, scf::SCFDialect>();
-    arith::registerConvertArithToLLVMInterface(registry);
-    cf::registerConvertControlFlowToLLVMInterface(registry);
-    registerConvertFuncToLLVMInterface(registry);
-    index::registerConvertIndexToLLVMInterface(registry);
-    registerConvertMathToLLVMInterface(registry);
-    registerConvertMemRefToLLVMInterface(registry);
-    ub::registerConvertUBToLLVMInterface(registry);
-  }
+  if (emit == "llvm")
+    mlir::spectra::registerCpuLoweringDialects(registry);
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
 

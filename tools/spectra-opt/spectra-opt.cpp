@@ -6,17 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/CpuKernel.h"
 #include "codegen/Passes.h"
 #include "dialect/SpectraDialect.h"
 #include "passes/Passes.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
-#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
-#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
-#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
-#include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
@@ -34,17 +28,9 @@ int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   registry.insert<mlir::spectra::SpectraDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::math::MathDialect, mlir::scf::SCFDialect,
-                  mlir::tensor::TensorDialect, mlir::memref::MemRefDialect,
-                  mlir::cf::ControlFlowDialect, mlir::LLVM::LLVMDialect, mlir::index::IndexDialect,
-                  mlir::ub::UBDialect>();
-  // What convert-to-llvm needs to lower each dialect of the CPU kernels.
-  mlir::arith::registerConvertArithToLLVMInterface(registry);
-  mlir::cf::registerConvertControlFlowToLLVMInterface(registry);
-  mlir::registerConvertFuncToLLVMInterface(registry);
-  mlir::index::registerConvertIndexToLLVMInterface(registry);
-  mlir::registerConvertMathToLLVMInterface(registry);
-  mlir::registerConvertMemRefToLLVMInterface(registry);
-  mlir::ub::registerConvertUBToLLVMInterface(registry);
+                  mlir::tensor::TensorDialect>();
+  // The dialects of the CPU kernels and what convert-to-llvm needs to lower them.
+  mlir::spectra::registerCpuLoweringDialects(registry);
   mlir::registerTransformsPasses();
   mlir::spectra::registerSpectraPassesAndPipelines();
   mlir::spectra::registerSpectraCodegenPassesAndPipelines();
