@@ -21,7 +21,9 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Target/TargetMachine.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -191,7 +193,13 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     kernel->print(os);
   }
   ExecutionEngineOptions options;
-  options.transformer = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, nullptr);
+  // The host's target machine gives the optimiser vector widths (loop vectorisation).
+  std::unique_ptr<llvm::TargetMachine> host;
+  if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost())
+    if (auto tm = builder->createTargetMachine())
+      host = std::move(*tm);
+  options.transformer = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
+  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   // Debian's LLVM writes jitdump files for every JIT unless told not to.
   options.enablePerfNotificationListener = false;
   options.enableGDBNotificationListener = false;

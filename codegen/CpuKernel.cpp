@@ -51,8 +51,12 @@ public:
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value c = loop.getInductionVar();
-    Value prod = arith::MulFOp::create(b, loc, load(a, {ia, c}), load(bm, {ib, c}));
-    scf::YieldOp::create(b, loc, ValueRange{arith::AddFOp::create(b, loc, loop.getRegionIterArgs()[0], prod)});
+    // Reassociation lets LLVM vectorise the reduction; contraction fuses the multiply-add.
+    auto fast = arith::FastMathFlagsAttr::get(b.getContext(),
+                                              arith::FastMathFlags::reassoc | arith::FastMathFlags::contract);
+    Value prod = arith::MulFOp::create(b, loc, load(a, {ia, c}), load(bm, {ib, c}), fast);
+    scf::YieldOp::create(b, loc,
+                         ValueRange{arith::AddFOp::create(b, loc, loop.getRegionIterArgs()[0], prod, fast)});
     return loop.getResult(0);
   }
 
