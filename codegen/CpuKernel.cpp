@@ -98,7 +98,9 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   Location loc = component.getLoc();
   Type f32 = b.getF32Type();
   int64_t dyn = ShapedType::kDynamic;
-  auto mat = MemRefType::get({dyn, dyn}, f32), vec = MemRefType::get({dyn}, f32);
+  // Rows are contiguous (unit inner stride): the dot products vectorise.
+  auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
+  auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
   auto one = MemRefType::get({1}, f32);
   // q, k, v, keep, W, rowscale, params, S, z, out, shift
   SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one};
@@ -121,6 +123,15 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   Value negInf = kb.f32(-std::numeric_limits<float>::infinity());
 
   auto squaredNorm = [&](Value x, Value row) { return kb.dot(x, row, x, row, d); };
+  // ||w_i||^2 once per feature (a stack buffer of m floats; phi itself is never stored).
+  Value wwBuf = memref::AllocaOp::create(b, loc, MemRefType::get({dyn}, f32), ValueRange{m});
+  {
+    auto rows = scf::ForOp::create(b, loc, c0, m, c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(rows.getBody());
+    kb.store(squaredNorm(W, rows.getInductionVar()), wwBuf, {rows.getInductionVar()});
+  }
+  auto rowNorm = [&](Value i) { return kb.load(wwBuf, {i}); };
   auto maxOver = [&](Value acc, ArrayRef<Value> values) {
     for (Value v : values)
       acc = arith::MaximumFOp::create(b, loc, acc, v);
@@ -140,7 +151,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
       OpBuilder::InsertionGuard inner(b);
       b.setInsertionPointToStart(feats.getBody());
       Value i = feats.getInductionVar();
-      Value wx = kb.dot(W, i, k, j, d), ww = squaredNorm(W, i);
+      Value wx = kb.dot(W, i, k, j, d), ww = rowNorm(i);
       auto [logits, coeffs] = kb.features(wx, xx, ww, params);
       scf::YieldOp::create(b, loc, ValueRange{maxOver(feats.getRegionIterArgs()[0], logits)});
     }
@@ -177,7 +188,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
     auto feats = scf::ForOp::create(b, loc, c0, m, c1);
     b.setInsertionPointToStart(feats.getBody());
     Value i = feats.getInductionVar();
-    Value wx = kb.dot(W, i, k, j, d), ww = squaredNorm(W, i);
+    Value wx = kb.dot(W, i, k, j, d), ww = rowNorm(i);
     auto [logits, coeffs] = kb.features(wx, xx, ww, params);
     Value scale = kb.load(rowscale, {i});
     for (unsigned o = 0; o < outputs; ++o) {
@@ -206,7 +217,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
       OpBuilder::InsertionGuard inner(b);
       b.setInsertionPointToStart(pass1.getBody());
       Value i = pass1.getInductionVar();
-      Value wx = kb.dot(W, i, q, n, d), ww = squaredNorm(W, i);
+      Value wx = kb.dot(W, i, q, n, d), ww = rowNorm(i);
       auto [logits, coeffs] = kb.features(wx, xx, ww, params);
       scf::YieldOp::create(b, loc, ValueRange{maxOver(pass1.getRegionIterArgs()[0], logits)});
     }
@@ -222,7 +233,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
       OpBuilder::InsertionGuard inner(b);
       b.setInsertionPointToStart(pass2.getBody());
       Value i = pass2.getInductionVar();
-      Value wx = kb.dot(W, i, q, n, d), ww = squaredNorm(W, i);
+      Value wx = kb.dot(W, i, q, n, d), ww = rowNorm(i);
       auto [logits, coeffs] = kb.features(wx, xx, ww, params);
       Value den = pass2.getRegionIterArgs()[0];
       for (unsigned o = 0; o < outputs; ++o) {

@@ -25,6 +25,9 @@ struct MemRef {
 
 template <int R>
 MemRef<R> view(const torch::Tensor &t) {
+  // The kernel's memrefs have unit inner stride and offset 0 (strided<[?, 1]>).
+  TORCH_CHECK(t.stride(R - 1) == 1 || t.size(R - 1) == 1,
+              "spectra fused CPU attention: internal error: a non-contiguous row reached the kernel");
   MemRef<R> m;
   m.allocated = m.aligned = t.data_ptr<float>();
   m.offset = 0;

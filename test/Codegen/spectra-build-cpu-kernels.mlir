@@ -3,10 +3,13 @@
 
 // Tests that the fused forward of a feature map is loops over memrefs with the
 // features region inlined, the exact stabiliser (a key pre-pass taking the
-// max logit over kept keys, then logit - shift), and no buffer for phi.
+// max logit over kept keys, then logit - shift), and no buffer for phi (the
+// only allocation is the stack buffer of the m row norms ||w_i||^2).
 // CHECK-LABEL: func.func @posrf_orf_forward(
-// CHECK-SAME: %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<?xf32>,
+// CHECK-SAME: %{{.*}}: memref<?x?xf32, strided<[?, 1]>>, %{{.*}}: memref<?x?xf32, strided<[?, 1]>>, %{{.*}}: memref<?x?xf32, strided<[?, 1]>>, %{{.*}}: memref<?xf32, strided<[1]>>,
 // CHECK-SAME: attributes {llvm.emit_c_interface}
+// CHECK-NOT: memref.alloc(
+// CHECK: memref.alloca(%{{.*}}) : memref<?xf32>
 // CHECK-NOT: memref.alloc
 // Key pre-pass: max of the logit over features, kept keys only.
 // CHECK: scf.for
