@@ -179,8 +179,18 @@ int main(int argc, char **argv) {
       pm.addPass(createCanonicalizerPass());
       pm.addPass(createCSEPass());
     }
-    if (emit == "llvm")
+    if (emit == "llvm") {
+      // Keep only the kernels, so the stage is a module mlir-translate accepts.
+      if (failed(pm.run(*module)))
+        return 1;
+      for (Operation &op : llvm::make_early_inc_range(module->getBody()->getOperations())) {
+        auto fn = llvm::dyn_cast<func::FuncOp>(op);
+        if (!fn || !fn->hasAttr("llvm.emit_c_interface"))
+          op.erase();
+      }
+      pm.clear();
       mlir::spectra::buildCpuLoweringPipeline(pm);
+    }
     if (failed(pm.run(*module)))
       return 1;
   }
