@@ -137,6 +137,17 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
       acc = arith::MaximumFOp::create(b, loc, acc, v);
     return acc;
   };
+  /// max(init, the largest logit of row `row` of x over all features and outputs).
+  auto maxLogit = [&](Value x, Value row, Value init) {
+    Value xx = squaredNorm(x, row);
+    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{init});
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(feats.getBody());
+    Value i = feats.getInductionVar();
+    auto [logits, coeffs] = kb.features(kb.dot(W, i, x, row, d), xx, rowNorm(i), params);
+    scf::YieldOp::create(b, loc, ValueRange{maxOver(feats.getRegionIterArgs()[0], logits)});
+    return feats.getResult(0);
+  };
 
   // 1. The key stabiliser: the max logit over kept keys, features and outputs.
   Value keyShift;
@@ -145,18 +156,9 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(keys.getBody());
     Value j = keys.getInductionVar();
-    Value xx = squaredNorm(k, j);
-    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{keys.getRegionIterArgs()[0]});
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(feats.getBody());
-      Value i = feats.getInductionVar();
-      Value wx = kb.dot(W, i, k, j, d), ww = rowNorm(i);
-      auto [logits, coeffs] = kb.features(wx, xx, ww, params);
-      scf::YieldOp::create(b, loc, ValueRange{maxOver(feats.getRegionIterArgs()[0], logits)});
-    }
+    Value rowMax = maxLogit(k, j, keys.getRegionIterArgs()[0]);
     Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
-    Value next = arith::SelectOp::create(b, loc, kept, feats.getResult(0), keys.getRegionIterArgs()[0]);
+    Value next = arith::SelectOp::create(b, loc, kept, rowMax, keys.getRegionIterArgs()[0]);
     scf::YieldOp::create(b, loc, ValueRange{next});
     b.setInsertionPointAfter(keys);
     Value finite = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, keys.getResult(0), negInf);
@@ -212,16 +214,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
     b.setInsertionPointToStart(queries.getBody());
     Value n = queries.getInductionVar();
     Value xx = squaredNorm(q, n);
-    auto pass1 = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf});
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(pass1.getBody());
-      Value i = pass1.getInductionVar();
-      Value wx = kb.dot(W, i, q, n, d), ww = rowNorm(i);
-      auto [logits, coeffs] = kb.features(wx, xx, ww, params);
-      scf::YieldOp::create(b, loc, ValueRange{maxOver(pass1.getRegionIterArgs()[0], logits)});
-    }
-    Value queryShift = pass1.getResult(0);
+    Value queryShift = maxLogit(q, n, negInf);
     {
       auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
       OpBuilder::InsertionGuard inner(b);
