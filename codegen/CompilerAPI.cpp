@@ -30,6 +30,7 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <cstring>
@@ -198,7 +199,17 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost())
     if (auto tm = builder->createTargetMachine())
       host = std::move(*tm);
-  options.transformer = makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
+  // The module must name the host target before the optimiser runs: without a triple the
+  // vectoriser's cost model sees no SIMD registers and keeps every loop scalar.
+  std::function<llvm::Error(llvm::Module *)> optimise =
+      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
+  options.transformer = [optimise, tm = host.get()](llvm::Module *module) {
+    if (tm) {
+      module->setTargetTriple(tm->getTargetTriple());
+      module->setDataLayout(tm->createDataLayout());
+    }
+    return optimise(module);
+  };
   options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   // Debian's LLVM writes jitdump files for every JIT unless told not to.
   options.enablePerfNotificationListener = false;
