@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "runtime/Compiler.h"
+#include "runtime/FusedCpu.h"
 #include "runtime/Npy.h"
 #include "runtime/Reference.h"
 #include "runtime/WeightFactory.h"
@@ -46,7 +47,8 @@ Commands:
              --out-queries PQ.npy --out-keys PK.npy
   attention  random-feature attention of [B,H,N,d] inputs (q and k are scaled by d^-1/4)
              --q Q.npy --k K.npy --v V.npy [--mask M.npy (bool [B,N], true = keep)]
-             [--weights W.npy] [--no-stabilize] [--scale S] --out O.npy
+             [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused]
+             --out O.npy   (fused: the JIT-compiled CPU kernel, float32)
   approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
@@ -243,11 +245,38 @@ int attention(const Args &args) {
   options.stabilizer = args.has("no-stabilize") ? Stabilizer::None : Stabilizer::Exact;
   if (args.has("scale"))
     options.scale = args.number("scale", 0);
-  ReferenceFeatureMap fm(desc);
-  torch::Tensor out = fm.attention(q, k, v, weightsFor(args, desc, dtype), maskFrom(args), options);
+  std::string mode = args.get("mode", "reference");
+  torch::Tensor out;
+  if (mode == "fused") {
+    if (options.stabilizer == Stabilizer::None)
+      throw std::invalid_argument("--no-stabilize applies to the reference only: the fused kernel "
+                                  "always uses the exact stabiliser");
+    std::unique_ptr<FusedCpuAttention> fused;
+    if (args.has("ir")) {
+      std::ifstream in(args.get("ir"));
+      std::stringstream text;
+      text << in.rdbuf();
+      fused = std::make_unique<FusedCpuAttention>(
+          FusedCpuAttention::fromIR(text.str(), args.get("ir"), args.get("feature-map")));
+    } else {
+      VariantConfig config;
+      config.m = desc.m;
+      config.d = desc.d;
+      config.seed = desc.seed;
+      config.options = desc.options;
+      fused = std::make_unique<FusedCpuAttention>(args.get("variant"), config);
+    }
+    out = fused->forward(q, k, v, weightsFor(args, desc, torch::kFloat32), maskFrom(args),
+                         options.scale).out;
+  } else if (mode == "reference") {
+    ReferenceFeatureMap fm(desc);
+    out = fm.attention(q, k, v, weightsFor(args, desc, dtype), maskFrom(args), options);
+  } else {
+    throw std::invalid_argument("--mode must be reference or fused, got '" + mode + "'");
+  }
   writeNpy(args.require("out"), out);
-  std::cout << "wrote attention output " << c10::str(out.sizes()) << " of " << desc.name << " to "
-            << args.get("out") << "\n";
+  std::cout << "wrote attention output " << c10::str(out.sizes()) << " of " << desc.name << " ("
+            << mode << ") to " << args.get("out") << "\n";
   return 0;
 }
 
