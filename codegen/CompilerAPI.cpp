@@ -203,13 +203,15 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   // vectoriser's cost model sees no SIMD registers and keeps every loop scalar.
   std::function<llvm::Error(llvm::Module *)> optimise =
       makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
-  options.transformer = [optimise, tm = host.get()](llvm::Module *module) {
+  auto transform = [&optimise, tm = host.get()](llvm::Module *module) {
     if (tm) {
       module->setTargetTriple(tm->getTargetTriple());
       module->setDataLayout(tm->createDataLayout());
     }
     return optimise(module);
   };
+  // A function_ref: `transform` must outlive ExecutionEngine::create below.
+  options.transformer = transform;
   options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   // Debian's LLVM writes jitdump files for every JIT unless told not to.
   options.enablePerfNotificationListener = false;
