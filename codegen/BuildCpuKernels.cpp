@@ -10,6 +10,8 @@
 #define DEBUG_TYPE "spectra-build-cpu-kernels"
 
 namespace mlir::spectra {
+void registerGpuLoweringPipeline();
+
 #define GEN_PASS_DEF_SPECTRABUILDCPUKERNELS
 #include "codegen/Passes.h.inc"
 
@@ -25,7 +27,8 @@ struct BuildCpuKernelsPass : impl::SpectraBuildCpuKernelsBase<BuildCpuKernelsPas
         map.emitOpError() << "component '" << map.getComponent() << "' is not defined";
         return signalPassFailure();
       }
-      if (failed(buildCpuForwardKernel(module, component, (map.getSymName() + "_forward").str())))
+      if (failed(buildCpuForwardKernel(module, component, (map.getSymName() + "_forward").str())) ||
+          failed(buildCpuBackwardKernel(module, component, (map.getSymName() + "_backward").str())))
         return signalPassFailure();
     }
   }
@@ -37,5 +40,6 @@ void registerSpectraCodegenPassesAndPipelines() {
   PassPipelineRegistration<>("spectra-cpu-lowering",
                              "lower the CPU kernels to the LLVM dialect (the --emit=llvm stage)",
                              buildCpuLoweringPipeline);
+  registerGpuLoweringPipeline();
 }
 } // namespace mlir::spectra

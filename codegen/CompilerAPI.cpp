@@ -3,6 +3,7 @@
 #include "codegen/spectra_compiler.h"
 
 #include "codegen/CpuKernel.h"
+#include "codegen/GpuKernel.h"
 #include "codegen/ExportFeatureMap.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
@@ -10,6 +11,7 @@
 
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -27,6 +29,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/SourceMgr.h"
 
 #include <cstdlib>
@@ -63,7 +67,7 @@ struct Context {
   Context() {
     DialectRegistry registry;
     mlir::spectra::registerLibraryDialects(registry);
-    mlir::spectra::registerCpuLoweringDialects(registry);
+    mlir::spectra::registerGpuLoweringDialects(registry);
     registerBuiltinDialectTranslation(registry);
     registerLLVMDialectTranslation(registry);
     context.appendDialectRegistry(registry);
@@ -145,10 +149,13 @@ extern "C" void spectra_free(void *pointer) { std::free(pointer); }
 struct spectra_cpu_kernel {
   std::unique_ptr<ExecutionEngine> engine;
   void *forward = nullptr;
+  void *backward = nullptr;
   std::string loopsIR, llvmIR;
+  std::string backwardError;
 };
 
 static constexpr const char *kForwardName = "spectra_forward";
+static constexpr const char *kBackwardName = "spectra_backward";
 namespace sp = mlir::spectra;
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
@@ -180,6 +187,10 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   OwningOpRef<ModuleOp> kernel = ModuleOp::create(UnknownLoc::get(&ctx.context));
   if (failed(sp::buildCpuForwardKernel(*kernel, component, kForwardName)))
     return failKernel(error, "building the CPU kernel failed:\n" + ctx.diagnostics);
+  // The backward needs derivatives the compiler can derive; without them the
+  // forward still works and the backward reports why it is missing.
+  bool withBackward = succeeded(sp::buildCpuBackwardKernel(*kernel, component, kBackwardName));
+  std::string backwardError = ctx.diagnostics;
   auto result = std::make_unique<spectra_cpu_kernel>();
   {
     llvm::raw_string_ostream os(result->loopsIR);
@@ -223,6 +234,14 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   if (!symbol)
     return failKernel(error, "JIT lookup failed: " + llvm::toString(symbol.takeError()));
   result->forward = *symbol;
+  if (withBackward) {
+    auto back = (*engine)->lookup(std::string("_mlir_ciface_") + kBackwardName);
+    if (!back)
+      return failKernel(error, "JIT lookup failed: " + llvm::toString(back.takeError()));
+    result->backward = *back;
+  } else {
+    result->backwardError = backwardError;
+  }
   result->engine = std::move(*engine);
   return result.release();
 }
@@ -264,6 +283,12 @@ extern "C" void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel) {
   return kernel ? kernel->forward : nullptr;
 }
 
+extern "C" void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const char **why) {
+  if (why)
+    *why = kernel ? kernel->backwardError.c_str() : "no kernel";
+  return kernel ? kernel->backward : nullptr;
+}
+
 extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage) {
   if (!kernel || !stage)
     return "";
@@ -271,3 +296,85 @@ extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const c
 }
 
 extern "C" void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel) { delete kernel; }
+
+//===----------------------------------------------------------------------===//
+// GPU kernels
+//===----------------------------------------------------------------------===//
+
+/// Builds the GPU kernels of the module's feature map and lowers them to PTX;
+/// the artifact JSON with the PTX, or NULL and *error.
+static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, const char *target,
+                        const char *dtype, int64_t dv, char **error) {
+  std::string chip = target ? target : "sm_90a";
+  if (chip != "sm_80" && chip != "sm_90a")
+    return fail(error, "unknown GPU target '" + chip + "'; targets: sm_80, sm_90a");
+  if (failed(sp::linkBuiltinLibrary(source)))
+    return fail(error, "could not link the built-in library:\n" + ctx.diagnostics);
+  sp::FeatureMapOp map;
+  for (auto fm : source.getOps<sp::FeatureMapOp>())
+    if (!featureMap || fm.getSymName() == featureMap)
+      map = map ? map : fm;
+  if (!map)
+    return fail(error, featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
+                                  : std::string("no spectra.feature_map to compile"));
+  sp::GpuKernelOptions options;
+  options.dtype = dtype ? dtype : "f32";
+  options.valueDim = dv;
+  OwningOpRef<ModuleOp> kernels = ModuleOp::create(UnknownLoc::get(&ctx.context));
+  // The kernels are built next to the feature map (they look its component up),
+  // then moved into a module of their own for lowering.
+  if (failed(sp::buildGpuKernels(source, map, options)))
+    return fail(error, "building the GPU kernels failed:\n" + ctx.diagnostics);
+  std::string artifactText = sp::describeGpuKernels(map, options);
+  for (Operation &op : llvm::make_early_inc_range(source.getBody()->getOperations()))
+    if (llvm::isa<gpu::GPUModuleOp>(op))
+      op.moveBefore(kernels->getBody(), kernels->getBody()->end());
+  (*kernels)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(&ctx.context));
+  PassManager pm(&ctx.context);
+  sp::buildGpuLoweringPipeline(pm, chip);
+  if (failed(pm.run(*kernels)))
+    return fail(error, "lowering the GPU kernels to PTX failed:\n" + ctx.diagnostics);
+  std::string ptx = sp::extractPtx(*kernels);
+  if (ptx.empty())
+    return fail(error, "the GPU lowering produced no PTX");
+  llvm::Expected<llvm::json::Value> artifact = llvm::json::parse(artifactText);
+  if (!artifact)
+    return fail(error, "internal error: the artifact is not JSON: " +
+                           llvm::toString(artifact.takeError()));
+  artifact->getAsObject()->insert({"target", chip});
+  artifact->getAsObject()->insert({"compiler", SPECTRA_COMPILER_VERSION});
+  artifact->getAsObject()->insert({"ptx", ptx});
+  return duplicate(llvm::formatv("{0:2}", *artifact).str());
+}
+
+extern "C" char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
+                                             int64_t seed, const char *options, const char *target,
+                                             const char *dtype, int64_t dv, char **error) {
+  if (!variant)
+    return fail(error, "spectra_gpu_compile_variant: variant is NULL");
+  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
+  if (!parsed)
+    return fail(error, llvm::toString(parsed.takeError()));
+  fe::VariantOptions opts;
+  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
+    return fail(error, bad);
+  Context ctx;
+  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  if (!module)
+    return fail(error, llvm::toString(module.takeError()));
+  return compileGpu(ctx, **module, nullptr, target, dtype, dv, error);
+}
+
+extern "C" char *spectra_gpu_compile_ir(const char *ir, const char *sourceName,
+                                        const char *featureMap, const char *target,
+                                        const char *dtype, int64_t dv, char **error) {
+  if (!ir)
+    return fail(error, "spectra_gpu_compile_ir: ir is NULL");
+  Context ctx;
+  ParserConfig config(&ctx.context);
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
+  if (!module)
+    return fail(error, ctx.diagnostics.empty() ? "the IR does not parse" : ctx.diagnostics);
+  return compileGpu(ctx, *module, featureMap, target, dtype, dv, error);
+}

@@ -1,6 +1,8 @@
 //===- CpuKernel.cpp - building and lowering the fused CPU forward --------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/KernelBuilder.h"
+#include "passes/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -22,6 +24,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Transforms/Passes.h"
 
 #include <limits>
@@ -29,64 +32,6 @@
 using namespace mlir;
 using namespace mlir::spectra;
 
-namespace {
-
-/// Emits the loops; `b` always points where the next op goes.
-class KernelBuilder {
-public:
-  KernelBuilder(OpBuilder &b, Location loc, ComponentOp component)
-      : b(b), loc(loc), component(component) {}
-
-  Value f32(double v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v))); }
-  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
-  Value load(Value memref, ValueRange indices) { return memref::LoadOp::create(b, loc, memref, indices); }
-  void store(Value value, Value memref, ValueRange indices) {
-    memref::StoreOp::create(b, loc, value, memref, indices);
-  }
-  Value dim(Value memref, int64_t i) { return memref::DimOp::create(b, loc, memref, i); }
-
-  /// sum_c a[ia, c] * bm[ib, c] over c < n.
-  Value dot(Value a, Value ia, Value bm, Value ib, Value n) {
-    auto loop = scf::ForOp::create(b, loc, idx(0), n, idx(1), ValueRange{f32(0)});
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(loop.getBody());
-    Value c = loop.getInductionVar();
-    // Reassociation lets LLVM vectorise the reduction; contraction fuses the multiply-add.
-    auto fast = arith::FastMathFlagsAttr::get(b.getContext(),
-                                              arith::FastMathFlags::reassoc | arith::FastMathFlags::contract);
-    Value prod = arith::MulFOp::create(b, loc, load(a, {ia, c}), load(bm, {ib, c}), fast);
-    scf::YieldOp::create(b, loc,
-                         ValueRange{arith::AddFOp::create(b, loc, loop.getRegionIterArgs()[0], prod, fast)});
-    return loop.getResult(0);
-  }
-
-  /// Inlines the features region at the insertion point; returns (logits, coeffs).
-  std::pair<SmallVector<Value>, SmallVector<Value>> features(Value wx, Value xx, Value ww,
-                                                             ArrayRef<Value> params) {
-    Block &body = component.getFeatures().front();
-    IRMapping map;
-    map.map(body.getArgument(0), wx);
-    map.map(body.getArgument(1), xx);
-    map.map(body.getArgument(2), ww);
-    for (auto [i, p] : llvm::enumerate(params))
-      map.map(body.getArgument(3 + i), p);
-    for (Operation &op : body.without_terminator())
-      b.clone(op, map);
-    auto yield = llvm::cast<FeatureYieldOp>(body.getTerminator());
-    SmallVector<Value> logits, coeffs;
-    for (Value l : yield.getLogits())
-      logits.push_back(map.lookupOrDefault(l));
-    for (Value c : yield.getCoeffs())
-      coeffs.push_back(map.lookupOrDefault(c));
-    return {logits, coeffs};
-  }
-
-  OpBuilder &b;
-  Location loc;
-  ComponentOp component;
-};
-
-} // namespace
 
 FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, ComponentOp component,
                                                             StringRef name) {
@@ -275,4 +220,192 @@ void mlir::spectra::buildCpuLoweringPipeline(OpPassManager &pm) {
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createConvertToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+//===----------------------------------------------------------------------===//
+// The backward kernel
+//===----------------------------------------------------------------------===//
+
+FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, ComponentOp component,
+                                                             StringRef name) {
+  MLIRContext *ctx = module.getContext();
+  ctx->loadDialect<func::FuncDialect, scf::SCFDialect, memref::MemRefDialect, arith::ArithDialect,
+                   math::MathDialect>();
+  // The derivatives come from the compiler, never from a hand-written rule.
+  FailureOr<FeaturePartialsOp> derived = lookupOrDerivePartials(component);
+  if (failed(derived))
+    return failure();
+  FeaturePartialsOp partials = *derived;
+
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  Location loc = component.getLoc();
+  Type f32 = b.getF32Type();
+  int64_t dyn = ShapedType::kDynamic;
+  auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
+  auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
+  auto one = MemRefType::get({1}, f32);
+  // q, k, v, keep, W, rowscale, params, S, z, out, shift, gout | dq, dk, dv, dW, dparams, dS, dz
+  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat,
+                            mat, mat, mat, mat, vec, mat, vec};
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
+  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  KernelBuilder kb(b, loc, component);
+  auto arg = [&](unsigned i) { return entry->getArgument(i); };
+  Value q = arg(0), k = arg(1), v = arg(2), keep = arg(3), W = arg(4), rowscale = arg(5),
+        paramsBuf = arg(6), S = arg(7), z = arg(8), out = arg(9), shiftBuf = arg(10), gout = arg(11),
+        dq = arg(12), dk = arg(13), dvOut = arg(14), dW = arg(15), dparams = arg(16), dS = arg(17),
+        dz = arg(18);
+  Value c0 = kb.idx(0), c1 = kb.idx(1);
+  Value nq = kb.dim(q, 0), nk = kb.dim(k, 0), d = kb.dim(k, 1), dv = kb.dim(v, 1), m = kb.dim(W, 0);
+  unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
+  unsigned numArgs = 3 + numParams, outputs = component.getNumOutputs();
+  SmallVector<Value> params;
+  for (unsigned i = 0; i < numParams; ++i)
+    params.push_back(kb.load(paramsBuf, {kb.idx(i)}));
+  Value numFeatures = arith::MulIOp::create(b, loc, m, kb.idx(outputs));
+  Value negInf = kb.f32(-std::numeric_limits<float>::infinity());
+  Value two = kb.f32(2);
+
+  auto forRange = [&](Value n, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, c0, n, c1);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  };
+  auto add = [&](Value x, Value y) { return kb.add(x, y); };
+  auto mul = [&](Value x, Value y) { return kb.mul(x, y); };
+  auto sub = [&](Value x, Value y) { return kb.sub(x, y); };
+  auto accumulate = [&](Value mem, ValueRange idx, Value delta) {
+    kb.store(add(kb.load(mem, idx), delta), mem, idx);
+  };
+  auto squaredNorm = [&](Value x, Value row) { return kb.dot(x, row, x, row, d); };
+
+  // Zero the outputs and the scratch.
+  auto zero2 = [&](Value mem, Value rows, Value cols) {
+    forRange(rows, [&](Value r) { forRange(cols, [&](Value c) { kb.store(kb.f32(0), mem, {r, c}); }); });
+  };
+  zero2(dq, nq, d);
+  zero2(dk, nk, d);
+  zero2(dvOut, nk, dv);
+  zero2(dW, m, d);
+  zero2(dS, numFeatures, dv);
+  forRange(numFeatures, [&](Value f) { kb.store(kb.f32(0), dz, {f}); });
+  for (unsigned p = 0; p < numParams; ++p)
+    kb.store(kb.f32(0), dparams, {kb.idx(p)});
+
+  Value wwBuf = memref::AllocaOp::create(b, loc, MemRefType::get({dyn}, f32), ValueRange{m});
+  forRange(m, [&](Value i) { kb.store(squaredNorm(W, i), wwBuf, {i}); });
+
+  /// For feature i of row `row` of x: per output o, the (shifted, scaled) phi,
+  /// e = exp(logit - shift) * scale, and d phi / d arg v = phi dl/dv + e dc/dv.
+  struct FeatureGrad {
+    Value phi;
+    SmallVector<Value> dphi;  // per argument v
+  };
+  auto featureGrads = [&](Value x, Value row, Value xx, Value i, Value shift, Value scale) {
+    Value wx = kb.dot(W, i, x, row, d), ww = kb.load(wwBuf, {i});
+    auto [logits, coeffs] = kb.features(wx, xx, ww, params);
+    SmallVector<Value> pv = kb.partials(partials, wx, xx, ww, params);
+    SmallVector<FeatureGrad> grads;
+    for (unsigned o = 0; o < outputs; ++o) {
+      Value e = math::ExpOp::create(b, loc, sub(logits[o], shift));
+      if (scale)
+        e = mul(e, scale);
+      FeatureGrad g{mul(coeffs[o], e), {}};
+      for (unsigned a = 0; a < numArgs; ++a)
+        g.dphi.push_back(add(mul(g.phi, pv[2 * (o * numArgs + a)]), mul(e, pv[2 * (o * numArgs + a) + 1])));
+      grads.push_back(g);
+    }
+    return grads;
+  };
+
+  /// Chains dL/dphi (`a`) into dx (row `row` of dx), dW and dparams.
+  auto chain = [&](const FeatureGrad &g, Value a, Value x, Value row, Value dx, Value i) {
+    Value dwx = mul(a, g.dphi[0]), dxx2 = mul(mul(a, g.dphi[1]), two), dww2 = mul(mul(a, g.dphi[2]), two);
+    forRange(d, [&](Value c) {
+      Value xc = kb.load(x, {row, c}), wc = kb.load(W, {i, c});
+      accumulate(dx, {row, c}, add(mul(dwx, wc), mul(dxx2, xc)));
+      accumulate(dW, {i, c}, add(mul(dwx, xc), mul(dww2, wc)));
+    });
+    for (unsigned p = 0; p < numParams; ++p)
+      accumulate(dparams, {kb.idx(p)}, mul(a, g.dphi[3 + p]));
+  };
+
+  // Pass A, queries: dL/dphi(q), dS, dz, and the query-side dq, dW, dparams.
+  forRange(nq, [&](Value n) {
+    Value xx = squaredNorm(q, n);
+    // The per-query constant, as in the forward (it cancels; any constant would do).
+    auto pass1 = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(pass1.getBody());
+      Value i = pass1.getInductionVar();
+      auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, kb.load(wwBuf, {i}), params);
+      Value acc = pass1.getRegionIterArgs()[0];
+      for (Value l : logits)
+        acc = arith::MaximumFOp::create(b, loc, acc, l);
+      scf::YieldOp::create(b, loc, ValueRange{acc});
+    }
+    Value shift = pass1.getResult(0);
+    auto denLoop = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{kb.f32(0)});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(denLoop.getBody());
+      Value i = denLoop.getInductionVar();
+      auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, kb.load(wwBuf, {i}), params);
+      Value acc = denLoop.getRegionIterArgs()[0];
+      for (unsigned o = 0; o < outputs; ++o) {
+        Value phi = mul(coeffs[o], math::ExpOp::create(b, loc, sub(logits[o], shift)));
+        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
+        acc = add(acc, mul(phi, kb.load(z, {f})));
+      }
+      scf::YieldOp::create(b, loc, ValueRange{acc});
+    }
+    Value rden = arith::DivFOp::create(b, loc, kb.f32(1), denLoop.getResult(0));
+    Value gdot = kb.dot(gout, n, out, n, dv);
+    forRange(m, [&](Value i) {
+      SmallVector<FeatureGrad> grads = featureGrads(q, n, xx, i, shift, Value());
+      for (unsigned o = 0; o < outputs; ++o) {
+        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
+        Value gS = kb.dot(gout, n, S, f, dv);
+        Value a = mul(sub(gS, mul(gdot, kb.load(z, {f}))), rden);
+        Value scaled = mul(grads[o].phi, rden);
+        forRange(dv, [&](Value c) { accumulate(dS, {f, c}, mul(scaled, kb.load(gout, {n, c}))); });
+        accumulate(dz, {f}, arith::NegFOp::create(b, loc, mul(scaled, gdot)));
+        chain(grads[o], a, q, n, dq, i);
+      }
+    });
+  });
+
+  // Pass B, kept keys: dv and the key-side dk, dW, dparams.
+  Value keyShift = kb.load(shiftBuf, {c0});
+  forRange(nk, [&](Value j) {
+    Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
+    auto ifKept = scf::IfOp::create(b, loc, kept, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifKept.getThenRegion().front());
+    Value xx = squaredNorm(k, j);
+    forRange(m, [&](Value i) {
+      SmallVector<FeatureGrad> grads = featureGrads(k, j, xx, i, keyShift, kb.load(rowscale, {i}));
+      for (unsigned o = 0; o < outputs; ++o) {
+        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
+        Value bval = add(kb.dot(dS, f, v, j, dv), kb.load(dz, {f}));
+        Value phi = grads[o].phi;
+        forRange(dv, [&](Value c) { accumulate(dvOut, {j, c}, mul(phi, kb.load(dS, {f, c}))); });
+        chain(grads[o], bval, k, j, dk, i);
+      }
+    });
+  });
+  func::ReturnOp::create(b, loc);
+  return fn;
+}
+
+FailureOr<FeaturePartialsOp> mlir::spectra::lookupOrDerivePartials(ComponentOp component) {
+  if (auto existing = SymbolTable::lookupNearestSymbolFrom<FeaturePartialsOp>(
+          component, StringAttr::get(component.getContext(), component.getSymName() + "_partials")))
+    return existing;
+  return derivePartials(component);
 }

@@ -31,6 +31,17 @@ namespace mlir::spectra {
 FailureOr<func::FuncOp> buildCpuForwardKernel(ModuleOp module, ComponentOp component,
                                               StringRef name);
 
+/// Adds `func.func @<name>`, the fused backward of `component` for one slice,
+/// built from the compiler-derived partials (spectra-derive-partials):
+///   backward(q, k, v, keep, W, rowscale, params, S, z, out, shift, gout,
+///            dq, dk, dv, dW, dparams, dS, dz)
+/// q, k are the forward's normalised, transformed inputs; S, z, out, shift
+/// what the forward saved; gout = dL/dout. Outputs dq, dk, dv, dW (this
+/// slice's share), dparams; dS, dz are scratch [outputs*m, dv], [outputs*m].
+/// The stabiliser constants cancel in the output, so they get no gradient.
+FailureOr<func::FuncOp> buildCpuBackwardKernel(ModuleOp module, ComponentOp component,
+                                               StringRef name);
+
 /// Registers the dialects the CPU kernels use and their convert-to-llvm
 /// interfaces; every tool that runs buildCpuLoweringPipeline needs them.
 void registerCpuLoweringDialects(DialectRegistry &registry);

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -18,7 +19,8 @@ namespace mlir::spectra {
 #define GEN_PASS_REGISTRATION
 #include "codegen/Passes.h.inc"
 
-/// Registers the codegen passes and the `spectra-cpu-lowering` pipeline (for spectra-opt).
+/// Registers the codegen passes and the `spectra-cpu-lowering` and
+/// `spectra-gpu-lowering` pipelines (for spectra-opt).
 void registerSpectraCodegenPassesAndPipelines();
 
 } // namespace mlir::spectra

@@ -6,14 +6,16 @@
 include "mlir/Pass/PassBase.td"
 
 def SpectraBuildCpuKernels : Pass<"spectra-build-cpu-kernels", "::mlir::ModuleOp"> {
-  let summary = "emit the fused CPU forward kernel of every feature map";
+  let summary = "emit the fused CPU forward and backward kernels of every feature map";
   let description = [{
     For each `spectra.feature_map @f` adds `func.func @f_forward`, one
     (batch, head) slice of the attention as scf loops over memrefs with the
     component's features region inlined: a pre-pass for the key stabiliser
     (one constant per slice), the key pass accumulating S and z, and the
     readout with one constant per query. phi is never stored: the kernel
-    allocates nothing. See codegen/CpuKernel.h for the arguments.
+    allocates nothing but a stack array of the m row norms. Also adds
+    `@f_backward`, built from the compiler-derived partials
+    (spectra-derive-partials). See codegen/CpuKernel.h for the arguments.
 
     ```mlir
     // spectra.feature_map @posrf_orf ... becomes, besides itself,
@@ -21,6 +23,37 @@ def SpectraBuildCpuKernels : Pass<"spectra-build-cpu-kernels", "::mlir::ModuleOp
     ```
   }];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect"];
+}
+
+def SpectraBuildGpuKernels : Pass<"spectra-build-gpu-kernels", "::mlir::ModuleOp"> {
+  let summary = "emit the fused GPU kernels (forward and backward) of every feature map";
+  let description = [{
+    For each `spectra.feature_map @f` adds `gpu.module @f_kernels` with six
+    kernels (codegen/GpuKernel.h): `@f_key_max`, `@f_kv_summary` and
+    `@f_readout` (forward), `@f_query_backward`, `@f_dsummary` and
+    `@f_key_backward` (backward, built from the derived partials). The
+    component's features region is inlined into every kernel: phi lives in
+    registers or in a shared-memory tile, never in global memory. The
+    kernels are specialised on m, d, dv and the q/k/v element type (`dtype`),
+    accumulating in f32. The module becomes a `gpu.container_module`.
+
+    ```mlir
+    // spectra.feature_map @posrf_orf ... becomes, besides itself,
+    // gpu.module @posrf_orf_kernels {
+    //   gpu.func @posrf_orf_key_max(%k: memref<?x?x32xbf16>, ...) kernel ...
+    //   ...
+    // }
+    ```
+  }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
+           "element type of q, k, v and out: f32, bf16 or f16">,
+    Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
+           "value head dimension (0: the feature map's d)">,
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
                            "::mlir::math::MathDialect"];
 }

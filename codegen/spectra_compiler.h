@@ -52,9 +52,28 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const cha
  * *rowscale, *params, *S, *z, *out, *shift), memrefs of f32 as MLIR lays them
  * out ({allocated, aligned, offset, sizes[R], strides[R]}). */
 SPECTRA_API void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel);
+/* The backward entry point: void (*)(q, k, v, keep, W, rowscale, params, S, z,
+ * out, shift, gout, dq, dk, dv, dW, dparams, dS, dz), memrefs as above; NULL
+ * (and *why set) when the component could not be differentiated. */
+SPECTRA_API void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const char **why);
 /* The kernel's IR at a stage: "loops" (before lowering) or "llvm" (after). */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
 SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
+
+/* The fused GPU kernels of a named variant (or of a feature map in IR text)
+ * for `target` "sm_80" or "sm_90a", with q/k/v of `dtype` "f32", "bf16" or
+ * "f16" (f32 accumulation) and value dimension `dv` (0: d). Returns the
+ * KernelArtifact as JSON: per kernel its name, block, grid rule, shared
+ * bytes and argument list (forward: key_max, kv_summary, readout; backward:
+ * query_backward, dsummary, key_backward), the buffers with shapes and
+ * initial values, and the PTX text ("ptx"). Needs no GPU. */
+SPECTRA_API char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
+                                              int64_t seed, const char *options,
+                                              const char *target, const char *dtype, int64_t dv,
+                                              char **error);
+SPECTRA_API char *spectra_gpu_compile_ir(const char *ir, const char *source_name,
+                                         const char *feature_map, const char *target,
+                                         const char *dtype, int64_t dv, char **error);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,11 @@ MemRef<R> view(const torch::Tensor &t) {
 using ForwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep, MemRef<2> *W,
                            MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S, MemRef<1> *z,
                            MemRef<2> *out, MemRef<1> *shift);
+using BackwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep,
+                            MemRef<2> *W, MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S,
+                            MemRef<1> *z, MemRef<2> *out, MemRef<1> *shift, MemRef<2> *gout,
+                            MemRef<2> *dq, MemRef<2> *dk, MemRef<2> *dv, MemRef<2> *dW,
+                            MemRef<1> *dparams, MemRef<2> *dS, MemRef<1> *dz);
 
 spectra_cpu_kernel *check(spectra_cpu_kernel *kernel, char *error) {
   if (!kernel) {
@@ -81,43 +86,12 @@ FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::st
   return FusedCpuAttention(std::move(desc), k);
 }
 
-std::string FusedCpuAttention::kernelIR(const std::string &stage) const {
-  return spectra_cpu_kernel_ir(kernel.get(), stage.c_str());
-}
-
-FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Tensor &k,
-                                        const torch::Tensor &v, const Weights &weights,
-                                        const std::optional<torch::Tensor> &keyMask,
-                                        std::optional<double> scale) const {
-  const Descriptor &desc = descriptor();
-  checkAttentionInputs(desc, q, k, v, weights, keyMask);
-  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
-              q.device());
-  torch::NoGradGuard noGrad;
-  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), Nk = k.size(2), dv = v.size(3);
-  const int64_t m = desc.m, F = desc.numFeatures();
-  double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
-  torch::Tensor qs = q.to(torch::kFloat32) * s, ks = k.to(torch::kFloat32) * s;
-  ComponentParams p = reference.params(qs, ks, keyMask);
-  if (p.queryScale.defined()) {
-    qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
-    ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);
-  }
-  qs = qs.contiguous();
-  ks = ks.contiguous();
-  torch::Tensor vs = v.to(torch::kFloat32).contiguous();
-  torch::Tensor keep = keyMask ? keyMask->to(torch::kFloat32).contiguous()
-                               : torch::ones({B, Nk}, torch::kFloat32);
-  torch::Tensor W = weights.W.to(torch::kFloat32).contiguous();
-  torch::Tensor rowscale = weights.rowWeights
-                               ? (weights.rowWeights->to(torch::kFloat32) * static_cast<float>(m)).contiguous()
-                               : torch::ones({m}, torch::kFloat32);
-  std::vector<torch::Tensor> scalars;
-  for (const torch::Tensor &t : p.scalars)
-    scalars.push_back(t.to(torch::kFloat32));
-  torch::Tensor params = scalars.empty() ? torch::zeros({B, H, 1}, torch::kFloat32)
-                                         : torch::stack(scalars, -1).contiguous();  // [B, H, P]
-
+FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch::Tensor &ks,
+                                           const torch::Tensor &vs, const torch::Tensor &W,
+                                           const torch::Tensor &params, const torch::Tensor &keep,
+                                           const torch::Tensor &rowscale) const {
+  const int64_t B = qs.size(0), H = qs.size(1), Nq = qs.size(2), dv = vs.size(3);
+  const int64_t F = descriptor().numFeatures();
   FusedForward result;
   result.out = torch::empty({B, H, Nq, dv}, torch::kFloat32);
   result.S = torch::empty({B, H, F, dv}, torch::kFloat32);
@@ -134,6 +108,127 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
       fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift);
     }
   });
+  return result;
+}
+
+std::vector<torch::Tensor> FusedCpuAttention::runBackward(
+    const torch::Tensor &qs, const torch::Tensor &ks, const torch::Tensor &vs,
+    const torch::Tensor &W, const torch::Tensor &params, const torch::Tensor &keep,
+    const torch::Tensor &rowscale, const FusedForward &saved, const torch::Tensor &goutIn) const {
+  const char *why = nullptr;
+  auto fn = reinterpret_cast<BackwardFn>(spectra_cpu_kernel_backward(kernel.get(), &why));
+  TORCH_CHECK(fn, "spectra fused CPU attention: no backward kernel for '", descriptor().name,
+              "': ", why ? why : "");
+  const int64_t B = qs.size(0), H = qs.size(1), F = descriptor().numFeatures();
+  torch::Tensor gout = goutIn.to(torch::kFloat32).contiguous();
+  torch::Tensor dq = torch::empty_like(qs), dk = torch::empty_like(ks), dv = torch::empty_like(vs);
+  torch::Tensor dW = torch::empty({B * H, W.size(0), W.size(1)}, torch::kFloat32);
+  torch::Tensor dparams = torch::empty_like(params);
+  torch::Tensor dS = torch::empty({B * H, F, vs.size(3)}, torch::kFloat32);
+  torch::Tensor dz = torch::empty({B * H, F}, torch::kFloat32);
+  at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t bh = begin; bh < end; ++bh) {
+      int64_t b = bh / H, h = bh % H;
+      MemRef<2> mq = view<2>(qs[b][h]), mk = view<2>(ks[b][h]), mv = view<2>(vs[b][h]);
+      MemRef<2> mw = view<2>(W), mS = view<2>(saved.S[b][h]), mo = view<2>(saved.out[b][h]);
+      MemRef<1> mkeep = view<1>(keep[b]), mrow = view<1>(rowscale), mp = view<1>(params[b][h]);
+      MemRef<1> mz = view<1>(saved.z[b][h]), mshift = view<1>(saved.shift[b].slice(0, h, h + 1));
+      MemRef<2> mg = view<2>(gout[b][h]), mdq = view<2>(dq[b][h]), mdk = view<2>(dk[b][h]);
+      MemRef<2> mdv = view<2>(dv[b][h]), mdW = view<2>(dW[bh]), mdS = view<2>(dS[bh]);
+      MemRef<1> mdp = view<1>(dparams[b][h]), mdz = view<1>(dz[bh]);
+      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift, &mg, &mdq, &mdk, &mdv,
+         &mdW, &mdp, &mdS, &mdz);
+    }
+  });
+  return {dq, dk, dv, dW.sum(0), dparams};
+}
+
+namespace {
+/// The fused kernels as an autograd node: forward saves S, z, out and the key
+/// constants (never phi); backward launches the compiler-built backward kernel.
+class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFunction> {
+public:
+  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, torch::Tensor qs,
+                               torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
+                               torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
+                               const FusedCpuAttention *self) {
+    FusedForward saved = self->runForward(qs, ks, vs, W, params, keep, rowscale);
+    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
+                            saved.shift});
+    ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
+    return saved.out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto s = ctx->get_saved_variables();
+    auto *self = reinterpret_cast<const FusedCpuAttention *>(ctx->saved_data["self"].toInt());
+    FusedForward saved{s[9], s[7], s[8], s[10]};
+    std::vector<torch::Tensor> g =
+        self->runBackward(s[0], s[1], s[2], s[3], s[4], s[5], s[6], saved, grads[0]);
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+} // namespace
+
+torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
+                                           const torch::Tensor &v, const Weights &weights,
+                                           const std::optional<torch::Tensor> &keyMask,
+                                           std::optional<double> scale) const {
+  Prepared p = prepare(q, k, v, weights, keyMask, scale);
+  torch::Tensor out = FusedAttentionFunction::apply(p.qs, p.ks, p.vs, p.W, p.params, p.keep,
+                                                    p.rowscale, this);
+  return out.to(q.scalar_type());
+}
+
+std::string FusedCpuAttention::kernelIR(const std::string &stage) const {
+  return spectra_cpu_kernel_ir(kernel.get(), stage.c_str());
+}
+
+FusedCpuAttention::Prepared FusedCpuAttention::prepare(const torch::Tensor &q,
+                                                      const torch::Tensor &k,
+                                                      const torch::Tensor &v, const Weights &weights,
+                                                      const std::optional<torch::Tensor> &keyMask,
+                                                      std::optional<double> scale) const {
+  const Descriptor &desc = descriptor();
+  checkAttentionInputs(desc, q, k, v, weights, keyMask);
+  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
+              q.device());
+  const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
+  double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
+  // With grad mode on, autograd follows these LibTorch ops: normaliser, statistics,
+  // parameters and input transforms.
+  torch::Tensor qs = q.to(torch::kFloat32) * s, ks = k.to(torch::kFloat32) * s;
+  ComponentParams p = reference.params(qs, ks, keyMask);
+  if (p.queryScale.defined()) {
+    qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
+    ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);
+  }
+  std::vector<torch::Tensor> scalars;
+  for (const torch::Tensor &t : p.scalars)
+    scalars.push_back(t.to(torch::kFloat32));
+  Prepared out;
+  out.qs = qs.contiguous();
+  out.ks = ks.contiguous();
+  out.vs = v.to(torch::kFloat32).contiguous();
+  out.W = weights.W.to(torch::kFloat32).contiguous();
+  out.params = scalars.empty() ? torch::zeros({B, H, 1}, torch::kFloat32)
+                               : torch::stack(scalars, -1).contiguous();  // [B, H, P]
+  out.keep = keyMask ? keyMask->to(torch::kFloat32).contiguous()
+                     : torch::ones({B, Nk}, torch::kFloat32);
+  out.rowscale = weights.rowWeights
+                     ? (weights.rowWeights->to(torch::kFloat32) * static_cast<float>(m)).contiguous()
+                     : torch::ones({m}, torch::kFloat32);
+  return out;
+}
+
+FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Tensor &k,
+                                        const torch::Tensor &v, const Weights &weights,
+                                        const std::optional<torch::Tensor> &keyMask,
+                                        std::optional<double> scale) const {
+  torch::NoGradGuard noGrad;
+  Prepared p = prepare(q, k, v, weights, keyMask, scale);
+  FusedForward result = runForward(p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale);
   result.out = result.out.to(q.scalar_type());
   return result;
 }

@@ -46,10 +46,40 @@ public:
                        const std::optional<torch::Tensor> &keyMask = std::nullopt,
                        std::optional<double> scale = std::nullopt) const;
 
+  /// Fused attention with autograd: the forward kernel runs in a
+  /// torch::autograd::Function whose backward is the compiler-built backward
+  /// kernel (dq, dk, dv, dW and the parameters' gradient); LibTorch autograd
+  /// carries these on through the normaliser, the input transforms, the
+  /// statistics and W's learnable factors. Computed in float32.
+  torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                          const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                          std::optional<double> scale = std::nullopt) const;
+
+  /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
+  FusedForward runForward(const torch::Tensor &qp, const torch::Tensor &kp, const torch::Tensor &v,
+                          const torch::Tensor &W, const torch::Tensor &params,
+                          const torch::Tensor &keep, const torch::Tensor &rowscale) const;
+  /// Gradients w.r.t. qp, kp, v, W (summed over slices) and params [B, H, P].
+  std::vector<torch::Tensor> runBackward(const torch::Tensor &qp, const torch::Tensor &kp,
+                                         const torch::Tensor &v, const torch::Tensor &W,
+                                         const torch::Tensor &params, const torch::Tensor &keep,
+                                         const torch::Tensor &rowscale, const FusedForward &saved,
+                                         const torch::Tensor &gout) const;
+
   /// The kernel's IR at "loops" or "llvm".
   std::string kernelIR(const std::string &stage) const;
 
 private:
+  /// The kernels' inputs: normalised, transformed q and k, float32 v and W,
+  /// parameters [B, H, P], the key mask as 1/0 and the row scales.
+  struct Prepared {
+    torch::Tensor qs, ks, vs, W, params, keep, rowscale;
+  };
+  Prepared prepare(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                   const Weights &weights, const std::optional<torch::Tensor> &keyMask,
+                   std::optional<double> scale) const;
+
   FusedCpuAttention(Descriptor desc, spectra_cpu_kernel *kernel);
 
   ReferenceFeatureMap reference;

@@ -87,12 +87,15 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
   )mlir";
   FusedCpuAttention fused = FusedCpuAttention::fromIR(ir, "tempered.mlir");
   expectMatchesReference(fused, makeCase(0.8, 4), 1e-4, "user-declared tempered feature");
-  // Fusion: the kernel never allocates a buffer for phi (its one stack buffer holds the m row norms).
+  // Fusion: neither kernel allocates a buffer for phi; each has one stack buffer (the m row norms).
   std::string loops = fused.kernelIR("loops");
   EXPECT_EQ(loops.find("memref.alloc("), std::string::npos) << loops;
-  size_t alloca = loops.find("memref.alloca(");
-  ASSERT_NE(alloca, std::string::npos);
-  EXPECT_EQ(loops.find("memref.alloca(", alloca + 1), std::string::npos) << "one stack buffer only";
+  size_t allocas = 0;
+  for (size_t at = loops.find("memref.alloca("); at != std::string::npos;
+       at = loops.find("memref.alloca(", at + 1))
+    ++allocas;
+  EXPECT_EQ(allocas, 2u) << "one stack buffer in the forward and one in the backward";
+  EXPECT_NE(loops.find("func.func @spectra_backward("), std::string::npos);
   EXPECT_NE(loops.find("math.tanh"), std::string::npos);
 }
 
@@ -110,6 +113,64 @@ TEST(FusedCpu, BadInputsAreReported) {
     EXPECT_NE(std::string(e.what()).find("q has head dimension 6 but the feature map was built for d = 8"),
               std::string::npos);
   }
+}
+
+} // namespace
+
+namespace {
+
+/// Gradients of the fused kernels (autograd Function over the compiler-built
+/// backward) against autograd of the float64 reference.
+void expectGradientsMatch(FusedCpuAttention &fused, const std::string &what, double tol = 2e-3) {
+  const Descriptor &desc = fused.descriptor();
+  Case c = makeCase(0.7, 5);
+  torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  auto grads = [&](bool useFused) {
+    torch::Tensor q = c.q.clone().set_requires_grad(true), k = c.k.clone().set_requires_grad(true),
+                  v = c.v.clone().set_requires_grad(true);
+    WeightFactory factory(desc);
+    Weights w = factory.draw(desc.seed, useFused ? torch::kFloat32 : torch::kFloat64);
+    torch::Tensor out = useFused ? fused.attention(q, k, v, w, c.mask)
+                                 : ReferenceFeatureMap(desc).attention(q, k, v, w, c.mask);
+    (out.to(torch::kFloat64) * probe).sum().backward();
+    std::vector<torch::Tensor> g = {q.grad(), k.grad(), v.grad()};
+    for (auto &[name, factor] : w.learnable)
+      g.push_back(factor.grad());
+    return g;
+  };
+  std::vector<torch::Tensor> fusedGrads = grads(true), refGrads = grads(false);
+  ASSERT_EQ(fusedGrads.size(), refGrads.size()) << what;
+  const char *names[] = {"dq", "dk", "dv"};
+  for (size_t i = 0; i < refGrads.size(); ++i) {
+    ASSERT_TRUE(fusedGrads[i].defined()) << what << " gradient #" << i << " missing";
+    double scale = maxAbs(refGrads[i]);
+    EXPECT_LT(maxAbs(fusedGrads[i].to(torch::kFloat64) - refGrads[i]), tol * (scale + 1e-6))
+        << what << " " << (i < 3 ? names[i] : "d(learnable factor)") << " #" << i;
+  }
+}
+
+TEST(FusedCpuBackward, MatchesReferenceAutograd) {
+  for (const char *variant : {"posrf-orf", "oprf-orf", "saderf-mm", "trigrf-orf", "posrf-hyp-base",
+                              "hcexp-qmc", "gerf-sorf"}) {
+    VariantConfig config;
+    config.m = 16;
+    config.d = 8;
+    FusedCpuAttention fused(variant, config);
+    expectGradientsMatch(fused, variant);
+  }
+}
+
+TEST(FusedCpuBackward, QuadratureWeightsAndLearnableFactors) {
+  VariantConfig sgq;
+  sgq.m = 17;
+  sgq.d = 8;
+  FusedCpuAttention a("posrf-sgq", sgq);
+  expectGradientsMatch(a, "posrf-sgq");
+  VariantConfig ff;
+  ff.m = 16;
+  ff.d = 8;
+  FusedCpuAttention b("posrf-fastfoodl", ff);
+  expectGradientsMatch(b, "posrf-fastfoodl (dS, dG, dB)");
 }
 
 } // namespace

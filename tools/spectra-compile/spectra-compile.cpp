@@ -4,12 +4,16 @@
 //   spectra-compile my_feature.mlir --emit=spectra
 //   spectra-compile --list | --print-library
 //
-// Stages follow the lowering: spectra (the input IR, library linked) today;
-// kernels, loops, gpu, llvm, ptx and obj arrive with code generation.
+// Stages follow the lowering: spectra (the input IR, library linked),
+// descriptor (the JSON the runtime reads), then per target:
+//   cpu:           loops (the fused kernels as scf loops), llvm (lowered)
+//   sm_80, sm_90a: gpu (the gpu.module of kernels), llvm (NVVM), ptx,
+//                  artifact (launch description + PTX as JSON)
 //
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/GpuKernel.h"
 #include "codegen/ExportFeatureMap.h"
 #include "codegen/Passes.h"
 #include "dialect/BuiltinLibrary.h"
@@ -18,6 +22,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
@@ -27,6 +32,8 @@
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -48,18 +55,23 @@ static cl::opt<int64_t> headDim("d", cl::desc("head dimension, default 32"), cl:
                                 cl::cat(category));
 static cl::opt<int64_t> seed("seed", cl::desc("seed of the weight draw, default 0"), cl::init(0),
                              cl::cat(category));
-static cl::opt<std::string> dtype("dtype", cl::desc("q/k/v element type: f32 (default), f64, f16, bf16"),
+static cl::opt<std::string> dtype("dtype", cl::desc("q/k/v element type: f32 (default), f64, f16, bf16 "
+                                                    "(GPU kernels: f32, bf16, f16)"),
                                   cl::init("f32"), cl::cat(category));
 static cl::list<std::string> componentOptions(
     "option", cl::desc("component option NAME=VALUE (repeatable), e.g. --option a=-0.2 for gerf"),
     cl::cat(category));
 static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "
-                                          "the runtime reads), loops (the fused CPU kernel), llvm "
-                                          "(lowered); kernels, gpu, ptx, obj are not implemented yet"),
+                                          "the runtime reads); --target cpu: loops (the fused "
+                                          "kernels), llvm (lowered); --target sm_80|sm_90a: gpu "
+                                          "(the kernels' gpu.module), llvm (NVVM), ptx, artifact "
+                                          "(launch description and PTX as JSON)"),
                                  cl::init("spectra"), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or sm_90a"),
                                    cl::init("cpu"), cl::cat(category));
+static cl::opt<int64_t> valueDim("dv", cl::desc("value head dimension of the GPU kernels (default: d)"),
+                                 cl::init(0), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("output file (default: stdout)"),
                                        cl::value_desc("file"), cl::init("-"), cl::cat(category));
 static cl::opt<bool> list("list", cl::desc("list the variants and exit"), cl::init(false),
@@ -83,6 +95,8 @@ static void printVariants(llvm::raw_ostream &os) {
      << " in all).\n";
 }
 
+static std::string artifactJson;
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
@@ -98,27 +112,32 @@ int main(int argc, char **argv) {
     printVariants(llvm::outs());
     return 0;
   }
-  static const std::vector<std::string> stages = {"spectra", "descriptor", "kernels", "loops",
-                                                  "gpu",     "llvm",       "ptx",     "obj"};
+  static const std::vector<std::string> stages = {"spectra", "descriptor", "loops", "gpu",
+                                                  "llvm",    "ptx",        "artifact"};
   if (!llvm::is_contained(stages, emit.getValue()))
     return fail("unknown --emit stage '" + emit + "'; stages: " + llvm::join(stages, ", "));
   static const std::vector<std::string> targets = {"cpu", "sm_80", "sm_90a"};
   if (!llvm::is_contained(targets, target.getValue()))
     return fail("unknown --target '" + target + "'; targets: cpu, sm_80, sm_90a");
-  bool cpuStage = emit == "loops" || emit == "llvm";
-  if (!cpuStage && emit != "spectra" && emit != "descriptor")
-    return fail("--emit=" + emit + " is not available in this build: available stages: spectra, "
-                "descriptor, loops, llvm (cpu); kernels, gpu, ptx and obj are not implemented yet");
-  if (cpuStage && target != "cpu")
-    return fail("--target " + target + " is not available in this build: GPU code generation is "
-                "not implemented yet (use --target cpu)");
+  bool gpuTarget = target != "cpu";
+  bool cpuStage = !gpuTarget && (emit == "loops" || emit == "llvm");
+  bool gpuStage = gpuTarget && (emit == "gpu" || emit == "llvm" || emit == "ptx" || emit == "artifact");
+  if (!gpuTarget && (emit == "gpu" || emit == "ptx" || emit == "artifact"))
+    return fail("--emit=" + emit + " is a GPU stage: add --target sm_80 or --target sm_90a");
+  if (gpuTarget && emit == "loops")
+    return fail("--emit=loops is the CPU stage: use --target cpu (GPU stages: gpu, llvm, ptx, "
+                "artifact)");
+  if (gpuTarget && emit != "spectra" && emit != "descriptor" && !gpuStage)
+    return fail("--emit=" + emit + " is not a stage of --target " + target);
 
   MLIRContext context;
   DialectRegistry registry;
   mlir::spectra::registerLibraryDialects(registry);
   registry.insert<func::FuncDialect>();
-  if (emit == "llvm")
+  if (cpuStage)
     mlir::spectra::registerCpuLoweringDialects(registry);
+  if (gpuStage)
+    mlir::spectra::registerGpuLoweringDialects(registry);
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
 
@@ -179,7 +198,7 @@ int main(int argc, char **argv) {
       pm.addPass(createCanonicalizerPass());
       pm.addPass(createCSEPass());
     }
-    if (emit == "llvm") {
+    if (cpuStage && emit == "llvm") {
       // Keep only the kernels, so the stage is a module mlir-translate accepts.
       if (failed(pm.run(*module)))
         return 1;
@@ -191,6 +210,28 @@ int main(int argc, char **argv) {
       pm.clear();
       mlir::spectra::buildCpuLoweringPipeline(pm);
     }
+    if (gpuStage) {
+      mlir::spectra::SpectraBuildGpuKernelsOptions gpuOptions;
+      gpuOptions.dtype = dtype;
+      gpuOptions.valueDim = valueDim;
+      pm.addPass(mlir::spectra::createSpectraBuildGpuKernels(gpuOptions));
+      if (failed(pm.run(*module)))
+        return 1;
+      if (emit == "artifact") {
+        mlir::spectra::GpuKernelOptions options;
+        options.dtype = dtype;
+        options.valueDim = valueDim;
+        for (auto map : module->getOps<mlir::spectra::FeatureMapOp>())
+          artifactJson = mlir::spectra::describeGpuKernels(map, options);
+      }
+      // Keep only the kernels: the later stages are the gpu.module's.
+      for (Operation &op : llvm::make_early_inc_range(module->getBody()->getOperations()))
+        if (!llvm::isa<gpu::GPUModuleOp>(op))
+          op.erase();
+      pm.clear();
+      if (emit != "gpu")
+        mlir::spectra::buildGpuLoweringPipeline(pm, target, /*toBinary=*/emit != "llvm");
+    }
     if (failed(pm.run(*module)))
       return 1;
   }
@@ -199,6 +240,24 @@ int main(int argc, char **argv) {
   auto output = openOutputFile(outputFile, &error);
   if (!output)
     return fail(error);
+  if (emit == "ptx" || emit == "artifact") {
+    std::string ptx = mlir::spectra::extractPtx(*module);
+    if (ptx.empty())
+      return fail("the GPU lowering produced no PTX");
+    if (emit == "ptx") {
+      output->os() << ptx;
+    } else {
+      // The launch description with the PTX text appended as one more field.
+      llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(artifactJson);
+      if (!parsed)
+        return fail("internal error: the artifact is not JSON: " + llvm::toString(parsed.takeError()));
+      parsed->getAsObject()->insert({"target", target.getValue()});
+      parsed->getAsObject()->insert({"ptx", ptx});
+      output->os() << llvm::formatv("{0:2}", *parsed) << "\n";
+    }
+    output->keep();
+    return 0;
+  }
   if (emit == "descriptor") {
     llvm::Expected<std::string> descriptor = mlir::spectra::exportFeatureMap(*module);
     if (!descriptor)

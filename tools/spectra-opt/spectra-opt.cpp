@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/GpuKernel.h"
 #include "codegen/Passes.h"
 #include "dialect/SpectraDialect.h"
 #include "passes/Passes.h"
@@ -31,6 +32,8 @@ int main(int argc, char **argv) {
                   mlir::tensor::TensorDialect>();
   // The dialects of the CPU kernels and what convert-to-llvm needs to lower them.
   mlir::spectra::registerCpuLoweringDialects(registry);
+  // ... and of the GPU kernels, with the NVVM target and translations.
+  mlir::spectra::registerGpuLoweringDialects(registry);
   mlir::registerTransformsPasses();
   mlir::spectra::registerSpectraPassesAndPipelines();
   mlir::spectra::registerSpectraCodegenPassesAndPipelines();

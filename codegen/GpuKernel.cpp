@@ -1,0 +1,794 @@
+//===- GpuKernel.cpp - building and lowering the fused GPU kernels --------===//
+
+#include "codegen/GpuKernel.h"
+#include "codegen/CpuKernel.h"
+#include "codegen/KernelBuilder.h"
+
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cstdlib>
+#include <functional>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+namespace {
+
+using T = GpuTiling;
+
+/// The static shape of one feature map's kernels.
+struct Shape {
+  int64_t M, D, DV, K, P, MC;
+  Type elem;
+  int64_t chunks() const { return (M + MC - 1) / MC; }
+};
+
+FailureOr<Shape> shapeOf(FeatureMapOp map, ComponentOp component, const GpuKernelOptions &options) {
+  MLIRContext *ctx = map.getContext();
+  Shape s;
+  s.M = map.getM();
+  s.D = map.getD();
+  s.DV = options.valueDim > 0 ? options.valueDim : s.D;
+  s.K = component.getNumOutputs();
+  s.P = std::max<int64_t>(1, component.getFeatures().front().getNumArguments() - 3);
+  if (options.dtype == "f32")
+    s.elem = Float32Type::get(ctx);
+  else if (options.dtype == "bf16")
+    s.elem = BFloat16Type::get(ctx);
+  else if (options.dtype == "f16")
+    s.elem = Float16Type::get(ctx);
+  else
+    return map.emitOpError() << "GPU kernels: unsupported dtype '" << options.dtype
+                             << "' (supported: f32, bf16, f16)";
+  if (s.K > T::chunkFeatures)
+    return map.emitOpError() << "GPU kernels: a component with " << s.K
+                             << " outputs does not fit the " << T::chunkFeatures
+                             << "-feature phi tile";
+  if (s.D > 256 || s.DV > 256)
+    return map.emitOpError() << "GPU kernels: head dimensions above 256 are not supported (d = "
+                             << s.D << ", dv = " << s.DV << ")";
+  s.MC = std::min<int64_t>(s.M, T::chunkFeatures / s.K);
+  return s;
+}
+
+/// Emits one kernel's body; `b` always points where the next op goes.
+class GpuBuilder : public KernelBuilder {
+public:
+  GpuBuilder(OpBuilder &b, Location loc, ComponentOp component, const Shape &s)
+      : KernelBuilder(b, loc, component), s(s) {}
+
+  Value ext(Value x) {
+    return x.getType().isF32() ? x : arith::ExtFOp::create(b, loc, b.getF32Type(), x).getResult();
+  }
+  Value trunc(Value x, Type to) {
+    return to.isF32() ? x : arith::TruncFOp::create(b, loc, to, x).getResult();
+  }
+  Value i32(int64_t v) { return arith::ConstantIntOp::create(b, loc, b.getI32Type(), v); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) { return arith::CmpIOp::create(b, loc, p, x, y); }
+  Value select(Value c, Value x, Value y) { return arith::SelectOp::create(b, loc, c, x, y); }
+  Value addi(Value x, Value y) { return arith::AddIOp::create(b, loc, x, y); }
+  Value muli(Value x, Value y) { return arith::MulIOp::create(b, loc, x, y); }
+  Value divui(Value x, Value y) { return arith::DivUIOp::create(b, loc, x, y); }
+  Value remui(Value x, Value y) { return arith::RemUIOp::create(b, loc, x, y); }
+  Value minui(Value x, Value y) { return arith::MinUIOp::create(b, loc, x, y); }
+  Value fmax(Value x, Value y) { return arith::MaximumFOp::create(b, loc, x, y); }
+  Value exp(Value x) { return math::ExpOp::create(b, loc, x); }
+  Value negInf() { return f32(-std::numeric_limits<float>::infinity()); }
+  Value tid() { return gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x); }
+  Value bid(gpu::Dimension d) { return gpu::BlockIdOp::create(b, loc, d); }
+  void barrier() { gpu::BarrierOp::create(b, loc); }
+  void atomicAdd(Value v, Value mem, ValueRange idx) {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::addf, v, mem, idx);
+  }
+
+  /// Runs `body` only when `cond` holds.
+  void ifThen(Value cond, function_ref<void()> body) {
+    auto op = scf::IfOp::create(b, loc, cond, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&op.getThenRegion().front());
+    body();
+  }
+
+  /// A loop carrying `init`; `body(iv, carried)` returns the next values.
+  SmallVector<Value> loop(Value lb, Value ub, ValueRange init,
+                          function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto op = scf::ForOp::create(b, loc, lb, ub, idx(1), init);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(op.getBody());
+    SmallVector<Value> next = body(op.getInductionVar(), op.getRegionIterArgs());
+    scf::YieldOp::create(b, loc, next);
+    return SmallVector<Value>(op.getResults());
+  }
+
+  /// The `width` elements of row `row` of x[bh] as f32 registers.
+  SmallVector<Value> loadRow(Value x, Value bh, Value row, int64_t width) {
+    SmallVector<Value> r;
+    for (int64_t c = 0; c < width; ++c)
+      r.push_back(ext(load(x, {bh, row, idx(c)})));
+    return r;
+  }
+  Value dotRegs(ArrayRef<Value> x, ArrayRef<Value> y) {
+    Value acc = f32(0);
+    for (auto [a, c] : llvm::zip(x, y))
+      acc = add(acc, mul(a, c));
+    return acc;
+  }
+
+  /// Sum (or max) over the 32 lanes of a warp; every lane gets the result.
+  Value warpReduce(Value v, bool isMax) {
+    for (int64_t offset = 16; offset >= 1; offset /= 2) {
+      auto shuffled = gpu::ShuffleOp::create(b, loc, v, static_cast<int32_t>(offset), 32,
+                                             gpu::ShuffleMode::XOR);
+      v = isMax ? fmax(v, shuffled.getShuffleResult()) : add(v, shuffled.getShuffleResult());
+    }
+    return v;
+  }
+
+  /// Feature index f = o*M + i of output o, row i of W.
+  Value featureIndex(unsigned o, Value i) { return addi(idx(o * s.M), i); }
+
+  /// The parameters of slice bh.
+  SmallVector<Value> loadParams(Value params, Value bh) {
+    SmallVector<Value> p;
+    for (unsigned i = 0; i < numParams(); ++i)
+      p.push_back(load(params, {bh, idx(i)}));
+    return p;
+  }
+
+  const Shape &s;
+};
+
+/// The typed arguments of the kernels.
+struct Types {
+  MemRefType rows, values, keep, W, rowscale, params, shift, S, z, qstat, dW, gradRows, gradValues;
+  Types(MLIRContext *ctx, const Shape &s) {
+    int64_t dyn = ShapedType::kDynamic;
+    Type f32 = Float32Type::get(ctx);
+    rows = MemRefType::get({dyn, dyn, s.D}, s.elem);
+    values = MemRefType::get({dyn, dyn, s.DV}, s.elem);
+    keep = MemRefType::get({dyn, dyn}, f32);
+    W = MemRefType::get({s.M, s.D}, f32);
+    rowscale = MemRefType::get({s.M}, f32);
+    params = MemRefType::get({dyn, s.P}, f32);
+    shift = MemRefType::get({dyn}, f32);
+    S = MemRefType::get({dyn, s.K * s.M, s.DV}, f32);
+    z = MemRefType::get({dyn, s.K * s.M}, f32);
+    qstat = MemRefType::get({dyn, dyn, 3}, f32);
+    dW = MemRefType::get({dyn, s.M, s.D}, f32);
+    gradRows = MemRefType::get({dyn, dyn, s.D}, f32);
+    gradValues = MemRefType::get({dyn, dyn, s.DV}, f32);
+  }
+};
+
+/// A kernel function with `args` plus the trailing heads count H.
+gpu::GPUFuncOp makeKernel(OpBuilder &b, Location loc, StringRef name, SmallVector<Type> args,
+                          int64_t threads, TypeRange workgroup = {}) {
+  args.push_back(b.getIndexType());
+  auto fn = gpu::GPUFuncOp::create(b, loc, name, b.getFunctionType(args, {}), workgroup);
+  fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+  fn.setKnownBlockSizeAttr(b.getDenseI32ArrayAttr({static_cast<int32_t>(threads), 1, 1}));
+  return fn;
+}
+
+/// Per-row-thread kernels: the row this thread owns, clamped for loads.
+struct RowThread {
+  Value bh, row, valid, clamped;
+};
+RowThread rowThread(GpuBuilder &g, Value rowsMemref) {
+  RowThread r;
+  r.bh = g.bid(gpu::Dimension::y);
+  Value n = g.dim(rowsMemref, 1);
+  r.row = g.addi(g.muli(g.bid(gpu::Dimension::x), g.idx(T::rowThreads)), g.tid());
+  r.valid = g.cmp(arith::CmpIPredicate::ult, r.row, n);
+  r.clamped = g.select(r.valid, r.row, g.idx(0));
+  return r;
+}
+
+/// One feature of a row held in registers: W's row i, w.x, ||w||^2, and the
+/// inlined features region.
+struct FeatureAt {
+  SmallVector<Value> w;
+  Value wx, ww;
+  SmallVector<Value> logits, coeffs;
+};
+FeatureAt featureAt(GpuBuilder &g, Value W, Value i, ArrayRef<Value> x, Value xx,
+                    ArrayRef<Value> params) {
+  FeatureAt f;
+  for (int64_t c = 0; c < g.s.D; ++c)
+    f.w.push_back(g.load(W, {i, g.idx(c)}));
+  f.wx = g.dotRegs(f.w, x);
+  f.ww = g.dotRegs(f.w, f.w);
+  std::tie(f.logits, f.coeffs) = g.features(f.wx, xx, f.ww, params);
+  return f;
+}
+
+/// The largest logit of a register row over all features and outputs.
+Value maxLogit(GpuBuilder &g, Value W, ArrayRef<Value> x, Value xx, ArrayRef<Value> params) {
+  return g.loop(g.idx(0), g.idx(g.s.M), {g.negInf()}, [&](Value i, ValueRange acc) {
+    FeatureAt f = featureAt(g, W, i, x, xx, params);
+    Value m = acc[0];
+    for (Value l : f.logits)
+      m = g.fmax(m, l);
+    return SmallVector<Value>{m};
+  })[0];
+}
+
+/// The slice's key constant as the kv kernels use it: 0 when no key is kept.
+Value keyShift(GpuBuilder &g, Value shiftBuf, Value bh) {
+  Value sh = g.load(shiftBuf, {bh});
+  Value finite = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT, sh, g.negInf());
+  return g.select(finite, sh, g.f32(0));
+}
+
+/// Chains dL/dphi = a of each output into (d wx, 2 d xx, 2 d ww, d params),
+/// summed over outputs: phi' = phi dlogit + e dcoeff, e = exp(logit - shift) * scale.
+struct Chained {
+  Value dwx, dxx2, dww2;
+  SmallVector<Value> dparams;
+};
+Chained chain(GpuBuilder &g, FeaturePartialsOp partials, const FeatureAt &f, Value xx,
+              ArrayRef<Value> params, ArrayRef<Value> e, ArrayRef<Value> a) {
+  SmallVector<Value> pv = g.partials(partials, f.wx, xx, f.ww, params);
+  unsigned args = 3 + g.numParams();
+  Chained c{g.f32(0), g.f32(0), g.f32(0), {}};
+  for (unsigned p = 0; p < g.numParams(); ++p)
+    c.dparams.push_back(g.f32(0));
+  for (unsigned o = 0; o < g.numOutputs(); ++o) {
+    Value phi = g.mul(f.coeffs[o], e[o]);
+    auto dphi = [&](unsigned v) {
+      return g.add(g.mul(phi, pv[2 * (o * args + v)]), g.mul(e[o], pv[2 * (o * args + v) + 1]));
+    };
+    c.dwx = g.add(c.dwx, g.mul(a[o], dphi(0)));
+    c.dxx2 = g.add(c.dxx2, g.mul(g.mul(a[o], dphi(1)), g.f32(2)));
+    c.dww2 = g.add(c.dww2, g.mul(g.mul(a[o], dphi(2)), g.f32(2)));
+    for (unsigned p = 0; p < g.numParams(); ++p)
+      c.dparams[p] = g.add(c.dparams[p], g.mul(a[o], dphi(3 + p)));
+  }
+  return c;
+}
+
+/// The warp's share of dW[bh, i, :] and dparams[bh, :]: warp sums, then one
+/// atomic add per value from lane 0.
+void accumulateWeightGrads(GpuBuilder &g, const Chained &c, const FeatureAt &f,
+                           ArrayRef<Value> x, Value dW, Value dparams, Value bh, Value i) {
+  SmallVector<Value> sums;
+  for (int64_t col = 0; col < g.s.D; ++col)
+    sums.push_back(g.warpReduce(g.add(g.mul(c.dwx, x[col]), g.mul(c.dww2, f.w[col])), false));
+  SmallVector<Value> psums;
+  for (Value p : c.dparams)
+    psums.push_back(g.warpReduce(p, false));
+  Value lane0 = g.cmp(arith::CmpIPredicate::eq, g.remui(g.tid(), g.idx(32)), g.idx(0));
+  g.ifThen(lane0, [&] {
+    for (int64_t col = 0; col < g.s.D; ++col)
+      g.atomicAdd(sums[col], dW, {bh, i, g.idx(col)});
+    for (auto [p, v] : llvm::enumerate(psums))
+      g.atomicAdd(v, dparams, {bh, g.idx(p)});
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+void buildKeyMax(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
+                 const Types &t, StringRef name) {
+  auto fn = makeKernel(b, loc, name, {t.rows, t.keep, t.W, t.params, t.shift}, T::rowThreads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.getBody().front());
+  GpuBuilder g(b, loc, component, s);
+  auto arg = [&](unsigned i) { return fn.getArgument(i); };
+  Value k = arg(0), keep = arg(1), W = arg(2), params = arg(3), shift = arg(4), H = arg(5);
+  RowThread r = rowThread(g, k);
+  Value kept = arith::AndIOp::create(
+      b, loc, r.valid,
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT,
+                            g.load(keep, {g.divui(r.bh, H), r.clamped}), g.f32(0)));
+  SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
+  SmallVector<Value> p = g.loadParams(params, r.bh);
+  Value m = g.select(kept, maxLogit(g, W, x, g.dotRegs(x, x), p), g.negInf());
+  m = g.warpReduce(m, /*isMax=*/true);
+  Value lane0 = g.cmp(arith::CmpIPredicate::eq, g.remui(g.tid(), g.idx(32)), g.idx(0));
+  g.ifThen(lane0, [&] {
+    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maximumf, m, shift, ValueRange{r.bh});
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+/// What distinguishes the two summary kernels (S, z over keys; dS, dz over queries).
+struct SummaryRole {
+  /// Per staged row j (clamped, valid): the phi scale, the logit shift and the z weight.
+  std::function<std::tuple<Value, Value, Value>(GpuBuilder &, gpu::GPUFuncOp, Value bh, Value j)>
+      row;
+  /// The per-feature scale (quadrature row weights for keys).
+  std::function<Value(GpuBuilder &, gpu::GPUFuncOp, Value i)> feature;
+};
+
+/// sum over a 256-row chunk of phi(x_j) * value_j^T into Sacc[bh] (and
+/// phi(x_j) * zweight_j into zacc[bh]): tiles of 32 rows in shared memory,
+/// phi tile in shared memory, per-thread accumulators, one atomic per entry.
+void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
+                  const Types &t, StringRef name, SmallVector<Type> args, unsigned xArg,
+                  unsigned vArg, unsigned WArg, unsigned paramsArg, unsigned SArg, unsigned zArg,
+                  const SummaryRole &role) {
+  MLIRContext *ctx = b.getContext();
+  auto shared = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+  Type f32 = b.getF32Type();
+  const int64_t TK = T::tileRows, NT = T::sumThreads, FC = s.K * s.MC;
+  auto xsT = MemRefType::get({TK, s.D + 1}, f32, MemRefLayoutAttrInterface(), shared);
+  auto vsT = MemRefType::get({TK, s.DV}, f32, MemRefLayoutAttrInterface(), shared);
+  auto rowT = MemRefType::get({TK}, f32, MemRefLayoutAttrInterface(), shared);
+  auto phiT = MemRefType::get({FC, TK + 1}, f32, MemRefLayoutAttrInterface(), shared);
+  auto fn = makeKernel(b, loc, name, args, NT, {xsT, vsT, rowT, rowT, rowT, phiT});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.getBody().front());
+  GpuBuilder g(b, loc, component, s);
+  Value x = fn.getArgument(xArg), v = fn.getArgument(vArg), W = fn.getArgument(WArg),
+        params = fn.getArgument(paramsArg), Sacc = fn.getArgument(SArg),
+        zacc = fn.getArgument(zArg);
+  ArrayRef<BlockArgument> wg = fn.getWorkgroupAttributions();
+  Value xs = wg[0], vs = wg[1], rscale = wg[2], rshift = wg[3], zw = wg[4], phis = wg[5];
+  Value bh = g.bid(gpu::Dimension::y), chunk = g.bid(gpu::Dimension::z), tid = g.tid();
+  Value n = g.dim(x, 1), last = arith::SubIOp::create(b, loc, n, g.idx(1));
+  Value start = g.muli(g.bid(gpu::Dimension::x), g.idx(T::chunkRows));
+  SmallVector<Value> p = g.loadParams(params, bh);
+  const int64_t R = (FC * s.DV + NT - 1) / NT;
+
+  /// `body(e)` for e = tid + r*NT over [0, limit), guarded where it overhangs.
+  auto strided = [&](int64_t limit, function_ref<void(Value)> body) {
+    for (int64_t r = 0; r * NT < limit; ++r) {
+      Value e = g.addi(tid, g.idx(r * NT));
+      if ((r + 1) * NT <= limit)
+        body(e);
+      else
+        g.ifThen(g.cmp(arith::CmpIPredicate::ult, e, g.idx(limit)), [&] { body(e); });
+    }
+  };
+
+  SmallVector<Value> init(R + 1, g.f32(0));
+  SmallVector<Value> acc = g.loop(
+      g.idx(0), g.idx(T::chunkRows / TK), init, [&](Value tile, ValueRange carried) {
+        Value r0 = g.addi(start, g.muli(tile, g.idx(TK)));
+        // Stage the tile's rows and values (zeros past the end).
+        auto stage = [&](Value src, Value dst, int64_t width) {
+          strided(TK * width, [&](Value e) {
+            Value jj = g.divui(e, g.idx(width)), c = g.remui(e, g.idx(width));
+            Value j = g.addi(r0, jj);
+            Value in = g.cmp(arith::CmpIPredicate::ult, j, n);
+            Value val = g.ext(g.load(src, {bh, g.minui(j, last), c}));
+            g.store(g.select(in, val, g.f32(0)), dst, {jj, c});
+          });
+        };
+        stage(x, xs, s.D);
+        stage(v, vs, s.DV);
+        g.ifThen(g.cmp(arith::CmpIPredicate::ult, tid, g.idx(TK)), [&] {
+          Value j = g.addi(r0, tid);
+          Value in = g.cmp(arith::CmpIPredicate::ult, j, n);
+          auto [scale, sh, zweight] = role.row(g, fn, bh, g.minui(j, last));
+          g.store(g.select(in, scale, g.f32(0)), rscale, {tid});
+          g.store(sh, rshift, {tid});
+          g.store(zweight, zw, {tid});
+        });
+        g.barrier();
+        // The phi tile: (row of W, staged row) pairs, every output.
+        strided(s.MC * TK, [&](Value e) {
+          Value il = g.divui(e, g.idx(TK)), jj = g.remui(e, g.idx(TK));
+          Value i = g.addi(g.muli(chunk, g.idx(s.MC)), il);
+          Value inM = g.cmp(arith::CmpIPredicate::ult, i, g.idx(s.M));
+          Value ic = g.minui(i, g.idx(s.M - 1));
+          SmallVector<Value> xr;
+          for (int64_t c = 0; c < s.D; ++c)
+            xr.push_back(g.load(xs, {jj, g.idx(c)}));
+          FeatureAt f = featureAt(g, W, ic, xr, g.dotRegs(xr, xr), p);
+          Value scale = g.mul(g.load(rscale, {jj}), role.feature(g, fn, ic));
+          for (unsigned o = 0; o < s.K; ++o) {
+            Value phi = g.mul(g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], g.load(rshift, {jj})))), scale);
+            g.store(g.select(inM, phi, g.f32(0)), phis, {g.addi(g.idx(o * s.MC), il), jj});
+          }
+        });
+        g.barrier();
+        // Accumulate: thread entry (fl, c) += sum_jj phi[fl, jj] value[jj, c].
+        SmallVector<Value> next(carried.begin(), carried.end());
+        for (int64_t r = 0; r < R; ++r) {
+          Value e = g.minui(g.addi(tid, g.idx(r * NT)), g.idx(FC * s.DV - 1));
+          Value fl = g.divui(e, g.idx(s.DV)), c = g.remui(e, g.idx(s.DV));
+          for (int64_t jj = 0; jj < TK; ++jj)
+            next[r] = g.add(next[r], g.mul(g.load(phis, {fl, g.idx(jj)}), g.load(vs, {g.idx(jj), c})));
+        }
+        Value fz = g.minui(tid, g.idx(FC - 1));
+        for (int64_t jj = 0; jj < TK; ++jj)
+          next[R] = g.add(next[R], g.mul(g.load(phis, {fz, g.idx(jj)}), g.load(zw, {g.idx(jj)})));
+        g.barrier();
+        return next;
+      });
+
+  // Combine the chunks: one atomic add per owned entry.
+  auto globalFeature = [&](Value fl) {
+    Value o = g.divui(fl, g.idx(s.MC)), il = g.remui(fl, g.idx(s.MC));
+    Value i = g.addi(g.muli(chunk, g.idx(s.MC)), il);
+    return std::make_pair(g.addi(g.muli(o, g.idx(s.M)), i),
+                          g.cmp(arith::CmpIPredicate::ult, i, g.idx(s.M)));
+  };
+  for (int64_t r = 0; r < R; ++r) {
+    Value e = g.addi(tid, g.idx(r * NT));
+    Value fl = g.divui(e, g.idx(s.DV)), c = g.remui(e, g.idx(s.DV));
+    auto [f, inM] = globalFeature(fl);
+    Value ok = arith::AndIOp::create(b, loc, inM, g.cmp(arith::CmpIPredicate::ult, e, g.idx(FC * s.DV)));
+    g.ifThen(ok, [&, f = f] { g.atomicAdd(acc[r], Sacc, {bh, f, c}); });
+  }
+  auto [fz, inMz] = globalFeature(tid);
+  Value okz = arith::AndIOp::create(b, loc, inMz, g.cmp(arith::CmpIPredicate::ult, tid, g.idx(FC)));
+  g.ifThen(okz, [&, fz = fz] { g.atomicAdd(acc[R], zacc, {bh, fz}); });
+  gpu::ReturnOp::create(b, loc);
+}
+
+void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
+                  const Types &t, StringRef name) {
+  auto fn = makeKernel(b, loc, name, {t.rows, t.W, t.params, t.S, t.z, t.values}, T::rowThreads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.getBody().front());
+  GpuBuilder g(b, loc, component, s);
+  auto arg = [&](unsigned i) { return fn.getArgument(i); };
+  Value q = arg(0), W = arg(1), params = arg(2), S = arg(3), z = arg(4), out = arg(5);
+  RowThread r = rowThread(g, q);
+  SmallVector<Value> x = g.loadRow(q, r.bh, r.clamped, s.D);
+  SmallVector<Value> p = g.loadParams(params, r.bh);
+  Value xx = g.dotRegs(x, x);
+  Value shift = maxLogit(g, W, x, xx, p);
+  SmallVector<Value> init(s.DV + 1, g.f32(0));
+  SmallVector<Value> acc = g.loop(g.idx(0), g.idx(s.M), init, [&](Value i, ValueRange carried) {
+    FeatureAt f = featureAt(g, W, i, x, xx, p);
+    SmallVector<Value> next(carried.begin(), carried.end());
+    for (unsigned o = 0; o < s.K; ++o) {
+      Value phi = g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], shift)));
+      Value fi = g.featureIndex(o, i);
+      next[s.DV] = g.add(next[s.DV], g.mul(phi, g.load(z, {r.bh, fi})));
+      for (int64_t c = 0; c < s.DV; ++c)
+        next[c] = g.add(next[c], g.mul(phi, g.load(S, {r.bh, fi, g.idx(c)})));
+    }
+    return next;
+  });
+  g.ifThen(r.valid, [&] {
+    for (int64_t c = 0; c < s.DV; ++c)
+      g.store(g.trunc(arith::DivFOp::create(b, loc, acc[c], acc[s.DV]), s.elem), out,
+              {r.bh, r.row, g.idx(c)});
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
+                        const Types &t, FeaturePartialsOp partials, StringRef name) {
+  auto fn = makeKernel(b, loc, name,
+                       {t.rows, t.W, t.params, t.S, t.z, t.values, t.values, t.gradRows, t.dW,
+                        t.params, t.qstat},
+                       T::rowThreads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.getBody().front());
+  GpuBuilder g(b, loc, component, s);
+  auto arg = [&](unsigned i) { return fn.getArgument(i); };
+  Value q = arg(0), W = arg(1), params = arg(2), S = arg(3), z = arg(4), out = arg(5),
+        gout = arg(6), dq = arg(7), dW = arg(8), dparams = arg(9), qstat = arg(10);
+  RowThread r = rowThread(g, q);
+  SmallVector<Value> x = g.loadRow(q, r.bh, r.clamped, s.D);
+  SmallVector<Value> gr = g.loadRow(gout, r.bh, r.clamped, s.DV);
+  SmallVector<Value> p = g.loadParams(params, r.bh);
+  Value xx = g.dotRegs(x, x);
+  Value gdot = g.dotRegs(gr, g.loadRow(out, r.bh, r.clamped, s.DV));
+  Value shift = maxLogit(g, W, x, xx, p);
+  Value den = g.loop(g.idx(0), g.idx(s.M), {g.f32(0)}, [&](Value i, ValueRange acc) {
+    FeatureAt f = featureAt(g, W, i, x, xx, p);
+    Value d = acc[0];
+    for (unsigned o = 0; o < s.K; ++o)
+      d = g.add(d, g.mul(g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], shift))),
+                         g.load(z, {r.bh, g.featureIndex(o, i)})));
+    return SmallVector<Value>{d};
+  })[0];
+  Value rden = arith::DivFOp::create(b, loc, g.f32(1), den);
+  g.ifThen(r.valid, [&] {
+    g.store(shift, qstat, {r.bh, r.row, g.idx(0)});
+    g.store(rden, qstat, {r.bh, r.row, g.idx(1)});
+    g.store(gdot, qstat, {r.bh, r.row, g.idx(2)});
+  });
+  SmallVector<Value> init(s.D, g.f32(0));
+  SmallVector<Value> dx = g.loop(g.idx(0), g.idx(s.M), init, [&](Value i, ValueRange carried) {
+    FeatureAt f = featureAt(g, W, i, x, xx, p);
+    SmallVector<Value> e, a;
+    for (unsigned o = 0; o < s.K; ++o) {
+      Value fi = g.featureIndex(o, i);
+      SmallVector<Value> Srow;
+      for (int64_t c = 0; c < s.DV; ++c)
+        Srow.push_back(g.load(S, {r.bh, fi, g.idx(c)}));
+      Value da = g.mul(g.sub(g.dotRegs(gr, Srow), g.mul(gdot, g.load(z, {r.bh, fi}))), rden);
+      e.push_back(g.exp(g.sub(f.logits[o], shift)));
+      a.push_back(g.select(r.valid, da, g.f32(0)));
+    }
+    Chained c = chain(g, partials, f, xx, p, e, a);
+    accumulateWeightGrads(g, c, f, x, dW, dparams, r.bh, i);
+    SmallVector<Value> next;
+    for (int64_t col = 0; col < s.D; ++col)
+      next.push_back(g.add(carried[col], g.add(g.mul(c.dwx, f.w[col]), g.mul(c.dxx2, x[col]))));
+    return next;
+  });
+  g.ifThen(r.valid, [&] {
+    for (int64_t col = 0; col < s.D; ++col)
+      g.store(dx[col], dq, {r.bh, r.row, g.idx(col)});
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
+                      const Types &t, FeaturePartialsOp partials, StringRef name) {
+  auto fn = makeKernel(b, loc, name,
+                       {t.rows, t.values, t.keep, t.W, t.rowscale, t.params, t.shift, t.S, t.z,
+                        t.gradRows, t.gradValues, t.dW, t.params},
+                       T::rowThreads);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&fn.getBody().front());
+  GpuBuilder g(b, loc, component, s);
+  auto arg = [&](unsigned i) { return fn.getArgument(i); };
+  Value k = arg(0), v = arg(1), keep = arg(2), W = arg(3), rowscale = arg(4), params = arg(5),
+        shiftBuf = arg(6), dS = arg(7), dz = arg(8), dk = arg(9), dv = arg(10), dW = arg(11),
+        dparams = arg(12), H = arg(13);
+  RowThread r = rowThread(g, k);
+  Value kept = arith::AndIOp::create(
+      b, loc, r.valid,
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT,
+                            g.load(keep, {g.divui(r.bh, H), r.clamped}), g.f32(0)));
+  SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
+  SmallVector<Value> vr = g.loadRow(v, r.bh, r.clamped, s.DV);
+  SmallVector<Value> p = g.loadParams(params, r.bh);
+  Value xx = g.dotRegs(x, x);
+  Value shift = keyShift(g, shiftBuf, r.bh);
+  SmallVector<Value> init(s.D + s.DV, g.f32(0));
+  SmallVector<Value> acc = g.loop(g.idx(0), g.idx(s.M), init, [&](Value i, ValueRange carried) {
+    FeatureAt f = featureAt(g, W, i, x, xx, p);
+    Value scale = g.load(rowscale, {i});
+    SmallVector<Value> next(carried.begin(), carried.end());
+    SmallVector<Value> e, a;
+    for (unsigned o = 0; o < s.K; ++o) {
+      Value fi = g.featureIndex(o, i);
+      Value eo = g.mul(g.exp(g.sub(f.logits[o], shift)), scale);
+      Value phi = g.mul(f.coeffs[o], eo);
+      SmallVector<Value> dSrow;
+      for (int64_t c = 0; c < s.DV; ++c) {
+        dSrow.push_back(g.load(dS, {r.bh, fi, g.idx(c)}));
+        next[s.D + c] = g.add(next[s.D + c], g.mul(phi, dSrow.back()));
+      }
+      Value bval = g.add(g.dotRegs(dSrow, vr), g.load(dz, {r.bh, fi}));
+      e.push_back(eo);
+      a.push_back(g.select(kept, bval, g.f32(0)));
+    }
+    Chained c = chain(g, partials, f, xx, p, e, a);
+    accumulateWeightGrads(g, c, f, x, dW, dparams, r.bh, i);
+    for (int64_t col = 0; col < s.D; ++col)
+      next[col] = g.add(next[col], g.add(g.mul(c.dwx, f.w[col]), g.mul(c.dxx2, x[col])));
+    return next;
+  });
+  g.ifThen(r.valid, [&] {
+    for (int64_t col = 0; col < s.D; ++col)
+      g.store(g.select(kept, acc[col], g.f32(0)), dk, {r.bh, r.row, g.idx(col)});
+    for (int64_t c = 0; c < s.DV; ++c)
+      g.store(g.select(kept, acc[s.D + c], g.f32(0)), dv, {r.bh, r.row, g.idx(c)});
+  });
+  gpu::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+LogicalResult mlir::spectra::buildGpuKernels(ModuleOp module, FeatureMapOp map,
+                                             const GpuKernelOptions &options) {
+  MLIRContext *ctx = module.getContext();
+  ctx->loadDialect<gpu::GPUDialect, scf::SCFDialect, memref::MemRefDialect, arith::ArithDialect,
+                   math::MathDialect>();
+  auto component = SymbolTable::lookupNearestSymbolFrom<ComponentOp>(map, map.getComponentAttr());
+  if (!component)
+    return map.emitOpError() << "component '" << map.getComponent() << "' is not defined";
+  FailureOr<Shape> shape = shapeOf(map, component, options);
+  if (failed(shape))
+    return failure();
+  FailureOr<FeaturePartialsOp> partials = lookupOrDerivePartials(component);
+  if (failed(partials))
+    return failure();
+  const Shape &s = *shape;
+  Types t(ctx, s);
+  module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(ctx));
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module.getBody());
+  Location loc = map.getLoc();
+  std::string base = map.getSymName().str();
+  auto gm = gpu::GPUModuleOp::create(b, loc, base + "_kernels");
+  b.setInsertionPointToStart(gm.getBody());
+
+  buildKeyMax(b, loc, component, s, t, base + "_key_max");
+  // kv_summary(k, v, keep, W, rowscale, params, shift, S, z, H)
+  SummaryRole keys;
+  keys.row = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value j) {
+    Value keep = fn.getArgument(2), shiftBuf = fn.getArgument(6), H = fn.getArgument(9);
+    Value kv = g.load(keep, {g.divui(bh, H), j});
+    return std::make_tuple(kv, keyShift(g, shiftBuf, bh), g.f32(1));
+  };
+  keys.feature = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value i) {
+    return g.load(fn.getArgument(4), {i});
+  };
+  buildSummary(b, loc, component, s, t, base + "_kv_summary",
+               {t.rows, t.values, t.keep, t.W, t.rowscale, t.params, t.shift, t.S, t.z},
+               /*x=*/0, /*v=*/1, /*W=*/3, /*params=*/5, /*S=*/7, /*z=*/8, keys);
+  buildReadout(b, loc, component, s, t, base + "_readout");
+
+  buildQueryBackward(b, loc, component, s, t, *partials, base + "_query_backward");
+  // dsummary(q, gout, W, params, qstat, dS, dz, H)
+  SummaryRole queries;
+  queries.row = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value j) {
+    Value qstat = fn.getArgument(4);
+    Value shift = g.load(qstat, {bh, j, g.idx(0)}), rden = g.load(qstat, {bh, j, g.idx(1)});
+    Value gdot = g.load(qstat, {bh, j, g.idx(2)});
+    return std::make_tuple(rden, shift, arith::NegFOp::create(g.b, g.loc, gdot).getResult());
+  };
+  queries.feature = [](GpuBuilder &g, gpu::GPUFuncOp, Value) { return g.f32(1); };
+  buildSummary(b, loc, component, s, t, base + "_dsummary",
+               {t.rows, t.values, t.W, t.params, t.qstat, t.S, t.z},
+               /*x=*/0, /*v=*/1, /*W=*/2, /*params=*/3, /*S=*/5, /*z=*/6, queries);
+  buildKeyBackward(b, loc, component, s, t, *partials, base + "_key_backward");
+  return success();
+}
+
+std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelOptions &options) {
+  auto component = SymbolTable::lookupNearestSymbolFrom<ComponentOp>(map, map.getComponentAttr());
+  FailureOr<Shape> shape = shapeOf(map, component, options);
+  if (failed(shape))
+    return "";
+  const Shape &s = *shape;
+  std::string base = map.getSymName().str();
+  const int64_t TK = T::tileRows, FC = s.K * s.MC;
+  int64_t summaryShared = 4 * (TK * (s.D + 1) + TK * s.DV + 3 * TK + FC * (TK + 1));
+  using llvm::json::Array;
+  using llvm::json::Object;
+  auto rowKernel = [&](StringRef kind, StringRef rows, Array args) {
+    return Object{{"name", base + "_" + kind.str()},
+                  {"block", Array{T::rowThreads, 1, 1}},
+                  {"grid", Object{{"x", Object{{"rows", rows}, {"per_block", T::rowThreads}}},
+                                  {"y", "batch_heads"},
+                                  {"z", 1}}},
+                  {"shared_bytes", 0},
+                  {"args", std::move(args)}};
+  };
+  auto summaryKernel = [&](StringRef kind, StringRef rows, Array args) {
+    return Object{{"name", base + "_" + kind.str()},
+                  {"block", Array{T::sumThreads, 1, 1}},
+                  {"grid", Object{{"x", Object{{"rows", rows}, {"per_block", T::chunkRows}}},
+                                  {"y", "batch_heads"},
+                                  {"z", s.chunks()}}},
+                  {"shared_bytes", summaryShared},
+                  {"args", std::move(args)}};
+  };
+  std::string elem = options.dtype;
+  auto buffer = [](StringRef name, StringRef type, Array shape, StringRef init) {
+    return Object{{"name", name}, {"type", type}, {"shape", std::move(shape)}, {"init", init}};
+  };
+  Object artifact{
+      {"version", 1},
+      {"feature_map", base},
+      {"dtype", elem},
+      {"m", s.M},
+      {"d", s.D},
+      {"dv", s.DV},
+      {"outputs", s.K},
+      {"params", s.P},
+      {"memref_abi", "each memref argument is (allocated ptr, aligned ptr, i64 offset, i64 "
+                     "sizes[rank], i64 strides[rank]); the trailing H is i64"},
+      {"buffers",
+       Array{buffer("q", elem, Array{"BH", "Nq", s.D}, "input"),
+             buffer("k", elem, Array{"BH", "Nk", s.D}, "input"),
+             buffer("v", elem, Array{"BH", "Nk", s.DV}, "input"),
+             buffer("keep", "f32", Array{"B", "Nk"}, "input"),
+             buffer("W", "f32", Array{s.M, s.D}, "input"),
+             buffer("rowscale", "f32", Array{s.M}, "input"),
+             buffer("params", "f32", Array{"BH", s.P}, "input"),
+             buffer("shift", "f32", Array{"BH"}, "-inf"),
+             buffer("S", "f32", Array{"BH", s.K * s.M, s.DV}, "zero"),
+             buffer("z", "f32", Array{"BH", s.K * s.M}, "zero"),
+             buffer("out", elem, Array{"BH", "Nq", s.DV}, "output"),
+             buffer("gout", elem, Array{"BH", "Nq", s.DV}, "input"),
+             buffer("qstat", "f32", Array{"BH", "Nq", 3}, "scratch"),
+             buffer("dS", "f32", Array{"BH", s.K * s.M, s.DV}, "zero"),
+             buffer("dz", "f32", Array{"BH", s.K * s.M}, "zero"),
+             buffer("dq", "f32", Array{"BH", "Nq", s.D}, "output"),
+             buffer("dk", "f32", Array{"BH", "Nk", s.D}, "output"),
+             buffer("dv", "f32", Array{"BH", "Nk", s.DV}, "output"),
+             buffer("dW", "f32", Array{"BH", s.M, s.D}, "zero"),
+             buffer("dparams", "f32", Array{"BH", s.P}, "zero")}},
+      {"forward",
+       Array{rowKernel("key_max", "keys", Array{"k", "keep", "W", "params", "shift", "H"}),
+             summaryKernel("kv_summary", "keys",
+                           Array{"k", "v", "keep", "W", "rowscale", "params", "shift", "S", "z", "H"}),
+             rowKernel("readout", "queries", Array{"q", "W", "params", "S", "z", "out", "H"})}},
+      {"backward",
+       Array{rowKernel("query_backward", "queries",
+                       Array{"q", "W", "params", "S", "z", "out", "gout", "dq", "dW", "dparams",
+                             "qstat", "H"}),
+             summaryKernel("dsummary", "queries",
+                           Array{"q", "gout", "W", "params", "qstat", "dS", "dz", "H"}),
+             rowKernel("key_backward", "keys",
+                       Array{"k", "v", "keep", "W", "rowscale", "params", "shift", "dS", "dz",
+                             "dk", "dv", "dW", "dparams", "H"})}},
+  };
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(artifact)));
+  return text;
+}
+
+void mlir::spectra::registerGpuLoweringDialects(DialectRegistry &registry) {
+  registerCpuLoweringDialects(registry);
+  registry.insert<gpu::GPUDialect, NVVM::NVVMDialect>();
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  registerConvertNVVMToLLVMInterface(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+  registerGPUDialectTranslation(registry);
+  registerNVVMDialectTranslation(registry);
+}
+
+/// The CUDA toolkit whose libdevice resolves math calls (__nv_expf, ...).
+static std::string cudaToolkit() {
+  for (const char *var : {"SPECTRA_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"})
+    if (const char *v = std::getenv(var); v && *v)
+      return v;
+  return "/usr/local/cuda";
+}
+
+void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary) {
+  GpuNVVMAttachTargetOptions target;
+  target.chip = chip.str();
+  // sm_90a needs PTX ISA 8.0; sm_80 accepts it too (ptxas 12+).
+  target.features = "+ptx80";
+  target.optLevel = 3;
+  pm.addPass(createGpuNVVMAttachTarget(target));
+  OpPassManager &kernels = pm.nest<gpu::GPUModuleOp>();
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createSCFToControlFlowPass());
+  ConvertGpuOpsToNVVMOpsOptions nvvm;
+  nvvm.indexBitwidth = 64;
+  kernels.addPass(createConvertGpuOpsToNVVMOps(nvvm));
+  kernels.addPass(createCanonicalizerPass());
+  kernels.addPass(createCSEPass());
+  kernels.addPass(createReconcileUnrealizedCastsPass());
+  if (toBinary) {
+    GpuModuleToBinaryPassOptions binary;
+    binary.compilationTarget = "isa";
+    binary.toolkitPath = cudaToolkit();
+    pm.addPass(createGpuModuleToBinaryPass(binary));
+  }
+}
+
+std::string mlir::spectra::extractPtx(ModuleOp module) {
+  std::string ptx;
+  module->walk([&](gpu::BinaryOp binary) {
+    for (Attribute a : binary.getObjects()) {
+      StringRef text = llvm::cast<gpu::ObjectAttr>(a).getObject().getValue();
+      while (!text.empty() && text.back() == '\0')
+        text = text.drop_back();
+      ptx += text.str();
+    }
+  });
+  return ptx;
+}

@@ -1,0 +1,84 @@
+//===- GpuKernel.h - the fused GPU kernels (gpu dialect -> NVVM -> PTX) ---===//
+//
+// The same fusion as the CPU kernels, tiled for a GPU: the component's
+// features region and its derived partials are inlined into the kernels, so
+// phi(q) and phi(k) only ever live in registers or in a shared-memory tile.
+// One gpu.module per feature map holds six kernels (T = the q/k/v element
+// type: f32, bf16 or f16, always accumulated in f32; M, D, Dv are static):
+//
+//  forward
+//   key_max       thread per key: max logit over features (kept keys), warp
+//                 max, one atomic max per warp into shift[bh] (init -inf).
+//   kv_summary    block per (256-key chunk, bh, feature chunk): tiles of 32
+//                 keys and their values staged in shared memory, the phi tile
+//                 [features x keys] computed in shared memory, S += phi V and
+//                 z += phi summed in registers; one atomic add per entry per
+//                 block combines the sequence chunks without races.
+//   readout       thread per query: its own constant (max logit), then
+//                 out = phi(q)^T S / phi(q)^T z.
+//  backward (from spectra-derive-partials; no hand-written derivative)
+//   query_backward  thread per query: per-query stats (shift, 1/den, g.out)
+//                   to qstat, dq, and the query share of dW and dparams
+//                   (warp sums, one atomic per warp).
+//   dsummary      as kv_summary over queries: dS = sum phi(q)/den g^T,
+//                 dz = -sum phi(q)/den (g.out).
+//   key_backward  thread per key: dk, dv and the key share of dW, dparams.
+//
+// Argument layout, sizes and launch geometry are described by
+// describeGpuKernels (the KernelArtifact the runtime launches from).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_GPUKERNEL_H
+#define SPECTRA_CODEGEN_GPUKERNEL_H
+
+#include "dialect/SpectraDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace mlir::spectra {
+
+/// What the GPU kernels are specialised on besides the feature map.
+struct GpuKernelOptions {
+  /// Element type of q, k, v, out and dL/dout: "f32", "bf16" or "f16".
+  std::string dtype = "f32";
+  /// Value head dimension; 0 means the feature map's d.
+  int64_t valueDim = 0;
+};
+
+/// Tiling constants the kernels are built with (also reported in the artifact).
+struct GpuTiling {
+  static constexpr int64_t rowThreads = 128;   // threads of the row kernels
+  static constexpr int64_t sumThreads = 256;   // threads of the summary kernels
+  static constexpr int64_t tileRows = 32;      // rows staged per tile
+  static constexpr int64_t chunkRows = 256;    // rows per summary block
+  static constexpr int64_t chunkFeatures = 128; // phi-tile features (outputs x rows of W)
+};
+
+/// Adds `gpu.module @<map>_kernels` with the six kernels of `map` to `module`
+/// (marked gpu.container_module). Errors name the unsupported option.
+LogicalResult buildGpuKernels(ModuleOp module, FeatureMapOp map, const GpuKernelOptions &options);
+
+/// The artifact's launch description of the kernels built for `map` as JSON
+/// (kernels with block, grid rule, shared bytes and arguments; buffers with
+/// shapes and initial values).
+std::string describeGpuKernels(FeatureMapOp map, const GpuKernelOptions &options);
+
+/// Registers the dialects, translations and target interfaces the GPU path needs.
+void registerGpuLoweringDialects(DialectRegistry &registry);
+
+/// The GPU lowering: attach the NVVM target (chip, PTX features, O3), lower
+/// each gpu.module to NVVM, and when `toBinary` serialise it to PTX
+/// (gpu-module-to-binary format=isa). Registered in spectra-opt as
+/// spectra-gpu-lowering.
+void buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary = true);
+
+/// The PTX text of every gpu.binary in `module`, concatenated.
+std::string extractPtx(ModuleOp module);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_GPUKERNEL_H
