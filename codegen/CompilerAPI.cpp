@@ -23,7 +23,13 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SHA256.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
 #include "mlir/IR/MLIRContext.h"
@@ -34,6 +40,8 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <cstdlib>
+#include <dlfcn.h>
+#include <link.h>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -100,7 +108,51 @@ static std::string variantOptions(int64_t m, int64_t d, int64_t seed, const char
   return "";
 }
 
-extern "C" const char *spectra_compiler_version(void) { return SPECTRA_COMPILER_VERSION; }
+/// The GNU build-id note of this shared library: a hash the linker computes
+/// over the output, so it changes whenever the compiler's code does (the git
+/// revision alone misses uncommitted changes).
+static std::string elfBuildId() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void *>(&elfBuildId), &info))
+    return "";
+  struct Search {
+    const void *base;
+    std::string id;
+  } search{info.dli_fbase, ""};
+  dl_iterate_phdr(
+      [](dl_phdr_info *object, size_t, void *data) -> int {
+        auto *s = static_cast<Search *>(data);
+        if (reinterpret_cast<const void *>(object->dlpi_addr) != s->base)
+          return 0;
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &ph = object->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE)
+            continue;
+          const char *p = reinterpret_cast<const char *>(object->dlpi_addr + ph.p_vaddr);
+          const char *end = p + ph.p_memsz;
+          while (p + sizeof(ElfW(Nhdr)) <= end) {
+            auto *note = reinterpret_cast<const ElfW(Nhdr) *>(p);
+            const char *name = p + sizeof(ElfW(Nhdr));
+            const char *desc = name + ((note->n_namesz + 3) & ~3u);
+            if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
+                std::memcmp(name, "GNU", 4) == 0)
+              s->id = llvm::toHex(llvm::StringRef(desc, note->n_descsz), /*LowerCase=*/true);
+            p = desc + ((note->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &search);
+  return search.id;
+}
+
+extern "C" const char *spectra_compiler_version(void) {
+  static const std::string version = [] {
+    std::string id = elfBuildId();
+    return std::string(SPECTRA_COMPILER_VERSION) + (id.empty() ? "" : "+build." + id);
+  }();
+  return version.c_str();
+}
 
 extern "C" char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
                                           const char *options, char **error) {
@@ -147,7 +199,9 @@ extern "C" void spectra_free(void *pointer) { std::free(pointer); }
 //===----------------------------------------------------------------------===//
 
 struct spectra_cpu_kernel {
-  std::unique_ptr<ExecutionEngine> engine;
+  std::unique_ptr<ExecutionEngine> engine;  // compiled here, or
+  std::unique_ptr<llvm::orc::LLJIT> jit;    // loaded from a cached object
+  std::string object;                       // the relocatable object (cacheable)
   void *forward = nullptr;
   void *backward = nullptr;
   std::string loopsIR, llvmIR;
@@ -227,6 +281,8 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   // Debian's LLVM writes jitdump files for every JIT unless told not to.
   options.enablePerfNotificationListener = false;
   options.enableGDBNotificationListener = false;
+  // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
+  options.enableObjectDump = true;
   auto engine = ExecutionEngine::create(*kernel, options);
   if (!engine)
     return failKernel(error, "JIT compilation failed: " + llvm::toString(engine.takeError()));
@@ -243,6 +299,14 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     result->backwardError = backwardError;
   }
   result->engine = std::move(*engine);
+  // ExecutionEngine writes its object only to a file: go through a temporary one.
+  llvm::SmallString<128> path;
+  if (!llvm::sys::fs::createTemporaryFile("spectra-kernel", "o", path)) {
+    result->engine->dumpToObjectFile(path);
+    if (auto buffer = llvm::MemoryBuffer::getFile(path))
+      result->object = (*buffer)->getBuffer().str();
+    llvm::sys::fs::remove(path);
+  }
   return result.release();
 }
 
@@ -296,6 +360,59 @@ extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const c
 }
 
 extern "C" void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel) { delete kernel; }
+
+extern "C" const char *spectra_cpu_kernel_object(spectra_cpu_kernel *kernel, size_t *size) {
+  if (size)
+    *size = kernel ? kernel->object.size() : 0;
+  return kernel ? kernel->object.data() : nullptr;
+}
+
+extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t size,
+                                                       const char *loopsIR, const char *llvmIR,
+                                                       char **error) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+  if (!data || size == 0)
+    return failKernel(error, "spectra_cpu_load_object: no object");
+  auto jit = llvm::orc::LLJITBuilder().create();
+  if (!jit)
+    return failKernel(error, "creating the JIT failed: " + llvm::toString(jit.takeError()));
+  // libm (tanhf, log1pf, ...) and libc come from the process.
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process)
+    return failKernel(error, llvm::toString(process.takeError()));
+  (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+  auto result = std::make_unique<spectra_cpu_kernel>();
+  result->object.assign(data, size);
+  if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
+          result->object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
+    return failKernel(error, "the cached object does not load: " + llvm::toString(std::move(e)));
+  auto forward = (*jit)->lookup(std::string("_mlir_ciface_") + kForwardName);
+  if (!forward)
+    return failKernel(error, "the cached object has no forward kernel: " +
+                                 llvm::toString(forward.takeError()));
+  result->forward = forward->toPtr<void *>();
+  if (auto backward = (*jit)->lookup(std::string("_mlir_ciface_") + kBackwardName))
+    result->backward = backward->toPtr<void *>();
+  else {
+    llvm::consumeError(backward.takeError());
+    result->backwardError = "the cached kernel has no backward";
+  }
+  result->loopsIR = loopsIR ? loopsIR : "";
+  result->llvmIR = llvmIR ? llvmIR : "";
+  result->jit = std::move(*jit);
+  return result.release();
+}
+
+extern "C" char *spectra_sha256_hex(const void *data, size_t size) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(
+      llvm::ArrayRef<uint8_t>(static_cast<const uint8_t *>(data), size));
+  return duplicate(llvm::toHex(digest, /*LowerCase=*/true));
+}
 
 //===----------------------------------------------------------------------===//
 // GPU kernels

@@ -33,7 +33,7 @@ using T = GpuTiling;
 
 /// The static shape of one feature map's kernels.
 struct Shape {
-  int64_t M, D, DV, K, P, MC;
+  int64_t M, D, DV, K, P, MC, TK;
   Type elem;
   int64_t chunks() const { return (M + MC - 1) / MC; }
 };
@@ -62,7 +62,19 @@ FailureOr<Shape> shapeOf(FeatureMapOp map, ComponentOp component, const GpuKerne
   if (s.D > 256 || s.DV > 256)
     return map.emitOpError() << "GPU kernels: head dimensions above 256 are not supported (d = "
                              << s.D << ", dv = " << s.DV << ")";
-  s.MC = std::min<int64_t>(s.M, T::chunkFeatures / s.K);
+  // The summary kernels' static shared memory must stay within 48 KiB: staged
+  // rows [TK, D+1] and values [TK, DV], three per-row scalars, the phi tile
+  // [FC, TK+1]. Fewer staged rows for wide heads, then fewer features per chunk.
+  const int64_t limit = 48 * 1024 / 4;
+  s.TK = T::tileRows;
+  while (s.TK > 8 && s.TK * (s.D + 1 + s.DV + 3) > limit * 3 / 4)
+    s.TK /= 2;
+  int64_t fc = std::min<int64_t>(T::chunkFeatures,
+                                 (limit - s.TK * (s.D + 1 + s.DV + 3)) / (s.TK + 1));
+  s.MC = std::min<int64_t>(s.M, fc / s.K);
+  if (s.MC < 1)
+    return map.emitOpError() << "GPU kernels: d = " << s.D << ", dv = " << s.DV
+                             << " leave no room for the phi tile in 48 KiB of shared memory";
   return s;
 }
 
@@ -328,7 +340,7 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
   MLIRContext *ctx = b.getContext();
   auto shared = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
   Type f32 = b.getF32Type();
-  const int64_t TK = T::tileRows, NT = T::sumThreads, FC = s.K * s.MC;
+  const int64_t TK = s.TK, NT = T::sumThreads, FC = s.K * s.MC;
   auto xsT = MemRefType::get({TK, s.D + 1}, f32, MemRefLayoutAttrInterface(), shared);
   auto vsT = MemRefType::get({TK, s.DV}, f32, MemRefLayoutAttrInterface(), shared);
   auto rowT = MemRefType::get({TK}, f32, MemRefLayoutAttrInterface(), shared);
@@ -394,10 +406,16 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
           for (int64_t c = 0; c < s.D; ++c)
             xr.push_back(g.load(xs, {jj, g.idx(c)}));
           FeatureAt f = featureAt(g, W, ic, xr, g.dotRegs(xr, xr), p);
-          Value scale = g.mul(g.load(rscale, {jj}), role.feature(g, fn, ic));
+          Value rowScale = g.load(rscale, {jj});
+          Value scale = g.mul(rowScale, role.feature(g, fn, ic));
+          // Masked and out-of-range rows are selected away, never multiplied by 0:
+          // their exp may overflow (the shift covers kept rows only) and inf * 0 is NaN.
+          Value live = arith::AndIOp::create(
+              b, loc, inM,
+              arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ONE, rowScale, g.f32(0)));
           for (unsigned o = 0; o < s.K; ++o) {
             Value phi = g.mul(g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], g.load(rshift, {jj})))), scale);
-            g.store(g.select(inM, phi, g.f32(0)), phis, {g.addi(g.idx(o * s.MC), il), jj});
+            g.store(g.select(live, phi, g.f32(0)), phis, {g.addi(g.idx(o * s.MC), il), jj});
           }
         });
         g.barrier();
@@ -565,7 +583,8 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const S
     SmallVector<Value> e, a;
     for (unsigned o = 0; o < s.K; ++o) {
       Value fi = g.featureIndex(o, i);
-      Value eo = g.mul(g.exp(g.sub(f.logits[o], shift)), scale);
+      // Masked keys: select, never multiply (their exp may overflow).
+      Value eo = g.select(kept, g.mul(g.exp(g.sub(f.logits[o], shift)), scale), g.f32(0));
       Value phi = g.mul(f.coeffs[o], eo);
       SmallVector<Value> dSrow;
       for (int64_t c = 0; c < s.DV; ++c) {
@@ -622,8 +641,9 @@ LogicalResult mlir::spectra::buildGpuKernels(ModuleOp module, FeatureMapOp map,
   SummaryRole keys;
   keys.row = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value j) {
     Value keep = fn.getArgument(2), shiftBuf = fn.getArgument(6), H = fn.getArgument(9);
-    Value kv = g.load(keep, {g.divui(bh, H), j});
-    return std::make_tuple(kv, keyShift(g, shiftBuf, bh), g.f32(1));
+    Value kept = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT,
+                                       g.load(keep, {g.divui(bh, H), j}), g.f32(0));
+    return std::make_tuple(g.select(kept, g.f32(1), g.f32(0)), keyShift(g, shiftBuf, bh), g.f32(1));
   };
   keys.feature = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value i) {
     return g.load(fn.getArgument(4), {i});
@@ -657,7 +677,7 @@ std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelO
     return "";
   const Shape &s = *shape;
   std::string base = map.getSymName().str();
-  const int64_t TK = T::tileRows, FC = s.K * s.MC;
+  const int64_t TK = s.TK, FC = s.K * s.MC;
   int64_t summaryShared = 4 * (TK * (s.D + 1) + TK * s.DV + 3 * TK + FC * (TK + 1));
   using llvm::json::Array;
   using llvm::json::Object;
@@ -691,6 +711,8 @@ std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelO
       {"d", s.D},
       {"dv", s.DV},
       {"outputs", s.K},
+      {"tile_rows", s.TK},
+      {"features_per_chunk", s.K * s.MC},
       {"params", s.P},
       {"memref_abi", "each memref argument is (allocated ptr, aligned ptr, i64 offset, i64 "
                      "sizes[rank], i64 strides[rank]); the trailing H is i64"},

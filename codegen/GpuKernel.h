@@ -10,7 +10,7 @@
 //   key_max       thread per key: max logit over features (kept keys), warp
 //                 max, one atomic max per warp into shift[bh] (init -inf).
 //   kv_summary    block per (256-key chunk, bh, feature chunk): tiles of 32
-//                 keys and their values staged in shared memory, the phi tile
+//                 keys (fewer for wide heads) and their values staged in shared memory, the phi tile
 //                 [features x keys] computed in shared memory, S += phi V and
 //                 z += phi summed in registers; one atomic add per entry per
 //                 block combines the sequence chunks without races.

@@ -11,6 +11,7 @@
 #ifndef SPECTRA_CODEGEN_SPECTRA_COMPILER_H
 #define SPECTRA_CODEGEN_SPECTRA_COMPILER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__GNUC__)
@@ -59,6 +60,16 @@ SPECTRA_API void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const 
 /* The kernel's IR at a stage: "loops" (before lowering) or "llvm" (after). */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
 SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
+/* The kernel's relocatable object (owned by the kernel; *size bytes), for a
+ * disk cache; and a kernel loaded from such an object (plus the IR stages
+ * stored with it), without compiling. */
+SPECTRA_API const char *spectra_cpu_kernel_object(spectra_cpu_kernel *kernel, size_t *size);
+SPECTRA_API spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t size,
+                                                        const char *loops_ir, const char *llvm_ir,
+                                                        char **error);
+
+/* Lower-case hex SHA-256 of `size` bytes (cache keys and entry checksums). */
+SPECTRA_API char *spectra_sha256_hex(const void *data, size_t size);
 
 /* The fused GPU kernels of a named variant (or of a feature map in IR text)
  * for `target` "sm_80" or "sm_90a", with q/k/v of `dtype` "f32", "bf16" or

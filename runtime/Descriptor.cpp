@@ -119,6 +119,7 @@ Descriptor Descriptor::fromJson(const std::string &text) {
 
     const json &component = field(root, "component", "root");
     ComponentDescriptor &c = d.component;
+    c.canonical = component.dump();
     c.name = field(component, "name", "component").get<std::string>();
     std::string where = "component '" + c.name + "'";
     c.outputs = field(component, "outputs", where).get<int64_t>();

@@ -62,6 +62,8 @@ struct ComponentDescriptor {
   /// output o and argument v, (d logit_o / d v, d coeff_o / d v).
   std::optional<Program> partials;
   std::string partialsError;       ///< why partials are missing (an op that cannot be differentiated)
+  /// The component as canonical JSON text: what the kernels depend on (cache keys).
+  std::string canonical;
 };
 
 /// A feature map: the recipe, the component and their instantiation.

@@ -1,6 +1,7 @@
 //===- FusedCpu.cpp - calling the fused CPU kernel -------------------------===//
 
 #include "runtime/FusedCpu.h"
+#include "runtime/KernelCache.h"
 
 #include "codegen/spectra_compiler.h"
 
@@ -58,8 +59,8 @@ spectra_cpu_kernel *check(spectra_cpu_kernel *kernel, char *error) {
 
 } // namespace
 
-FusedCpuAttention::FusedCpuAttention(Descriptor desc, spectra_cpu_kernel *k)
-    : reference(std::move(desc)), kernel(k, spectra_cpu_kernel_free) {}
+FusedCpuAttention::FusedCpuAttention(Descriptor desc, std::shared_ptr<spectra_cpu_kernel> k)
+    : reference(std::move(desc)), kernel(std::move(k)) {}
 
 FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantConfig &config)
     : reference(describeVariant(variant, config)) {
@@ -67,23 +68,24 @@ FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantCo
   options.precision(17);
   for (const auto &[key, value] : config.options)
     options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
-  char *error = nullptr;
-  kernel.reset(check(spectra_cpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
-                                                 options.str().c_str(), &error),
-                     error),
-               spectra_cpu_kernel_free);
+  kernel = KernelCache::instance().cpu(descriptor().component.canonical, descriptor().name, [&] {
+    char *error = nullptr;
+    return check(spectra_cpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
+                                             options.str().c_str(), &error),
+                 error);
+  });
 }
 
 FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::string &sourceName,
                                             const std::string &featureMap) {
   Descriptor desc = describeIR(ir, sourceName, featureMap);
-  char *error = nullptr;
-  spectra_cpu_kernel *k = check(spectra_cpu_compile_ir(ir.c_str(), sourceName.c_str(),
-                                                       featureMap.empty() ? nullptr
-                                                                          : featureMap.c_str(),
-                                                       &error),
-                                error);
-  return FusedCpuAttention(std::move(desc), k);
+  auto k = KernelCache::instance().cpu(desc.component.canonical, desc.name, [&] {
+    char *error = nullptr;
+    return check(spectra_cpu_compile_ir(ir.c_str(), sourceName.c_str(),
+                                        featureMap.empty() ? nullptr : featureMap.c_str(), &error),
+                 error);
+  });
+  return FusedCpuAttention(std::move(desc), std::move(k));
 }
 
 FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch::Tensor &ks,

@@ -80,7 +80,7 @@ private:
                    const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                    std::optional<double> scale) const;
 
-  FusedCpuAttention(Descriptor desc, spectra_cpu_kernel *kernel);
+  FusedCpuAttention(Descriptor desc, std::shared_ptr<spectra_cpu_kernel> kernel);
 
   ReferenceFeatureMap reference;
   std::shared_ptr<spectra_cpu_kernel> kernel;

@@ -1,0 +1,56 @@
+//===- SpectralAttention.cpp - random-feature attention as a torch module -===//
+
+#include "runtime/SpectralAttention.h"
+
+#include <stdexcept>
+
+namespace spectra {
+
+AttentionMode parseAttentionMode(const std::string &name) {
+  if (name == "fused")
+    return AttentionMode::Fused;
+  if (name == "reference")
+    return AttentionMode::Reference;
+  throw std::invalid_argument("unknown attention mode '" + name +
+                              "'; modes: fused (JIT-compiled kernels), reference (eager LibTorch)");
+}
+
+std::string attentionModeName(AttentionMode mode) {
+  return mode == AttentionMode::Fused ? "fused" : "reference";
+}
+
+static Descriptor describe(const SpectralAttentionOptions &o) {
+  return o.ir.empty() ? describeVariant(o.variant, o.config)
+                      : describeIR(o.ir, o.irSource, o.featureMap);
+}
+
+SpectralAttentionImpl::SpectralAttentionImpl(SpectralAttentionOptions opts)
+    : options(std::move(opts)), reference(describe(options)), currentMode(options.mode) {
+  weights = register_module("weights", RandomFeatureWeights(descriptor(), descriptor().seed));
+}
+
+const FusedCpuAttention &SpectralAttentionImpl::fusedCpu() {
+  if (!fused)
+    fused = std::make_shared<FusedCpuAttention>(
+        options.ir.empty()
+            ? FusedCpuAttention(options.variant, options.config)
+            : FusedCpuAttention::fromIR(options.ir, options.irSource, options.featureMap));
+  return *fused;
+}
+
+torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch::Tensor &k,
+                                             const torch::Tensor &v,
+                                             const std::optional<torch::Tensor> &keyMask) {
+  Weights w = weights->weights();
+  if (currentMode == AttentionMode::Reference)
+    return reference.attention(q, k, v, w, keyMask);
+  TORCH_CHECK(!q.is_cuda(),
+              "spectra SpectralAttention(", descriptor().name,
+              "): fused mode on CUDA tensors needs the CUDA launcher, which this runtime build does "
+              "not have yet; use mode 'reference' on CUDA, or run fused on CPU tensors");
+  return fusedCpu().attention(q, k, v, w, keyMask);
+}
+
+void SpectralAttentionImpl::redraw(int64_t seed) { weights->redraw(seed); }
+
+} // namespace spectra

@@ -1,0 +1,77 @@
+//===- SpectralAttention.h - random-feature attention as a torch module ---===//
+//
+// What a model calls: `spectra::SpectralAttention` built from a variant name
+// (`posrf-mm`, any `<component>-<weights>`) or from a user's IR declaring a
+// new random feature. It owns the weights (RandomFeatureWeights: learnable
+// factors are parameters, so state_dict and optimisers see them) and runs in
+// one of two modes: `fused` (the JIT-compiled kernels, compiled on first use
+// and cached by KernelCache, with the compiler-built backward) or `reference`
+// (the eager LibTorch oracle). `redraw(seed)` draws new weights without
+// recompiling anything.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_SPECTRALATTENTION_H
+#define SPECTRA_RUNTIME_SPECTRALATTENTION_H
+
+#include "runtime/Compiler.h"
+#include "runtime/FusedCpu.h"
+#include "runtime/Reference.h"
+#include "runtime/WeightModule.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace spectra {
+
+enum class AttentionMode { Fused, Reference };
+
+/// "fused" or "reference"; anything else throws std::invalid_argument listing both.
+AttentionMode parseAttentionMode(const std::string &name);
+std::string attentionModeName(AttentionMode mode);
+
+struct SpectralAttentionOptions {
+  /// `<component>-<weights>`; ignored when `ir` is set.
+  std::string variant = "posrf-mm";
+  /// A user's spectra IR declaring the feature map (and its own component or recipe).
+  std::string ir;
+  std::string irSource = "<ir>";  ///< names `ir` in diagnostics
+  std::string featureMap;         ///< which map of `ir` (empty: the only one)
+  VariantConfig config;           ///< m, d, seed, component options (variants only)
+  AttentionMode mode = AttentionMode::Fused;
+};
+
+class SpectralAttentionImpl : public torch::nn::Module {
+public:
+  explicit SpectralAttentionImpl(SpectralAttentionOptions options = {});
+
+  /// Non-causal attention. q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv],
+  /// keyMask [B, Nk] bool (true = keep). q and k are scaled by d^(-1/4) inside,
+  /// so the target kernel is softmax's. Returns [B, H, Nq, dv] in q's dtype.
+  torch::Tensor forward(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                        const std::optional<torch::Tensor> &keyMask = std::nullopt);
+
+  /// New weights from `seed`; the compiled kernels are kept.
+  void redraw(int64_t seed);
+  void setMode(AttentionMode mode) { currentMode = mode; }
+  AttentionMode mode() const { return currentMode; }
+  const Descriptor &descriptor() const { return reference.descriptor(); }
+  /// The fused CPU kernels, JIT-compiled (or loaded from the cache) on first use.
+  const FusedCpuAttention &fusedCpu();
+
+  RandomFeatureWeights weights{nullptr};
+
+private:
+  SpectralAttentionOptions options;
+  ReferenceFeatureMap reference;
+  AttentionMode currentMode;
+  std::shared_ptr<FusedCpuAttention> fused;
+};
+TORCH_MODULE(SpectralAttention);
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_SPECTRALATTENTION_H

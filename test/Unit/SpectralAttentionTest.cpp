@@ -1,0 +1,246 @@
+//===- SpectralAttentionTest.cpp - the torch module, fused against reference ===//
+
+#include "runtime/KernelCache.h"
+#include "runtime/SpectralAttention.h"
+
+#include <gtest/gtest.h>
+
+using namespace spectra;
+
+namespace {
+
+double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
+
+struct Inputs {
+  torch::Tensor q, k, v, mask;
+};
+
+/// q, k, v with a padded tail on the second batch (junk keys under the mask).
+Inputs makeInputs(torch::Dtype dtype, int seed, double scale = 0.8) {
+  torch::manual_seed(seed);
+  Inputs in{torch::randn({2, 2, 12, 8}, dtype) * scale, torch::randn({2, 2, 10, 8}, dtype) * scale,
+            torch::randn({2, 2, 10, 5}, dtype), torch::ones({2, 10}, torch::kBool)};
+  using torch::indexing::Slice;
+  in.mask.index_put_({1, Slice(6)}, false);
+  in.k.index_put_({1, Slice(), Slice(6)}, 3.0);
+  in.v.index_put_({1, Slice(), Slice(6)}, -5.0);
+  return in;
+}
+
+SpectralAttentionOptions options(const std::string &variant, AttentionMode mode) {
+  SpectralAttentionOptions o;
+  o.variant = variant;
+  o.config.m = variant.find("sgq") != std::string::npos ? 17 : 16;
+  o.config.d = 8;
+  o.config.seed = 5;
+  o.mode = mode;
+  return o;
+}
+
+/// Output and dq, dk, dv (and the learnable factors' gradients) of one module run.
+std::vector<torch::Tensor> run(SpectralAttention &module, const Inputs &in,
+                               const torch::Tensor &probe) {
+  torch::Tensor q = in.q.clone().set_requires_grad(true), k = in.k.clone().set_requires_grad(true),
+                v = in.v.clone().set_requires_grad(true);
+  for (auto &p : module->parameters())
+    p.mutable_grad() = torch::Tensor();
+  torch::Tensor out = module->forward(q, k, v, in.mask);
+  (out.to(torch::kFloat64) * probe).sum().backward();
+  std::vector<torch::Tensor> r = {out.detach(), q.grad(), k.grad(), v.grad()};
+  for (auto &p : module->parameters())
+    r.push_back(p.grad());
+  return r;
+}
+
+void expectModesAgree(const std::string &variant, torch::Dtype dtype, double tolerance) {
+  SpectralAttention fused(options(variant, AttentionMode::Fused));
+  SpectralAttention reference(options(variant, AttentionMode::Reference));
+  Inputs in = makeInputs(dtype, 11);
+  torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  std::vector<torch::Tensor> a = run(fused, in, probe), b = run(reference, in, probe);
+  ASSERT_EQ(a.size(), b.size()) << variant;
+  const char *names[] = {"out", "dq", "dk", "dv"};
+  EXPECT_EQ(a[0].scalar_type(), dtype) << variant << ": the output keeps the input dtype";
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].defined() && b[i].defined()) << variant << " #" << i;
+    ASSERT_TRUE(torch::isfinite(a[i]).all().item<bool>()) << variant << " #" << i;
+    double scale = maxAbs(b[i]) + 1e-8;
+    EXPECT_LT(maxAbs(a[i].to(torch::kFloat64) - b[i].to(torch::kFloat64)), tolerance * scale)
+        << variant << " " << (i < 4 ? names[i] : "d(learnable factor)") << " ("
+        << torch::toString(dtype) << ")";
+  }
+  // Padded keys contribute nothing: their dk and dv are exactly zero.
+  using torch::indexing::Slice;
+  EXPECT_EQ(maxAbs(a[2].index({1, Slice(), Slice(6)})), 0.0) << variant;
+  EXPECT_EQ(maxAbs(a[3].index({1, Slice(), Slice(6)})), 0.0) << variant;
+}
+
+TEST(SpectralAttention, FusedMatchesReferenceForEveryPaperVariantForwardAndBackward) {
+  for (const char *component : {"posrf", "oprf", "saderf"})
+    for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"})
+      expectModesAgree(std::string(component) + "-" + weights, torch::kFloat32, 2e-3);
+}
+
+TEST(SpectralAttention, FusedMatchesReferenceInFloat64AndForExtraComponents) {
+  for (const char *variant : {"posrf-mm", "saderf-orf", "trigrf-orf", "posrf-hyp-base",
+                              "hcexp-qmc", "gerf-sorf"})
+    expectModesAgree(variant, torch::kFloat64, 2e-3);
+}
+
+TEST(SpectralAttention, ReferenceGradientsMatchFiniteDifferencesInFloat64) {
+  // The oracle itself: autograd of the float64 reference against central differences.
+  for (const char *variant : {"posrf-orf", "oprf-mm", "saderf-sgq"}) {
+    SpectralAttention module(options(variant, AttentionMode::Reference));
+    Inputs in = makeInputs(torch::kFloat64, 3, 0.5);
+    torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+    auto loss = [&](const torch::Tensor &q) {
+      return (module->forward(q, in.k, in.v, in.mask) * probe).sum().item<double>();
+    };
+    std::vector<torch::Tensor> g = run(module, in, probe);
+    const double h = 1e-6;
+    for (int64_t idx : {0, 17, 95, 190}) {
+      torch::Tensor plus = in.q.clone(), minus = in.q.clone();
+      plus.view(-1)[idx] += h;
+      minus.view(-1)[idx] -= h;
+      double numeric = (loss(plus) - loss(minus)) / (2 * h);
+      double analytic = g[1].view(-1)[idx].item<double>();
+      EXPECT_NEAR(analytic, numeric, 1e-6 * (1 + std::abs(numeric))) << variant << " dq[" << idx << "]";
+    }
+  }
+}
+
+TEST(SpectralAttention, UserDeclaredFeatureGetsDerivedGradients) {
+  SpectralAttentionOptions o;
+  o.ir = R"mlir(
+    spectra.component @softplus_rf params(%m, %d) {
+      %c = math.rsqrt %m : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %one = arith.constant 1.000000e+00 : f32
+      %e = math.exp %wx : f32
+      %sp = math.log1p %e : f32
+      %h = arith.mulf %xx, %half : f32
+      %l = arith.subf %sp, %h : f32
+      spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+    }
+    spectra.feature_map @softplus_orf component @softplus_rf weights @orf m = 16 d = 8 seed = 2
+  )mlir";
+  o.irSource = "softplus.mlir";
+  SpectralAttention fused(o);
+  o.mode = AttentionMode::Reference;
+  SpectralAttention reference(o);
+  Inputs in = makeInputs(torch::kFloat32, 4);
+  torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  std::vector<torch::Tensor> a = run(fused, in, probe), b = run(reference, in, probe);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_LT(maxAbs(a[i].to(torch::kFloat64) - b[i].to(torch::kFloat64)),
+              2e-3 * (maxAbs(b[i]) + 1e-8))
+        << "user-declared softplus feature #" << i;
+}
+
+TEST(SpectralAttention, LearnableFactorsTrainAndRoundTripThroughStateDict) {
+  SpectralAttention module(options("posrf-fastfoodl", AttentionMode::Fused));
+  std::vector<torch::Tensor> params = module->parameters();
+  ASSERT_EQ(params.size(), 6u) << "FastFoodL's S, G and B of each of the 2 blocks are parameters";
+  Inputs in = makeInputs(torch::kFloat32, 6);
+  std::vector<torch::Tensor> g = run(module, in, torch::ones({2, 2, 12, 5}, torch::kFloat64));
+  ASSERT_EQ(g.size(), 4u + params.size());
+  for (size_t i = 4; i < g.size(); ++i)
+    EXPECT_GT(maxAbs(g[i]), 0.0) << "learnable factor #" << i - 4 << " gets a gradient";
+
+  torch::Tensor before = module->forward(in.q, in.k, in.v, in.mask).detach();
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    module->save(archive);
+    archive.save_to(saved);
+  }
+  SpectralAttention other(options("posrf-fastfoodl", AttentionMode::Fused));
+  other->redraw(99);
+  EXPECT_GT(maxAbs(other->forward(in.q, in.k, in.v, in.mask) - before), 1e-4);
+  torch::serialize::InputArchive archive;
+  archive.load_from(saved);
+  other->load(archive);
+  EXPECT_LT(maxAbs(other->forward(in.q, in.k, in.v, in.mask) - before), 1e-6);
+}
+
+TEST(SpectralAttention, RedrawChangesWeightsWithoutRecompiling) {
+  SpectralAttention module(options("oprf-orf", AttentionMode::Fused));
+  Inputs in = makeInputs(torch::kFloat32, 8);
+  torch::Tensor first = module->forward(in.q, in.k, in.v, in.mask);
+  int64_t compiles = KernelCache::instance().stats().compiles;
+  module->redraw(1234);
+  torch::Tensor second = module->forward(in.q, in.k, in.v, in.mask);
+  EXPECT_EQ(KernelCache::instance().stats().compiles, compiles);
+  EXPECT_GT(maxAbs(second - first), 1e-4);
+}
+
+/// A tiny model: projections, spectral attention, mean pooling, a linear head.
+struct TinyModelImpl : torch::nn::Module {
+  TinyModelImpl(AttentionMode mode) {
+    torch::manual_seed(0);
+    qkv = register_module("qkv", torch::nn::Linear(16, 3 * 2 * 8));
+    head = register_module("head", torch::nn::Linear(2 * 8, 1));
+    SpectralAttentionOptions o = options("posrf-orf", mode);
+    attention = register_module("attention", SpectralAttention(o));
+  }
+  torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &mask) {
+    auto parts = qkv->forward(x).view({x.size(0), x.size(1), 3, 2, 8}).permute({2, 0, 3, 1, 4});
+    torch::Tensor out = attention->forward(parts[0], parts[1], parts[2], mask);  // [B, H, N, 8]
+    out = out.permute({0, 2, 1, 3}).reshape({x.size(0), x.size(1), 16}).mean(1);
+    return head->forward(out).squeeze(-1);
+  }
+  torch::nn::Linear qkv{nullptr}, head{nullptr};
+  SpectralAttention attention{nullptr};
+};
+TORCH_MODULE(TinyModel);
+
+TEST(SpectralAttention, TrainingFusedAndReferenceGiveTheSameLosses) {
+  torch::manual_seed(1);
+  torch::Tensor x = torch::randn({4, 10, 16}), y = torch::randn({4});
+  torch::Tensor mask = torch::ones({4, 10}, torch::kBool);
+  mask.index_put_({2, torch::indexing::Slice(7)}, false);
+  auto train = [&](AttentionMode mode) {
+    TinyModel model(mode);
+    torch::optim::SGD opt(model->parameters(), 0.1);
+    std::vector<double> losses;
+    for (int step = 0; step < 6; ++step) {
+      opt.zero_grad();
+      torch::Tensor loss = (model->forward(x, mask) - y).pow(2).mean();
+      loss.backward();
+      opt.step();
+      losses.push_back(loss.item<double>());
+    }
+    return losses;
+  };
+  std::vector<double> fused = train(AttentionMode::Fused), reference = train(AttentionMode::Reference);
+  for (size_t i = 0; i < fused.size(); ++i)
+    EXPECT_NEAR(fused[i], reference[i], 1e-4 * (1 + reference[i])) << "step " << i;
+  EXPECT_LT(fused.back(), fused.front()) << "the loss falls";
+}
+
+TEST(SpectralAttention, ErrorsNameWhatIsWrong) {
+  try {
+    SpectralAttention bad(options("posrf-orff", AttentionMode::Fused));
+    FAIL() << "an unknown variant must throw";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("valid weights: base, orf, sorf"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(parseAttentionMode("fast"), std::invalid_argument);
+  SpectralAttention module(options("posrf-orf", AttentionMode::Fused));
+  Inputs in = makeInputs(torch::kFloat32, 9);
+  try {
+    module->forward(in.q.narrow(3, 0, 6), in.k, in.v, in.mask);
+    FAIL() << "a head dimension other than d must throw";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(module->forward(in.q, in.k, in.v, torch::ones({2, 9}, torch::kBool)), c10::Error);
+  EXPECT_THROW(module->forward(in.q.to(torch::kInt64), in.k, in.v, in.mask), c10::Error);
+  if (!torch::cuda::is_available())
+    GTEST_LOG_(INFO) << "no CUDA device: the CUDA-tensor error path is covered on GPU machines";
+}
+
+} // namespace
