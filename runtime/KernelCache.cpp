@@ -143,8 +143,11 @@ bool decodeCacheEntry(const std::string &bytes, CacheEntry &entry, std::string &
 }
 
 KernelCache &KernelCache::instance() {
-  static KernelCache cache;
-  return cache;
+  // Never destroyed: an ExecutionEngine torn down during static destruction
+  // runs its deinitialisers through LLVM objects that may already be gone
+  // (valgrind showed the use after free). The OS reclaims the kernels at exit.
+  static KernelCache *cache = new KernelCache();
+  return *cache;
 }
 
 std::string KernelCache::key(const std::string &compilerId, const std::string &canonical,

@@ -30,6 +30,13 @@ if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
     llvm_config.add_tool_substitutions(["spectra-eval"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
+# torch.ops.spectra for Python (a LibTorch build).
+config.substitutions.append(("%spectra_lib", os.path.join(config.spectra_obj_root, "lib")))
+if os.path.exists(os.path.join(config.spectra_obj_root, "lib", "libspectra_torch_ops.so")):
+    config.available_features.add("torch-ops")
+# Kernels compiled by the tests are cached in the build tree, never in the user's cache.
+config.environment["SPECTRA_CACHE_DIR"] = os.path.join(config.spectra_obj_root, "test-kernel-cache")
+
 # GPU integration tests need a device; the PTX tests need only ptxas.
 if shutil.which("nvidia-smi") and os.system("nvidia-smi -L > /dev/null 2>&1") == 0:
     config.available_features.add("cuda-device")

@@ -48,7 +48,7 @@ Commands:
   attention  random-feature attention of [B,H,N,d] inputs (q and k are scaled by d^-1/4)
              --q Q.npy --k K.npy --v V.npy [--mask M.npy (bool [B,N], true = keep)]
              [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused]
-             --out O.npy   (fused: the JIT-compiled CPU kernel, float32)
+             [--device cpu|cuda] --out O.npy   (fused: the JIT-compiled kernels, float32)
   approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
@@ -246,6 +246,22 @@ int attention(const Args &args) {
   if (args.has("scale"))
     options.scale = args.number("scale", 0);
   std::string mode = args.get("mode", "reference");
+  std::string deviceName = args.get("device", "cpu");
+  if (deviceName != "cpu" && deviceName != "cuda")
+    throw std::invalid_argument("--device must be cpu or cuda, got '" + deviceName + "'");
+  if (deviceName == "cuda" && !torch::cuda::is_available())
+    throw std::invalid_argument("--device cuda: torch sees no CUDA device on this machine");
+  if (deviceName == "cuda" && mode == "fused")
+    throw std::invalid_argument("--mode fused --device cuda: the CUDA launcher of the fused "
+                                "kernels is not in this runtime build yet (PTX: spectra-compile "
+                                "--target sm_90a --emit=ptx); use --mode reference on cuda");
+  torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
+  q = q.to(device);
+  k = k.to(device);
+  v = v.to(device);
+  std::optional<torch::Tensor> mask = maskFrom(args);
+  if (mask)
+    mask = mask->to(device);
   torch::Tensor out;
   if (mode == "fused") {
     if (options.stabilizer == Stabilizer::None)
@@ -266,11 +282,14 @@ int attention(const Args &args) {
       config.options = desc.options;
       fused = std::make_unique<FusedCpuAttention>(args.get("variant"), config);
     }
-    out = fused->forward(q, k, v, weightsFor(args, desc, torch::kFloat32), maskFrom(args),
-                         options.scale).out;
+    out = fused->forward(q, k, v, weightsFor(args, desc, torch::kFloat32), mask, options.scale).out;
   } else if (mode == "reference") {
     ReferenceFeatureMap fm(desc);
-    out = fm.attention(q, k, v, weightsFor(args, desc, dtype), maskFrom(args), options);
+    Weights w = weightsFor(args, desc, dtype);
+    w.W = w.W.to(device);
+    if (w.rowWeights)
+      w.rowWeights = w.rowWeights->to(device);
+    out = fm.attention(q, k, v, w, mask, options).cpu();
   } else {
     throw std::invalid_argument("--mode must be reference or fused, got '" + mode + "'");
   }

@@ -1,0 +1,66 @@
+//===- TorchOps.cpp - torch.ops.spectra.* for PyTorch users ---------------===//
+//
+// Built as libspectra_torch_ops.so: `torch.ops.load_library(path)` then
+//   out = torch.ops.spectra.attention(q, k, v, mask, "saderf-orf", 128, 0, "fused")
+// The op keeps one SpectralAttention module per (variant, m, d, seed, mode);
+// its kernels come from the KernelCache. Registered as a composite op, so
+// autograd runs through the fused kernels' own autograd Function.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/KernelCache.h"
+#include "runtime/SpectralAttention.h"
+
+#include <torch/library.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace spectra {
+namespace {
+
+torch::Tensor attentionOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                          const std::optional<torch::Tensor> &keyMask, std::string variant,
+                          int64_t m, int64_t seed, std::string mode) {
+  TORCH_CHECK(q.dim() == 4, "spectra.attention: q must be [B, H, N, d], got ", q.sizes());
+  static std::mutex mutex;
+  static std::map<std::string, SpectralAttention> modules;
+  std::string key = variant + "|" + std::to_string(m) + "|" + std::to_string(q.size(3)) + "|" +
+                    std::to_string(seed) + "|" + mode;
+  SpectralAttention module{nullptr};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = modules.find(key);
+    if (it == modules.end()) {
+      SpectralAttentionOptions options;
+      options.variant = variant;
+      options.config.m = m;
+      options.config.d = q.size(3);
+      options.config.seed = seed;
+      try {
+        options.mode = parseAttentionMode(mode);
+        it = modules.emplace(key, SpectralAttention(options)).first;
+      } catch (const std::invalid_argument &e) {
+        TORCH_CHECK(false, "spectra.attention: ", e.what());
+      }
+    }
+    module = it->second;
+  }
+  return module->forward(q, k, v, keyMask);
+}
+
+std::vector<int64_t> cacheStats() {
+  CacheStats s = KernelCache::instance().stats();
+  return {s.compiles, s.memoryHits, s.diskHits, s.corruptEntries, s.diskWrites};
+}
+
+} // namespace
+} // namespace spectra
+
+TORCH_LIBRARY(spectra, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? key_mask=None, str variant='posrf-mm', "
+        "int m=128, int seed=0, str mode='fused') -> Tensor",
+        &spectra::attentionOp);
+  m.def("cache_stats() -> int[]", &spectra::cacheStats);
+}
