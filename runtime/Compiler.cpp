@@ -12,23 +12,48 @@ namespace spectra {
 namespace {
 using CString = std::unique_ptr<char, void (*)(void *)>;
 
-Descriptor finish(char *text, char *error) {
+std::string take(char *text, char *error) {
   CString owned(text, spectra_free), message(error, spectra_free);
   if (!text)
     throw std::invalid_argument(error ? error : "libspectra-compiler failed without a message");
-  return Descriptor::fromJson(text);
+  return text;
 }
-} // namespace
 
-Descriptor describeVariant(const std::string &variant, const VariantConfig &config) {
+Descriptor finish(char *text, char *error) { return Descriptor::fromJson(take(text, error)); }
+
+std::string optionText(const VariantConfig &config) {
   std::ostringstream options;
   options.precision(17);
   for (const auto &[key, value] : config.options)
     options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
+  return options.str();
+}
+} // namespace
+
+Descriptor describeVariant(const std::string &variant, const VariantConfig &config) {
   char *error = nullptr;
   char *text = spectra_describe_variant(variant.c_str(), config.m, config.d, config.seed,
-                                        options.str().c_str(), &error);
+                                        optionText(config).c_str(), &error);
   return finish(text, error);
+}
+
+std::string compileGpuVariant(const std::string &variant, const VariantConfig &config,
+                              const std::string &target, const std::string &dtype, int64_t dv) {
+  char *error = nullptr;
+  char *text = spectra_gpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
+                                           optionText(config).c_str(), target.c_str(),
+                                           dtype.c_str(), dv, &error);
+  return take(text, error);
+}
+
+std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
+                         const std::string &featureMap, const std::string &target,
+                         const std::string &dtype, int64_t dv) {
+  char *error = nullptr;
+  char *text = spectra_gpu_compile_ir(ir.c_str(), sourceName.c_str(),
+                                      featureMap.empty() ? nullptr : featureMap.c_str(),
+                                      target.c_str(), dtype.c_str(), dv, &error);
+  return take(text, error);
 }
 
 Descriptor describeIR(const std::string &ir, const std::string &sourceName,

@@ -32,6 +32,15 @@ Descriptor describeVariant(const std::string &variant, const VariantConfig &conf
 Descriptor describeIR(const std::string &ir, const std::string &sourceName = "<ir>",
                       const std::string &featureMap = "");
 
+/// The GPU kernels' artifact (JSON with PTX) of a variant / of IR, for target
+/// "sm_80" or "sm_90a" and q/k/v dtype "f32", "bf16" or "f16"; throws
+/// std::invalid_argument with the compiler's message.
+std::string compileGpuVariant(const std::string &variant, const VariantConfig &config,
+                              const std::string &target, const std::string &dtype, int64_t dv);
+std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
+                         const std::string &featureMap, const std::string &target,
+                         const std::string &dtype, int64_t dv);
+
 /// The compiler build id (part of every cache key).
 std::string compilerVersion();
 

@@ -177,7 +177,9 @@ torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::
                                            const torch::Tensor &v, const Weights &weights,
                                            const std::optional<torch::Tensor> &keyMask,
                                            std::optional<double> scale) const {
-  Prepared p = prepare(q, k, v, weights, keyMask, scale);
+  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
+              q.device());
+  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
   torch::Tensor out = FusedAttentionFunction::apply(p.qs, p.ks, p.vs, p.W, p.params, p.keep,
                                                     p.rowscale, this);
   return out.to(q.scalar_type());
@@ -187,16 +189,14 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage) const {
   return spectra_cpu_kernel_ir(kernel.get(), stage.c_str());
 }
 
-FusedCpuAttention::Prepared FusedCpuAttention::prepare(const torch::Tensor &q,
-                                                      const torch::Tensor &k,
-                                                      const torch::Tensor &v, const Weights &weights,
-                                                      const std::optional<torch::Tensor> &keyMask,
-                                                      std::optional<double> scale) const {
-  const Descriptor &desc = descriptor();
+FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
+                               const torch::Tensor &k, const torch::Tensor &v,
+                               const Weights &weights, const std::optional<torch::Tensor> &keyMask,
+                               std::optional<double> scale, torch::ScalarType inputType) {
+  const Descriptor &desc = reference.descriptor();
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
-  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
-              q.device());
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
   // With grad mode on, autograd follows these LibTorch ops: normaliser, statistics,
   // parameters and input transforms.
@@ -209,18 +209,17 @@ FusedCpuAttention::Prepared FusedCpuAttention::prepare(const torch::Tensor &q,
   std::vector<torch::Tensor> scalars;
   for (const torch::Tensor &t : p.scalars)
     scalars.push_back(t.to(torch::kFloat32));
-  Prepared out;
-  out.qs = qs.contiguous();
-  out.ks = ks.contiguous();
-  out.vs = v.to(torch::kFloat32).contiguous();
-  out.W = weights.W.to(torch::kFloat32).contiguous();
-  out.params = scalars.empty() ? torch::zeros({B, H, 1}, torch::kFloat32)
+  FusedInputs out;
+  out.qs = qs.to(inputType).contiguous();
+  out.ks = ks.to(inputType).contiguous();
+  out.vs = v.to(inputType).contiguous();
+  out.W = weights.W.to(f32).contiguous();
+  out.params = scalars.empty() ? torch::zeros({B, H, 1}, f32)
                                : torch::stack(scalars, -1).contiguous();  // [B, H, P]
-  out.keep = keyMask ? keyMask->to(torch::kFloat32).contiguous()
-                     : torch::ones({B, Nk}, torch::kFloat32);
+  out.keep = keyMask ? keyMask->to(f32).contiguous() : torch::ones({B, Nk}, f32);
   out.rowscale = weights.rowWeights
-                     ? (weights.rowWeights->to(torch::kFloat32) * static_cast<float>(m)).contiguous()
-                     : torch::ones({m}, torch::kFloat32);
+                     ? (weights.rowWeights->to(f32) * static_cast<float>(m)).contiguous()
+                     : torch::ones({m}, f32);
   return out;
 }
 
@@ -229,7 +228,9 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
                                         const std::optional<torch::Tensor> &keyMask,
                                         std::optional<double> scale) const {
   torch::NoGradGuard noGrad;
-  Prepared p = prepare(q, k, v, weights, keyMask, scale);
+  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
+              q.device());
+  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
   FusedForward result = runForward(p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale);
   result.out = result.out.to(q.scalar_type());
   return result;

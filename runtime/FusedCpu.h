@@ -22,6 +22,21 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
+/// The fused kernels' inputs: q and k normalised (d^-1/4) and transformed
+/// (SADERF/HCEXP diagonal scales), v, W in f32, the parameters [B, H, P]
+/// from the params program, the key mask as 1/0 and the row scales (m*a_i).
+struct FusedInputs {
+  torch::Tensor qs, ks, vs, W, params, keep, rowscale;
+};
+
+/// Computes FusedInputs with LibTorch (autograd follows through the
+/// statistics, parameters and transforms); q, k, v become `inputType`.
+FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
+                               const torch::Tensor &k, const torch::Tensor &v,
+                               const Weights &weights, const std::optional<torch::Tensor> &keyMask,
+                               std::optional<double> scale,
+                               torch::ScalarType inputType = torch::kFloat32);
+
 /// What the forward saves for a backward: S, z and the key stabiliser per slice.
 struct FusedForward {
   torch::Tensor out;    ///< [B, H, Nq, dv]
@@ -71,15 +86,6 @@ public:
   std::string kernelIR(const std::string &stage) const;
 
 private:
-  /// The kernels' inputs: normalised, transformed q and k, float32 v and W,
-  /// parameters [B, H, P], the key mask as 1/0 and the row scales.
-  struct Prepared {
-    torch::Tensor qs, ks, vs, W, params, keep, rowscale;
-  };
-  Prepared prepare(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
-                   const Weights &weights, const std::optional<torch::Tensor> &keyMask,
-                   std::optional<double> scale) const;
-
   FusedCpuAttention(Descriptor desc, std::shared_ptr<spectra_cpu_kernel> kernel);
 
   ReferenceFeatureMap reference;

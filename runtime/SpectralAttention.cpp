@@ -2,6 +2,8 @@
 
 #include "runtime/SpectralAttention.h"
 
+#include "runtime/KernelCache.h"
+
 #include <stdexcept>
 
 namespace spectra {
@@ -44,11 +46,28 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
   Weights w = weights->weights();
   if (currentMode == AttentionMode::Reference)
     return reference.attention(q, k, v, w, keyMask);
-  TORCH_CHECK(!q.is_cuda(),
-              "spectra SpectralAttention(", descriptor().name,
-              "): fused mode on CUDA tensors needs the CUDA launcher, which this runtime build does "
-              "not have yet; use mode 'reference' on CUDA, or run fused on CPU tensors");
+  if (q.is_cuda())
+    return fusedCuda().attention(q, k, v, w, keyMask);
   return fusedCpu().attention(q, k, v, w, keyMask);
+}
+
+const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
+  if (!fusedGpu) {
+    SpectralAttentionOptions o = options;
+    const Descriptor &desc = descriptor();
+    std::string canonical = desc.component.canonical + "|m=" + std::to_string(desc.m) +
+                            "|d=" + std::to_string(desc.d);
+    fusedGpu = std::make_shared<FusedCudaAttention>(
+        desc, [o, canonical, name = desc.name](const std::string &target, const std::string &dtype,
+                                               int64_t dv) {
+          std::string options = dtype + "|dv=" + std::to_string(dv);
+          return KernelCache::instance().gpu(canonical, name, target, options, [&] {
+            return o.ir.empty() ? compileGpuVariant(o.variant, o.config, target, dtype, dv)
+                                : compileGpuIR(o.ir, o.irSource, o.featureMap, target, dtype, dv);
+          });
+        });
+  }
+  return *fusedGpu;
 }
 
 void SpectralAttentionImpl::redraw(int64_t seed) { weights->redraw(seed); }

@@ -16,6 +16,7 @@
 
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/FusedCuda.h"
 #include "runtime/Reference.h"
 #include "runtime/WeightModule.h"
 
@@ -61,6 +62,8 @@ public:
   const Descriptor &descriptor() const { return reference.descriptor(); }
   /// The fused CPU kernels, JIT-compiled (or loaded from the cache) on first use.
   const FusedCpuAttention &fusedCpu();
+  /// The fused GPU kernels (PTX per device target and dtype, compiled or cached on first use).
+  const FusedCudaAttention &fusedCuda();
 
   RandomFeatureWeights weights{nullptr};
 
@@ -69,6 +72,7 @@ private:
   ReferenceFeatureMap reference;
   AttentionMode currentMode;
   std::shared_ptr<FusedCpuAttention> fused;
+  std::shared_ptr<FusedCudaAttention> fusedGpu;
 };
 TORCH_MODULE(SpectralAttention);
 

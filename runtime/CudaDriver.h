@@ -1,0 +1,41 @@
+//===- CudaDriver.h - the CUDA driver API, loaded at run time -------------===//
+//
+// The fused GPU kernels are PTX; the driver JIT-assembles and launches them.
+// libcuda.so.1 is opened with dlopen on first use, so the runtime builds,
+// links and runs on machines without a driver (every CPU machine here): there
+// the driver reports itself unavailable with the reason, and GPU tests skip.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_CUDADRIVER_H
+#define SPECTRA_RUNTIME_CUDADRIVER_H
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace spectra::cuda {
+
+/// Opaque driver handles (CUmodule, CUfunction, CUstream).
+using Module = void *;
+using Function = void *;
+using Stream = void *;
+
+/// Whether the driver loaded and initialised; `why` says what failed.
+bool available(std::string *why = nullptr);
+
+/// Loads PTX into the current context of `device` (the primary context torch
+/// uses); throws c10::Error with the driver's message and the JIT log.
+Module loadPtx(int device, const std::string &ptx, const std::string &what);
+Function getFunction(Module module, const std::string &name);
+
+/// (major, minor) compute capability of `device`.
+std::pair<int, int> computeCapability(int device);
+
+/// Launches `name` (for messages) on `stream`; `params` as cuLaunchKernel takes them.
+void launch(Function function, const std::string &name, const unsigned grid[3],
+            const unsigned block[3], unsigned sharedBytes, Stream stream, void **params);
+
+} // namespace spectra::cuda
+
+#endif // SPECTRA_RUNTIME_CUDADRIVER_H

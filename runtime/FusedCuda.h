@@ -1,0 +1,114 @@
+//===- FusedCuda.h - launching the fused GPU kernels ----------------------===//
+//
+// Runs the six PTX kernels of a feature map (codegen/GpuKernel.h) on CUDA
+// tensors: the artifact (launch description + PTX, from KernelCache) is
+// parsed once, its module loaded per device through the driver API, and the
+// kernels launched on torch's current stream, buffers allocated by torch
+// (S, z and the gradient accumulators zeroed, the key constant at -inf). An
+// autograd Function saves S, z, out and the key constants (never phi) and
+// launches the backward kernels. The host side (artifact parsing, launch
+// geometry, memref argument packing) is testable without a GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_FUSEDCUDA_H
+#define SPECTRA_RUNTIME_FUSEDCUDA_H
+
+#include "runtime/Compiler.h"
+#include "runtime/FusedCpu.h"
+#include "runtime/Reference.h"
+
+#include <torch/torch.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace spectra {
+
+/// One kernel of the artifact.
+struct GpuKernelSpec {
+  std::string name;
+  std::array<unsigned, 3> block{1, 1, 1};
+  std::string rows;       ///< "keys" or "queries": grid.x = ceil(rows / perBlock)
+  int64_t perBlock = 1;
+  int64_t gridZ = 1;      ///< feature chunks
+  unsigned sharedBytes = 0;
+  std::vector<std::string> args;  ///< buffer names, "H" for the heads count
+};
+
+/// The compiler's KernelArtifact for one (feature map, target, dtype).
+struct GpuArtifact {
+  std::string featureMap, target, dtype, ptx;
+  int64_t m = 0, d = 0, dv = 0, outputs = 1, params = 1;
+  std::vector<GpuKernelSpec> forward, backward;
+
+  /// Parses the JSON libspectra-compiler returns; throws std::invalid_argument naming the field.
+  static GpuArtifact fromJson(const std::string &text);
+
+  /// Grid of `kernel` for B*H slices and the sequence lengths.
+  static std::array<unsigned, 3> grid(const GpuKernelSpec &kernel, int64_t batchHeads,
+                                      int64_t queries, int64_t keys);
+};
+
+/// The PTX target for a device of compute capability major.minor: sm_90a on
+/// Hopper (9.0), sm_80 PTX (JIT-compiled forward by the driver) on other
+/// sm_80+ devices; throws below sm_80.
+std::string gpuTargetFor(int major, int minor);
+
+/// An MLIR memref descriptor as the kernels take it: (allocated, aligned,
+/// offset, sizes[R], strides[R]) flattened into launch parameters.
+struct MemrefParams {
+  void *allocated = nullptr, *aligned = nullptr;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes, strides;
+  /// Appends pointers to each field to `params` (they must outlive the launch).
+  void append(std::vector<void *> &params);
+};
+/// The descriptor of `t` viewed as rank `rank` (leading dimensions merged:
+/// [B, H, N, d] becomes [B*H, N, d]).
+MemrefParams memrefOf(const torch::Tensor &t, int64_t rank);
+
+class FusedCudaAttention {
+public:
+  /// Compiles (or loads from the cache) the kernels for `target` and q/k/v of `dtype`.
+  using Compile = std::function<std::string(const std::string &target, const std::string &dtype,
+                                             int64_t valueDim)>;
+  FusedCudaAttention(Descriptor desc, Compile compile);
+
+  const Descriptor &descriptor() const { return reference.descriptor(); }
+
+  /// Fused attention with autograd on CUDA tensors; f32, bf16 and f16 inputs
+  /// run natively (f32 accumulation), f64 inputs run in f32.
+  torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                          const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                          std::optional<double> scale = std::nullopt) const;
+
+  FusedForward runForward(const FusedInputs &in) const;
+  std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
+                                         const torch::Tensor &gout) const;
+
+private:
+  struct Loaded {
+    GpuArtifact artifact;
+    void *module = nullptr;
+    std::map<std::string, void *> functions;
+  };
+  /// The artifact and module for the device and dtype of `t` and value dim `dv` (compiled/loaded once).
+  const Loaded &kernelsFor(const torch::Tensor &t, int64_t dv) const;
+  void run(const Loaded &k, const std::vector<GpuKernelSpec> &kernels,
+           const std::map<std::string, torch::Tensor> &buffers, int64_t B, int64_t H, int64_t Nq,
+           int64_t Nk, int device) const;
+
+  ReferenceFeatureMap reference;
+  Compile compile;
+  mutable std::mutex mutex;
+  mutable std::map<std::string, Loaded> loaded;  // by "device/target/dtype/dv"
+};
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_FUSEDCUDA_H
