@@ -1,0 +1,32 @@
+# SPECTRA_RUNTIME_ONLY: the LibTorch side alone (runtime/, spectra-eval, spectra-bench, the
+# runtime's GoogleTests) against a prebuilt libspectra-compiler.so, on a machine with torch and
+# no LLVM/MLIR. scripts/gpu-check.sh uses it on the GPU machines.
+if(NOT EXISTS "${SPECTRA_PREBUILT_COMPILER}")
+  message(FATAL_ERROR "SPECTRA_RUNTIME_ONLY needs -DSPECTRA_PREBUILT_COMPILER=/path/libspectra-compiler.so "
+                      "(build it with scripts/gpu-check.sh bundle)")
+endif()
+include_directories(${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+add_library(spectra-compiler SHARED IMPORTED)
+set_target_properties(spectra-compiler PROPERTIES IMPORTED_LOCATION "${SPECTRA_PREBUILT_COMPILER}")
+set(SPECTRA_TOOLS_DIR ${CMAKE_BINARY_DIR}/bin)
+include(${PROJECT_SOURCE_DIR}/cmake/SpectraTorch.cmake)
+# A machine without Debian's -dev packages gets nlohmann/json and GoogleTest from the bundle.
+set(SPECTRA_JSON_INCLUDE "" CACHE PATH "directory holding nlohmann/json.hpp (when not installed)")
+set(SPECTRA_GTEST_SOURCE "" CACHE PATH "GoogleTest sources to build (when not installed)")
+if(SPECTRA_JSON_INCLUDE)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${SPECTRA_JSON_INCLUDE})
+  set(nlohmann_json_FOUND TRUE)
+endif()
+if(SPECTRA_GTEST_SOURCE)
+  add_subdirectory(${SPECTRA_GTEST_SOURCE} ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL)
+  add_library(GTest::gtest_main ALIAS gtest_main)
+  set(GTest_FOUND TRUE)
+endif()
+add_subdirectory(runtime)
+add_subdirectory(tools/spectra-eval)
+add_subdirectory(tools/spectra-bench)
+if(SPECTRA_ENABLE_TESTS)
+  enable_testing()
+  add_subdirectory(test/Unit)
+endif()

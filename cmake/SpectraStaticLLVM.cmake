@@ -1,0 +1,43 @@
+# SPECTRA_STATIC_LLVM: Debian builds LLVM as one shared library (LLVM_LINK_LLVM_DYLIB), so every
+# exported MLIR static library names "LLVM" (libLLVM.so) in its link interface. Here that name is
+# replaced by LLVM's static component archives, so libspectra-compiler.so carries its own LLVM and
+# runs on a machine that has none (a GPU machine with torch and a driver but no MLIR).
+set(LLVM_LINK_LLVM_DYLIB OFF)
+set(_spectra_llvm_static)
+foreach(_lib IN LISTS LLVM_AVAILABLE_LIBS)
+  if(NOT TARGET ${_lib})
+    continue()
+  endif()
+  get_target_property(_type ${_lib} TYPE)
+  get_target_property(_configs ${_lib} IMPORTED_CONFIGURATIONS)
+  if(NOT _type STREQUAL "STATIC_LIBRARY" OR NOT _configs)
+    continue()
+  endif()
+  list(GET _configs 0 _config)
+  get_target_property(_location ${_lib} IMPORTED_LOCATION_${_config})
+  # Exported but not shipped by Debian (e.g. Polly's archives), or tool-only libraries whose own
+  # dependencies are not installed: leave them out.
+  if(EXISTS "${_location}" AND NOT _lib MATCHES
+     "^(LLVMTableGen.*|LLVMDebuginfod|LLVMLineEditor|LibcTableGenUtil|LLVMExegesis.*|LLVMBOLT.*|LLVMCFIVerify|LLVMDiff|LLVMOptDriver|LLVMFuzz.*|Polly.*)$")
+    list(APPEND _spectra_llvm_static ${_lib})
+  endif()
+endforeach()
+list(LENGTH _spectra_llvm_static _count)
+message(STATUS "Spectra: SPECTRA_STATIC_LLVM links ${_count} static LLVM libraries instead of libLLVM.so")
+if(TARGET LLVMExtensions)
+  get_target_property(_deps LLVMExtensions INTERFACE_LINK_LIBRARIES)
+  list(REMOVE_ITEM _deps Polly PollyISL)
+  set_target_properties(LLVMExtensions PROPERTIES INTERFACE_LINK_LIBRARIES "${_deps}")
+endif()
+add_library(SpectraLLVMStatic INTERFACE)
+target_link_libraries(SpectraLLVMStatic INTERFACE -Wl,--start-group ${_spectra_llvm_static} -Wl,--end-group)
+get_property(_mlir_libs GLOBAL PROPERTY MLIR_ALL_LIBS)
+foreach(_target IN LISTS _mlir_libs ITEMS MLIRExecutionEngine)
+  if(TARGET ${_target})
+    get_target_property(_deps ${_target} INTERFACE_LINK_LIBRARIES)
+    if(_deps)
+      list(TRANSFORM _deps REPLACE "^LLVM$" "SpectraLLVMStatic")
+      set_target_properties(${_target} PROPERTIES INTERFACE_LINK_LIBRARIES "${_deps}")
+    endif()
+  endif()
+endforeach()

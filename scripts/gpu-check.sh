@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs Spectra's GPU checks on a machine with a GPU, torch and CMake but no LLVM/MLIR and no
+# network (the device machines), in two halves:
+#
+#   scripts/gpu-check.sh bundle   here: build libspectra-compiler.so with LLVM linked statically
+#                                 (build-static/), and put it with nlohmann/json and GoogleTest's
+#                                 sources into .gpu/ (git-ignored; carry it)
+#   scripts/gpu-check.sh run      there: build the runtime, spectra-bench and the runtime tests
+#                                 against .gpu/ (build-gpu/), run the CUDA numerics tests and the
+#                                 GPU benchmark; logs go to $OUT (or ./gpu-results)
+#
+# With the device tool: run(command="bash scripts/gpu-check.sh run", carry=[".gpu"]).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+say() { printf '[gpu-check] %s\n' "$*" >&2; }
+
+bundle() {
+  ./spectra setup
+  say "configuring build-static (SPECTRA_STATIC_LLVM=ON, compiler library only)"
+  cmake -S . -B build-static -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLVM_ENABLE_ASSERTIONS=OFF \
+    -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir -DSPECTRA_STATIC_LLVM=ON \
+    -DSPECTRA_ENABLE_TORCH=OFF -DSPECTRA_ENABLE_TESTS=OFF >/dev/null
+  say "building libspectra-compiler.so (links LLVM's static libraries: a few minutes)"
+  cmake --build build-static --target spectra-compiler -- -j"$(nproc)"
+  rm -rf .gpu && mkdir -p .gpu/include
+  strip --strip-unneeded -o .gpu/libspectra-compiler.so build-static/lib/libspectra-compiler.so
+  cp -r /usr/include/nlohmann .gpu/include/
+  cp -r /usr/src/googletest .gpu/googletest
+  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+  say "needs besides glibc: $(ldd .gpu/libspectra-compiler.so | awk '{print $1}' | tr '\n' ' ')"
+  say ".gpu/ is $(du -sh .gpu | cut -f1); carry it with the run"
+}
+
+run() {
+  [ -f .gpu/libspectra-compiler.so ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
+  local out="${OUT:-$ROOT/gpu-results}"
+  mkdir -p "$out"
+  nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
+  say "building the runtime against the bundle (build-gpu/)"
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECTRA_RUNTIME_ONLY=ON \
+    -DSPECTRA_PREBUILT_COMPILER="$ROOT/.gpu/libspectra-compiler.so" \
+    -DSPECTRA_JSON_INCLUDE="$ROOT/.gpu/include" -DSPECTRA_GTEST_SOURCE="$ROOT/.gpu/googletest" \
+    > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  cmake --build build-gpu -- -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  export SPECTRA_CACHE_DIR="$ROOT/build-gpu/kernel-cache"
+  say "CUDA numerics and host tests"
+  (cd build-gpu && ctest --output-on-failure -R 'FusedCuda|SpectralAttention|KernelCache' 2>&1) | tee "$out/ctest.log"
+  say "GPU benchmark"
+  build-gpu/bin/spectra-bench --device cuda --variant posrf-mm 2>&1 | tee "$out/bench-posrf-mm.txt" || true
+  build-gpu/bin/spectra-bench --device cuda --variant saderf-orf 2>&1 | tee "$out/bench-saderf-orf.txt" || true
+}
+
+case "${1:-}" in
+  bundle) bundle ;;
+  run) run ;;
+  *) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
