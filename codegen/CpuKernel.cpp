@@ -2,6 +2,7 @@
 
 #include "codegen/CpuKernel.h"
 #include "codegen/KernelBuilder.h"
+#include "codegen/Passes.h"
 #include "passes/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -25,6 +26,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 #include <limits>
@@ -47,8 +50,8 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
   auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
   auto one = MemRefType::get({1}, f32);
-  // q, k, v, keep, W, rowscale, params, S, z, out, shift
-  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one};
+  // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat
+  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat};
   auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
   fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
   Block *entry = fn.addEntryBlock();
@@ -57,7 +60,8 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   Value q = entry->getArgument(0), k = entry->getArgument(1), v = entry->getArgument(2),
         keep = entry->getArgument(3), W = entry->getArgument(4), rowscale = entry->getArgument(5),
         paramsBuf = entry->getArgument(6), S = entry->getArgument(7), z = entry->getArgument(8),
-        out = entry->getArgument(9), shiftBuf = entry->getArgument(10);
+        out = entry->getArgument(9), shiftBuf = entry->getArgument(10),
+        qstat = entry->getArgument(11);
   Value c0 = kb.idx(0), c1 = kb.idx(1);
   Value nq = kb.dim(q, 0), nk = kb.dim(k, 0), d = kb.dim(k, 1), dv = kb.dim(v, 1), m = kb.dim(W, 0);
   unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
@@ -77,123 +81,138 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
     kb.store(squaredNorm(W, rows.getInductionVar()), wwBuf, {rows.getInductionVar()});
   }
   auto rowNorm = [&](Value i) { return kb.load(wwBuf, {i}); };
-  auto maxOver = [&](Value acc, ArrayRef<Value> values) {
-    for (Value v : values)
-      acc = arith::MaximumFOp::create(b, loc, acc, v);
-    return acc;
-  };
-  /// max(init, the largest logit of row `row` of x over all features and outputs).
-  auto maxLogit = [&](Value x, Value row, Value init) {
-    Value xx = squaredNorm(x, row);
-    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{init});
+  auto forRange = [&](Value n, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, c0, n, c1);
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(feats.getBody());
-    Value i = feats.getInductionVar();
-    auto [logits, coeffs] = kb.features(kb.dot(W, i, x, row, d), xx, rowNorm(i), params);
-    scf::YieldOp::create(b, loc, ValueRange{maxOver(feats.getRegionIterArgs()[0], logits)});
-    return feats.getResult(0);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  };
+  auto featureIndex = [&](unsigned o, Value i) {
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i).getResult();
+  };
+  /// The online stabiliser (as flash attention's softmax): when logit `l` exceeds the
+  /// running constant `M`, `rescale(r)` multiplies what was accumulated relative to M
+  /// by r = exp(M - l) and returns the rescaled carried values; returns (max(M, l), carried').
+  auto raiseConstant = [&](Value l, Value M, ValueRange carried,
+                           function_ref<SmallVector<Value>(Value r, ValueRange carried)> rescale) {
+    Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, l, M);
+    if (carried.empty()) {
+      // Without results the builder adds the terminators itself.
+      auto ifOp = scf::IfOp::create(b, loc, above, /*withElseRegion=*/false);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+        rescale(math::ExpOp::create(b, loc, kb.sub(M, l)), carried);
+      }
+      return std::make_pair(arith::MaximumFOp::create(b, loc, M, l).getResult(), SmallVector<Value>());
+    }
+    auto ifOp = scf::IfOp::create(b, loc, carried.getTypes(), above, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+      Value r = math::ExpOp::create(b, loc, kb.sub(M, l));
+      scf::YieldOp::create(b, loc, rescale(r, carried));
+      b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+      scf::YieldOp::create(b, loc, carried);
+    }
+    return std::make_pair(arith::MaximumFOp::create(b, loc, M, l).getResult(),
+                          SmallVector<Value>(ifOp.getResults()));
   };
 
-  // 1. The key stabiliser: the max logit over kept keys, features and outputs.
+  // 1. Zero S and z, then one pass over kept keys: phi(k_j) lives in registers
+  //    only; S and z are relative to the running key constant M (the max logit
+  //    so far), rescaled when it rises, so at the end M is the max logit over
+  //    kept keys, features and outputs: one constant per slice, exact.
+  Value numFeatures = arith::MulIOp::create(b, loc, m, kb.idx(outputs));
+  forRange(numFeatures, [&](Value f) {
+    kb.store(kb.f32(0), z, {f});
+    forRange(dv, [&](Value c) { kb.store(kb.f32(0), S, {f, c}); });
+  });
+  auto rescaleSummary = [&](Value r, ValueRange carried) {
+    forRange(numFeatures, [&](Value f) {
+      kb.store(kb.mul(kb.load(z, {f}), r), z, {f});
+      forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(S, {f, c}), r), S, {f, c}); });
+    });
+    return SmallVector<Value>();
+  };
   Value keyShift;
   {
     auto keys = scf::ForOp::create(b, loc, c0, nk, c1, ValueRange{negInf});
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(keys.getBody());
-    Value j = keys.getInductionVar();
-    Value rowMax = maxLogit(k, j, keys.getRegionIterArgs()[0]);
+    Value j = keys.getInductionVar(), Mkeys = keys.getRegionIterArgs()[0];
     Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
-    Value next = arith::SelectOp::create(b, loc, kept, rowMax, keys.getRegionIterArgs()[0]);
-    scf::YieldOp::create(b, loc, ValueRange{next});
+    auto ifKept = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, kept, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(&ifKept.getElseRegion().front());
+      scf::YieldOp::create(b, loc, ValueRange{Mkeys});
+      b.setInsertionPointToStart(&ifKept.getThenRegion().front());
+      Value xx = squaredNorm(k, j);
+      auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{Mkeys});
+      {
+        OpBuilder::InsertionGuard loop(b);
+        b.setInsertionPointToStart(feats.getBody());
+        Value i = feats.getInductionVar(), M = feats.getRegionIterArgs()[0];
+        auto [logits, coeffs] = kb.features(kb.dot(W, i, k, j, d), xx, rowNorm(i), params);
+        Value scale = kb.load(rowscale, {i});
+        for (unsigned o = 0; o < outputs; ++o) {
+          M = raiseConstant(logits[o], M, {}, rescaleSummary).first;
+          Value e = math::ExpOp::create(b, loc, kb.sub(logits[o], M));
+          Value phi = kb.mul(kb.mul(coeffs[o], e), scale);
+          Value f = featureIndex(o, i);
+          kb.store(kb.add(kb.load(z, {f}), phi), z, {f});
+          forRange(dv, [&](Value c) {
+            kb.store(kb.add(kb.load(S, {f, c}), kb.mul(phi, kb.load(v, {j, c}))), S, {f, c});
+          });
+        }
+        scf::YieldOp::create(b, loc, ValueRange{M});
+      }
+      scf::YieldOp::create(b, loc, feats.getResults());
+    }
+    scf::YieldOp::create(b, loc, ifKept.getResults());
     b.setInsertionPointAfter(keys);
     Value finite = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, keys.getResult(0), negInf);
     keyShift = arith::SelectOp::create(b, loc, finite, keys.getResult(0), kb.f32(0));
   }
   kb.store(keyShift, shiftBuf, {c0});
 
-  // 2. Zero S and z, then accumulate over kept keys: phi(k_j) lives in registers only.
-  Value numFeatures = arith::MulIOp::create(b, loc, m, kb.idx(outputs));
-  {
-    auto rows = scf::ForOp::create(b, loc, c0, numFeatures, c1);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(rows.getBody());
-    Value f = rows.getInductionVar();
-    kb.store(kb.f32(0), z, {f});
-    auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
-    b.setInsertionPointToStart(cols.getBody());
-    kb.store(kb.f32(0), S, {f, cols.getInductionVar()});
-  }
-  {
-    auto keys = scf::ForOp::create(b, loc, c0, nk, c1);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(keys.getBody());
-    Value j = keys.getInductionVar();
-    Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
-    auto ifKept = scf::IfOp::create(b, loc, kept, /*withElseRegion=*/false);
-    b.setInsertionPointToStart(&ifKept.getThenRegion().front());
-    Value xx = squaredNorm(k, j);
-    auto feats = scf::ForOp::create(b, loc, c0, m, c1);
-    b.setInsertionPointToStart(feats.getBody());
-    Value i = feats.getInductionVar();
-    Value wx = kb.dot(W, i, k, j, d), ww = rowNorm(i);
-    auto [logits, coeffs] = kb.features(wx, xx, ww, params);
-    Value scale = kb.load(rowscale, {i});
-    for (unsigned o = 0; o < outputs; ++o) {
-      Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, logits[o], keyShift));
-      Value phi = arith::MulFOp::create(b, loc, arith::MulFOp::create(b, loc, coeffs[o], e), scale);
-      Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
-      kb.store(arith::AddFOp::create(b, loc, kb.load(z, {f}), phi), z, {f});
-      auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(cols.getBody());
-      Value c = cols.getInductionVar();
-      Value contribution = arith::MulFOp::create(b, loc, phi, kb.load(v, {j, c}));
-      kb.store(arith::AddFOp::create(b, loc, kb.load(S, {f, c}), contribution), S, {f, c});
-    }
-  }
-
-  // 3. Readout: per query, its own constant (two passes over the features).
-  {
-    auto queries = scf::ForOp::create(b, loc, c0, nq, c1);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(queries.getBody());
-    Value n = queries.getInductionVar();
+  // 2. Readout, one pass per query with its own running constant; the final
+  //    constant and denominator are saved (qstat) for the backward.
+  forRange(nq, [&](Value n) {
     Value xx = squaredNorm(q, n);
-    Value queryShift = maxLogit(q, n, negInf);
+    forRange(dv, [&](Value c) { kb.store(kb.f32(0), out, {n, c}); });
+    auto rescaleRow = [&](Value r, ValueRange carried) {
+      forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(out, {n, c}), r), out, {n, c}); });
+      return SmallVector<Value>{kb.mul(carried[0], r)};
+    };
+    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf, kb.f32(0)});
     {
-      auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(cols.getBody());
-      kb.store(kb.f32(0), out, {n, cols.getInductionVar()});
-    }
-    auto pass2 = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{kb.f32(0)});
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(pass2.getBody());
-      Value i = pass2.getInductionVar();
-      Value wx = kb.dot(W, i, q, n, d), ww = rowNorm(i);
-      auto [logits, coeffs] = kb.features(wx, xx, ww, params);
-      Value den = pass2.getRegionIterArgs()[0];
+      OpBuilder::InsertionGuard loop(b);
+      b.setInsertionPointToStart(feats.getBody());
+      Value i = feats.getInductionVar();
+      Value M = feats.getRegionIterArgs()[0], den = feats.getRegionIterArgs()[1];
+      auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, rowNorm(i), params);
       for (unsigned o = 0; o < outputs; ++o) {
-        Value e = math::ExpOp::create(b, loc, arith::SubFOp::create(b, loc, logits[o], queryShift));
-        Value phi = arith::MulFOp::create(b, loc, coeffs[o], e);
-        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
-        den = arith::AddFOp::create(b, loc, den, arith::MulFOp::create(b, loc, phi, kb.load(z, {f})));
-        auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
-        OpBuilder::InsertionGuard innermost(b);
-        b.setInsertionPointToStart(cols.getBody());
-        Value c = cols.getInductionVar();
-        Value add = arith::MulFOp::create(b, loc, phi, kb.load(S, {f, c}));
-        kb.store(arith::AddFOp::create(b, loc, kb.load(out, {n, c}), add), out, {n, c});
+        auto [raised, carried] = raiseConstant(logits[o], M, ValueRange{den}, rescaleRow);
+        M = raised;
+        den = carried[0];
+        Value phi = kb.mul(coeffs[o], math::ExpOp::create(b, loc, kb.sub(logits[o], M)));
+        Value f = featureIndex(o, i);
+        den = kb.add(den, kb.mul(phi, kb.load(z, {f})));
+        forRange(dv, [&](Value c) {
+          kb.store(kb.add(kb.load(out, {n, c}), kb.mul(phi, kb.load(S, {f, c}))), out, {n, c});
+        });
       }
-      scf::YieldOp::create(b, loc, ValueRange{den});
+      scf::YieldOp::create(b, loc, ValueRange{M, den});
     }
-    Value den = pass2.getResult(0);
-    auto cols = scf::ForOp::create(b, loc, c0, dv, c1);
-    b.setInsertionPointToStart(cols.getBody());
-    Value c = cols.getInductionVar();
-    kb.store(arith::DivFOp::create(b, loc, kb.load(out, {n, c}), den), out, {n, c});
-  }
+    Value den = feats.getResult(1);
+    forRange(dv, [&](Value c) {
+      kb.store(arith::DivFOp::create(b, loc, kb.load(out, {n, c}), den), out, {n, c});
+    });
+    kb.store(feats.getResult(0), qstat, {n, c0});
+    kb.store(den, qstat, {n, c1});
+  });
   func::ReturnOp::create(b, loc);
   return fn;
 }
@@ -211,9 +230,27 @@ void mlir::spectra::registerCpuLoweringDialects(DialectRegistry &registry) {
   ub::registerConvertUBToLLVMInterface(registry);
 }
 
+namespace mlir::spectra {
+#define GEN_PASS_DEF_SPECTRAPOLYNOMIALEXP
+#include "codegen/Passes.h.inc"
+} // namespace mlir::spectra
+
+namespace {
+struct PolynomialExpPass : spectra::impl::SpectraPolynomialExpBase<PolynomialExpPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateMathPolynomialApproximationPatterns(
+        patterns, [](StringRef name) { return name == "exp" || name == "math.exp"; });
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+} // namespace
+
 void mlir::spectra::buildCpuLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  pm.addPass(createSpectraPolynomialExp());
   pm.addPass(createSCFToControlFlowPass());
   // Ops without an LLVM intrinsic (tanh, log1p, ...) become libm calls.
   pm.addPass(createConvertMathToLibmPass());
@@ -245,8 +282,8 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
   auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
   auto one = MemRefType::get({1}, f32);
-  // q, k, v, keep, W, rowscale, params, S, z, out, shift, gout | dq, dk, dv, dW, dparams, dS, dz
-  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat,
+  // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat, gout | dq, dk, dv, dW, dparams, dS, dz
+  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat, mat,
                             mat, mat, mat, mat, vec, mat, vec};
   auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
   fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
@@ -255,9 +292,9 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   KernelBuilder kb(b, loc, component);
   auto arg = [&](unsigned i) { return entry->getArgument(i); };
   Value q = arg(0), k = arg(1), v = arg(2), keep = arg(3), W = arg(4), rowscale = arg(5),
-        paramsBuf = arg(6), S = arg(7), z = arg(8), out = arg(9), shiftBuf = arg(10), gout = arg(11),
-        dq = arg(12), dk = arg(13), dvOut = arg(14), dW = arg(15), dparams = arg(16), dS = arg(17),
-        dz = arg(18);
+        paramsBuf = arg(6), S = arg(7), z = arg(8), out = arg(9), shiftBuf = arg(10),
+        qstat = arg(11), gout = arg(12), dq = arg(13), dk = arg(14), dvOut = arg(15), dW = arg(16),
+        dparams = arg(17), dS = arg(18), dz = arg(19);
   Value c0 = kb.idx(0), c1 = kb.idx(1);
   Value nq = kb.dim(q, 0), nk = kb.dim(k, 0), d = kb.dim(k, 1), dv = kb.dim(v, 1), m = kb.dim(W, 0);
   unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
@@ -266,7 +303,6 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   for (unsigned i = 0; i < numParams; ++i)
     params.push_back(kb.load(paramsBuf, {kb.idx(i)}));
   Value numFeatures = arith::MulIOp::create(b, loc, m, kb.idx(outputs));
-  Value negInf = kb.f32(-std::numeric_limits<float>::infinity());
   Value two = kb.f32(2);
 
   auto forRange = [&](Value n, function_ref<void(Value)> body) {
@@ -337,34 +373,9 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   // Pass A, queries: dL/dphi(q), dS, dz, and the query-side dq, dW, dparams.
   forRange(nq, [&](Value n) {
     Value xx = squaredNorm(q, n);
-    // The per-query constant, as in the forward (it cancels; any constant would do).
-    auto pass1 = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf});
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(pass1.getBody());
-      Value i = pass1.getInductionVar();
-      auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, kb.load(wwBuf, {i}), params);
-      Value acc = pass1.getRegionIterArgs()[0];
-      for (Value l : logits)
-        acc = arith::MaximumFOp::create(b, loc, acc, l);
-      scf::YieldOp::create(b, loc, ValueRange{acc});
-    }
-    Value shift = pass1.getResult(0);
-    auto denLoop = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{kb.f32(0)});
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(denLoop.getBody());
-      Value i = denLoop.getInductionVar();
-      auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, kb.load(wwBuf, {i}), params);
-      Value acc = denLoop.getRegionIterArgs()[0];
-      for (unsigned o = 0; o < outputs; ++o) {
-        Value phi = mul(coeffs[o], math::ExpOp::create(b, loc, sub(logits[o], shift)));
-        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
-        acc = add(acc, mul(phi, kb.load(z, {f})));
-      }
-      scf::YieldOp::create(b, loc, ValueRange{acc});
-    }
-    Value rden = arith::DivFOp::create(b, loc, kb.f32(1), denLoop.getResult(0));
+    // The forward's per-query constant and denominator (qstat).
+    Value shift = kb.load(qstat, {n, c0});
+    Value rden = arith::DivFOp::create(b, loc, kb.f32(1), kb.load(qstat, {n, c1}));
     Value gdot = kb.dot(gout, n, out, n, dv);
     forRange(m, [&](Value i) {
       SmallVector<FeatureGrad> grads = featureGrads(q, n, xx, i, shift, Value());

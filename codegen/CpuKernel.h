@@ -9,10 +9,12 @@
 // Signature (all f32, llvm.emit_c_interface):
 //   forward(q [Nq,d], k [Nk,d], v [Nk,dv], keep [Nk] (1 or 0), W [m,d],
 //           rowscale [m], params [P], S [K*m,dv], z [K*m], out [Nq,dv],
-//           shift [1])
+//           shift [1], qstat [Nq,2])
 // q and k arrive normalised and transformed (diag scales applied);
-// rowscale is m*a_i for quadrature weights, else 1; S, z, shift are outputs
-// saved for the backward.
+// rowscale is m*a_i for quadrature weights, else 1; S, z, shift and qstat
+// (each query's constant and denominator) are outputs saved for the backward.
+// Both stabilisers are online (flash attention's rescaling): one pass over
+// the keys and one over each query's features.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,10 +35,10 @@ FailureOr<func::FuncOp> buildCpuForwardKernel(ModuleOp module, ComponentOp compo
 
 /// Adds `func.func @<name>`, the fused backward of `component` for one slice,
 /// built from the compiler-derived partials (spectra-derive-partials):
-///   backward(q, k, v, keep, W, rowscale, params, S, z, out, shift, gout,
-///            dq, dk, dv, dW, dparams, dS, dz)
-/// q, k are the forward's normalised, transformed inputs; S, z, out, shift
-/// what the forward saved; gout = dL/dout. Outputs dq, dk, dv, dW (this
+///   backward(q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat,
+///            gout, dq, dk, dv, dW, dparams, dS, dz)
+/// q, k are the forward's normalised, transformed inputs; S, z, out, shift,
+/// qstat what the forward saved; gout = dL/dout. Outputs dq, dk, dv, dW (this
 /// slice's share), dparams; dS, dz are scratch [outputs*m, dv], [outputs*m].
 /// The stabiliser constants cancel in the output, so they get no gradient.
 FailureOr<func::FuncOp> buildCpuBackwardKernel(ModuleOp module, ComponentOp component,

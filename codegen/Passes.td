@@ -58,4 +58,19 @@ def SpectraBuildGpuKernels : Pass<"spectra-build-gpu-kernels", "::mlir::ModuleOp
                            "::mlir::math::MathDialect"];
 }
 
+def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
+  let summary = "replace math.exp by its polynomial approximation (vectorisable, no libm call)";
+  let description = [{
+    The CPU kernels spend much of their time in `exp`; lowered as a libm call
+    it is scalar and opaque to the loop vectoriser. This pass applies MLIR's
+    polynomial approximation of `math.exp` (arith ops only, within a few ulp
+    in f32), run by spectra-cpu-lowering before the conversion to LLVM.
+
+    ```mlir
+    %e = math.exp %x : f32   // becomes arith.mulf/addf/... and a bitcast
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
 #endif // SPECTRA_CODEGEN_PASSES_TD

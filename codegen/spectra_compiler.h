@@ -50,11 +50,11 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant,
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
                                                        const char *feature_map, char **error);
 /* The kernel's C entry point: void (*)(StridedMemRef *q, *k, *v, *keep, *W,
- * *rowscale, *params, *S, *z, *out, *shift), memrefs of f32 as MLIR lays them
+ * *rowscale, *params, *S, *z, *out, *shift, *qstat), memrefs of f32 as MLIR lays them
  * out ({allocated, aligned, offset, sizes[R], strides[R]}). */
 SPECTRA_API void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel);
 /* The backward entry point: void (*)(q, k, v, keep, W, rowscale, params, S, z,
- * out, shift, gout, dq, dk, dv, dW, dparams, dS, dz), memrefs as above; NULL
+ * out, shift, qstat, gout, dq, dk, dv, dW, dparams, dS, dz), memrefs as above; NULL
  * (and *why set) when the component could not be differentiated. */
 SPECTRA_API void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const char **why);
 /* The kernel's IR at a stage: "loops" (before lowering) or "llvm" (after). */

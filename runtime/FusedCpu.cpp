@@ -41,10 +41,11 @@ MemRef<R> view(const torch::Tensor &t) {
 
 using ForwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep, MemRef<2> *W,
                            MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S, MemRef<1> *z,
-                           MemRef<2> *out, MemRef<1> *shift);
+                           MemRef<2> *out, MemRef<1> *shift, MemRef<2> *qstat);
 using BackwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep,
                             MemRef<2> *W, MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S,
-                            MemRef<1> *z, MemRef<2> *out, MemRef<1> *shift, MemRef<2> *gout,
+                            MemRef<1> *z, MemRef<2> *out, MemRef<1> *shift, MemRef<2> *qstat,
+                            MemRef<2> *gout,
                             MemRef<2> *dq, MemRef<2> *dk, MemRef<2> *dv, MemRef<2> *dW,
                             MemRef<1> *dparams, MemRef<2> *dS, MemRef<1> *dz);
 
@@ -70,9 +71,10 @@ FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantCo
     options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
   kernel = KernelCache::instance().cpu(descriptor().component.canonical, descriptor().name, [&] {
     char *error = nullptr;
-    return check(spectra_cpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
-                                             options.str().c_str(), &error),
-                 error);
+    // Two statements: argument evaluation order is unspecified, and `error` is set by the call.
+    spectra_cpu_kernel *k = spectra_cpu_compile_variant(variant.c_str(), config.m, config.d,
+                                                        config.seed, options.str().c_str(), &error);
+    return check(k, error);
   });
 }
 
@@ -81,9 +83,9 @@ FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::st
   Descriptor desc = describeIR(ir, sourceName, featureMap);
   auto k = KernelCache::instance().cpu(desc.component.canonical, desc.name, [&] {
     char *error = nullptr;
-    return check(spectra_cpu_compile_ir(ir.c_str(), sourceName.c_str(),
-                                        featureMap.empty() ? nullptr : featureMap.c_str(), &error),
-                 error);
+    spectra_cpu_kernel *k = spectra_cpu_compile_ir(
+        ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(), &error);
+    return check(k, error);
   });
   return FusedCpuAttention(std::move(desc), std::move(k));
 }
@@ -99,6 +101,7 @@ FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch:
   result.S = torch::empty({B, H, F, dv}, torch::kFloat32);
   result.z = torch::empty({B, H, F}, torch::kFloat32);
   result.shift = torch::empty({B, H}, torch::kFloat32);
+  result.qstat = torch::empty({B, H, Nq, 2}, torch::kFloat32);
   auto fn = reinterpret_cast<ForwardFn>(spectra_cpu_kernel_forward(kernel.get()));
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -107,7 +110,8 @@ FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch:
       MemRef<2> mw = view<2>(W), mS = view<2>(result.S[b][h]), mo = view<2>(result.out[b][h]);
       MemRef<1> mkeep = view<1>(keep[b]), mrow = view<1>(rowscale), mp = view<1>(params[b][h]);
       MemRef<1> mz = view<1>(result.z[b][h]), mshift = view<1>(result.shift[b].slice(0, h, h + 1));
-      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift);
+      MemRef<2> mst = view<2>(result.qstat[b][h]);
+      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift, &mst);
     }
   });
   return result;
@@ -138,8 +142,9 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(
       MemRef<2> mg = view<2>(gout[b][h]), mdq = view<2>(dq[b][h]), mdk = view<2>(dk[b][h]);
       MemRef<2> mdv = view<2>(dv[b][h]), mdW = view<2>(dW[bh]), mdS = view<2>(dS[bh]);
       MemRef<1> mdp = view<1>(dparams[b][h]), mdz = view<1>(dz[bh]);
-      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift, &mg, &mdq, &mdk, &mdv,
-         &mdW, &mdp, &mdS, &mdz);
+      MemRef<2> mst = view<2>(saved.qstat[b][h]);
+      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift, &mst, &mg, &mdq, &mdk,
+         &mdv, &mdW, &mdp, &mdS, &mdz);
     }
   });
   return {dq, dk, dv, dW.sum(0), dparams};
@@ -156,7 +161,7 @@ public:
                                const FusedCpuAttention *self) {
     FusedForward saved = self->runForward(qs, ks, vs, W, params, keep, rowscale);
     ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
-                            saved.shift});
+                            saved.shift, saved.qstat});
     ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
     return saved.out;
   }
@@ -165,7 +170,7 @@ public:
                                                torch::autograd::tensor_list grads) {
     auto s = ctx->get_saved_variables();
     auto *self = reinterpret_cast<const FusedCpuAttention *>(ctx->saved_data["self"].toInt());
-    FusedForward saved{s[9], s[7], s[8], s[10]};
+    FusedForward saved{s[9], s[7], s[8], s[10], s[11]};
     std::vector<torch::Tensor> g =
         self->runBackward(s[0], s[1], s[2], s[3], s[4], s[5], s[6], saved, grads[0]);
     return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};

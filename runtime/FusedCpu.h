@@ -43,6 +43,7 @@ struct FusedForward {
   torch::Tensor S;      ///< [B, H, outputs*m, dv]
   torch::Tensor z;      ///< [B, H, outputs*m]
   torch::Tensor shift;  ///< [B, H] key stabiliser constants
+  torch::Tensor qstat;  ///< [B, H, Nq, 2] each query's constant and denominator (CPU kernels)
 };
 
 class FusedCpuAttention {

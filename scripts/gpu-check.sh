@@ -24,22 +24,25 @@ bundle() {
   say "building libspectra-compiler.so (links LLVM's static libraries: a few minutes)"
   cmake --build build-static --target spectra-compiler -- -j"$(nproc)"
   rm -rf .gpu && mkdir -p .gpu/include
-  strip --strip-unneeded -o .gpu/libspectra-compiler.so build-static/lib/libspectra-compiler.so
+  strip --strip-unneeded -o build-static/libspectra-compiler.stripped.so build-static/lib/libspectra-compiler.so
+  say "needs besides glibc: $(ldd build-static/libspectra-compiler.stripped.so | awk '{print $1}' | tr '\n' ' ')"
+  # xz: the carried tree is limited to 64 MiB.
+  xz -T0 -9 -c build-static/libspectra-compiler.stripped.so > .gpu/libspectra-compiler.so.xz
   cp -r /usr/include/nlohmann .gpu/include/
   cp -r /usr/src/googletest .gpu/googletest
-  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-  say "needs besides glibc: $(ldd .gpu/libspectra-compiler.so | awk '{print $1}' | tr '\n' ' ')"
-  say ".gpu/ is $(du -sh .gpu | cut -f1); carry it with the run"
+  say ".gpu/ is $(du -sh .gpu | cut -f1) (git-ignored); carry it with the run"
 }
 
 run() {
-  [ -f .gpu/libspectra-compiler.so ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
+  [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
   local out="${OUT:-$ROOT/gpu-results}"
-  mkdir -p "$out"
+  mkdir -p "$out" build-gpu/prebuilt
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+    .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
   nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
   say "building the runtime against the bundle (build-gpu/)"
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECTRA_RUNTIME_ONLY=ON \
-    -DSPECTRA_PREBUILT_COMPILER="$ROOT/.gpu/libspectra-compiler.so" \
+    -DSPECTRA_PREBUILT_COMPILER="$ROOT/build-gpu/prebuilt/libspectra-compiler.so" \
     -DSPECTRA_JSON_INCLUDE="$ROOT/.gpu/include" -DSPECTRA_GTEST_SOURCE="$ROOT/.gpu/googletest" \
     > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
   cmake --build build-gpu -- -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
