@@ -154,21 +154,39 @@ extern "C" const char *spectra_compiler_version(void) {
   return version.c_str();
 }
 
+/// The module of a named variant with its options, or null and `why`.
+static OwningOpRef<ModuleOp> variantModule(Context &ctx, const char *api, const char *variant,
+                                           int64_t m, int64_t d, int64_t seed, const char *options,
+                                           std::string &why) {
+  if (!variant) {
+    why = std::string(api) + ": variant is NULL";
+    return nullptr;
+  }
+  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
+  if (!parsed) {
+    why = llvm::toString(parsed.takeError());
+    return nullptr;
+  }
+  fe::VariantOptions opts;
+  if (why = variantOptions(m, d, seed, options, opts); !why.empty())
+    return nullptr;
+  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  if (!module) {
+    why = llvm::toString(module.takeError());
+    return nullptr;
+  }
+  return std::move(*module);
+}
+
 extern "C" char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,
                                           const char *options, char **error) {
-  if (!variant)
-    return fail(error, "spectra_describe_variant: variant is NULL");
-  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
-  if (!parsed)
-    return fail(error, llvm::toString(parsed.takeError()));
-  fe::VariantOptions opts;
-  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
-    return fail(error, bad);
   Context ctx;
-  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      variantModule(ctx, "spectra_describe_variant", variant, m, d, seed, options, why);
   if (!module)
-    return fail(error, llvm::toString(module.takeError()));
-  llvm::Expected<std::string> descriptor = mlir::spectra::exportFeatureMap(**module);
+    return fail(error, why);
+  llvm::Expected<std::string> descriptor = mlir::spectra::exportFeatureMap(*module);
   if (!descriptor)
     return fail(error, llvm::toString(descriptor.takeError()));
   return duplicate(*descriptor);
@@ -313,21 +331,13 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
                                                            int64_t d, int64_t seed,
                                                            const char *options, char **error) {
-  char *descriptor = spectra_describe_variant(variant, m, d, seed, options, error);
-  if (!descriptor)
-    return nullptr;
-  spectra_free(descriptor);  // the name and options are valid: describing them succeeded
-  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
-  if (!parsed)
-    return failKernel(error, llvm::toString(parsed.takeError()));
-  fe::VariantOptions opts;
-  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
-    return failKernel(error, bad);
   Context ctx;
-  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      variantModule(ctx, "spectra_cpu_compile_variant", variant, m, d, seed, options, why);
   if (!module)
-    return failKernel(error, llvm::toString(module.takeError()));
-  return compileCpu(ctx, **module, nullptr, error);
+    return failKernel(error, why);
+  return compileCpu(ctx, *module, nullptr, error);
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
@@ -459,7 +469,7 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
     return fail(error, "internal error: the artifact is not JSON: " +
                            llvm::toString(artifact.takeError()));
   artifact->getAsObject()->insert({"target", chip});
-  artifact->getAsObject()->insert({"compiler", SPECTRA_COMPILER_VERSION});
+  artifact->getAsObject()->insert({"compiler", spectra_compiler_version()});
   artifact->getAsObject()->insert({"ptx", ptx});
   return duplicate(llvm::formatv("{0:2}", *artifact).str());
 }
@@ -467,19 +477,13 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
 extern "C" char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
                                              int64_t seed, const char *options, const char *target,
                                              const char *dtype, int64_t dv, char **error) {
-  if (!variant)
-    return fail(error, "spectra_gpu_compile_variant: variant is NULL");
-  llvm::Expected<fe::Variant> parsed = fe::parseVariantName(variant);
-  if (!parsed)
-    return fail(error, llvm::toString(parsed.takeError()));
-  fe::VariantOptions opts;
-  if (std::string bad = variantOptions(m, d, seed, options, opts); !bad.empty())
-    return fail(error, bad);
   Context ctx;
-  auto module = fe::buildVariantModule(&ctx.context, *parsed, opts);
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      variantModule(ctx, "spectra_gpu_compile_variant", variant, m, d, seed, options, why);
   if (!module)
-    return fail(error, llvm::toString(module.takeError()));
-  return compileGpu(ctx, **module, nullptr, target, dtype, dv, error);
+    return fail(error, why);
+  return compileGpu(ctx, *module, nullptr, target, dtype, dv, error);
 }
 
 extern "C" char *spectra_gpu_compile_ir(const char *ir, const char *sourceName,

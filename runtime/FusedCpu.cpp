@@ -90,10 +90,9 @@ FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::st
   return FusedCpuAttention(std::move(desc), std::move(k));
 }
 
-FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch::Tensor &ks,
-                                           const torch::Tensor &vs, const torch::Tensor &W,
-                                           const torch::Tensor &params, const torch::Tensor &keep,
-                                           const torch::Tensor &rowscale) const {
+FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
+  const torch::Tensor &qs = in.qs, &ks = in.ks, &vs = in.vs, &W = in.W, &params = in.params,
+                      &keep = in.keep, &rowscale = in.rowscale;
   const int64_t B = qs.size(0), H = qs.size(1), Nq = qs.size(2), dv = vs.size(3);
   const int64_t F = descriptor().numFeatures();
   FusedForward result;
@@ -117,10 +116,11 @@ FusedForward FusedCpuAttention::runForward(const torch::Tensor &qs, const torch:
   return result;
 }
 
-std::vector<torch::Tensor> FusedCpuAttention::runBackward(
-    const torch::Tensor &qs, const torch::Tensor &ks, const torch::Tensor &vs,
-    const torch::Tensor &W, const torch::Tensor &params, const torch::Tensor &keep,
-    const torch::Tensor &rowscale, const FusedForward &saved, const torch::Tensor &goutIn) const {
+std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
+                                                          const FusedForward &saved,
+                                                          const torch::Tensor &goutIn) const {
+  const torch::Tensor &qs = in.qs, &ks = in.ks, &vs = in.vs, &W = in.W, &params = in.params,
+                      &keep = in.keep, &rowscale = in.rowscale;
   const char *why = nullptr;
   auto fn = reinterpret_cast<BackwardFn>(spectra_cpu_kernel_backward(kernel.get(), &why));
   TORCH_CHECK(fn, "spectra fused CPU attention: no backward kernel for '", descriptor().name,
@@ -150,34 +150,6 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(
   return {dq, dk, dv, dW.sum(0), dparams};
 }
 
-namespace {
-/// The fused kernels as an autograd node: forward saves S, z, out and the key
-/// constants (never phi); backward launches the compiler-built backward kernel.
-class FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFunction> {
-public:
-  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, torch::Tensor qs,
-                               torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
-                               torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
-                               const FusedCpuAttention *self) {
-    FusedForward saved = self->runForward(qs, ks, vs, W, params, keep, rowscale);
-    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
-                            saved.shift, saved.qstat});
-    ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
-    return saved.out;
-  }
-
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
-                                               torch::autograd::tensor_list grads) {
-    auto s = ctx->get_saved_variables();
-    auto *self = reinterpret_cast<const FusedCpuAttention *>(ctx->saved_data["self"].toInt());
-    FusedForward saved{s[9], s[7], s[8], s[10], s[11]};
-    std::vector<torch::Tensor> g =
-        self->runBackward(s[0], s[1], s[2], s[3], s[4], s[5], s[6], saved, grads[0]);
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-} // namespace
-
 torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
                                            const torch::Tensor &v, const Weights &weights,
                                            const std::optional<torch::Tensor> &keyMask,
@@ -185,8 +157,8 @@ torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
-  torch::Tensor out = FusedAttentionFunction::apply(p.qs, p.ks, p.vs, p.W, p.params, p.keep,
-                                                    p.rowscale, this);
+  torch::Tensor out = FusedAttentionFunction<FusedCpuAttention>::apply(
+      p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, this);
   return out.to(q.scalar_type());
 }
 
@@ -236,7 +208,7 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
-  FusedForward result = runForward(p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale);
+  FusedForward result = runForward(p);
   result.out = result.out.to(q.scalar_type());
   return result;
 }

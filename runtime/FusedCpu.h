@@ -46,6 +46,37 @@ struct FusedForward {
   torch::Tensor qstat;  ///< [B, H, Nq, 2] each query's constant and denominator (CPU kernels)
 };
 
+/// The fused kernels of either target as an autograd node: forward saves the
+/// inputs and what the kernels keep (S, z, out, constants; never phi),
+/// backward launches the compiler-built backward kernels. `Kernels` provides
+/// runForward(FusedInputs) and runBackward(FusedInputs, FusedForward, gout).
+template <typename Kernels>
+class FusedAttentionFunction
+    : public torch::autograd::Function<FusedAttentionFunction<Kernels>> {
+public:
+  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, torch::Tensor qs,
+                               torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
+                               torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
+                               const Kernels *self) {
+    FusedForward saved = self->runForward(FusedInputs{qs, ks, vs, W, params, keep, rowscale});
+    // An undefined qstat (GPU: recomputed by the backward) is saved as such.
+    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
+                            saved.shift, saved.qstat});
+    ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
+    return saved.out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto s = ctx->get_saved_variables();
+    auto *self = reinterpret_cast<const Kernels *>(ctx->saved_data["self"].toInt());
+    std::vector<torch::Tensor> g =
+        self->runBackward(FusedInputs{s[0], s[1], s[2], s[3], s[4], s[5], s[6]},
+                          FusedForward{s[9], s[7], s[8], s[10], s[11]}, grads[0]);
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 class FusedCpuAttention {
 public:
   /// JIT-compiles the kernel of a named variant.
@@ -73,14 +104,9 @@ public:
                           std::optional<double> scale = std::nullopt) const;
 
   /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
-  FusedForward runForward(const torch::Tensor &qp, const torch::Tensor &kp, const torch::Tensor &v,
-                          const torch::Tensor &W, const torch::Tensor &params,
-                          const torch::Tensor &keep, const torch::Tensor &rowscale) const;
-  /// Gradients w.r.t. qp, kp, v, W (summed over slices) and params [B, H, P].
-  std::vector<torch::Tensor> runBackward(const torch::Tensor &qp, const torch::Tensor &kp,
-                                         const torch::Tensor &v, const torch::Tensor &W,
-                                         const torch::Tensor &params, const torch::Tensor &keep,
-                                         const torch::Tensor &rowscale, const FusedForward &saved,
+  FusedForward runForward(const FusedInputs &in) const;
+  /// Gradients w.r.t. qs, ks, vs, W (summed over slices) and params [B, H, P].
+  std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 
   /// The kernel's IR at "loops" or "llvm".

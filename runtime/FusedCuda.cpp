@@ -240,33 +240,6 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
           dW.sum(0), dparams};
 }
 
-namespace {
-/// The GPU kernels as an autograd node (as FusedAttentionFunction on the CPU).
-class CudaAttentionFunction : public torch::autograd::Function<CudaAttentionFunction> {
-public:
-  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, torch::Tensor qs,
-                               torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
-                               torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
-                               const FusedCudaAttention *self) {
-    FusedInputs in{qs, ks, vs, W, params, keep, rowscale};
-    FusedForward saved = self->runForward(in);
-    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
-                            saved.shift});
-    ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
-    return saved.out;
-  }
-
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
-                                               torch::autograd::tensor_list grads) {
-    auto s = ctx->get_saved_variables();
-    auto *self = reinterpret_cast<const FusedCudaAttention *>(ctx->saved_data["self"].toInt());
-    FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6]};
-    std::vector<torch::Tensor> g = self->runBackward(in, FusedForward{s[9], s[7], s[8], s[10]}, grads[0]);
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};
-  }
-};
-} // namespace
-
 torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
                                             const torch::Tensor &v, const Weights &weights,
                                             const std::optional<torch::Tensor> &keyMask,
@@ -281,8 +254,8 @@ torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch:
   if (w.rowWeights)
     w.rowWeights = w.rowWeights->to(q.device());
   FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type);
-  torch::Tensor out = CudaAttentionFunction::apply(in.qs, in.ks, in.vs, in.W, in.params, in.keep,
-                                                   in.rowscale, this);
+  torch::Tensor out = FusedAttentionFunction<FusedCudaAttention>::apply(
+      in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, this);
   return out.to(q.scalar_type());
 }
 
