@@ -3,6 +3,7 @@
 #include "runtime/FusedCuda.h"
 
 #include "runtime/CudaDriver.h"
+#include "runtime/KernelCache.h"
 
 #include <c10/cuda/CUDAStream.h>
 #include <nlohmann/json.hpp>
@@ -150,6 +151,42 @@ MemrefParams memrefOf(const torch::Tensor &t, int64_t rank) {
 
 FusedCudaAttention::FusedCudaAttention(Descriptor desc, Compile compileFn)
     : reference(std::move(desc)), compile(std::move(compileFn)) {}
+
+/// Compiles through the cache: the GPU kernels depend on the component, m, d,
+/// the target, the dtype and the value dimension (not on the weights).
+static FusedCudaAttention::Compile cached(const Descriptor &desc,
+                                          std::function<std::string(const std::string &,
+                                                                    const std::string &, int64_t)>
+                                              compile) {
+  std::string canonical = desc.component.canonical + "|m=" + std::to_string(desc.m) +
+                          "|d=" + std::to_string(desc.d);
+  return [canonical, name = desc.name, compile](const std::string &target,
+                                                const std::string &dtype, int64_t dv) {
+    return KernelCache::instance().gpu(canonical, name, target, dtype + "|dv=" + std::to_string(dv),
+                                       [&] { return compile(target, dtype, dv); });
+  };
+}
+
+std::shared_ptr<FusedCudaAttention> FusedCudaAttention::forVariant(const std::string &variant,
+                                                                   const VariantConfig &config) {
+  Descriptor desc = describeVariant(variant, config);
+  auto compile = cached(desc, [variant, config](const std::string &target,
+                                                const std::string &dtype, int64_t dv) {
+    return compileGpuVariant(variant, config, target, dtype, dv);
+  });
+  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile));
+}
+
+std::shared_ptr<FusedCudaAttention> FusedCudaAttention::fromIR(const std::string &ir,
+                                                               const std::string &sourceName,
+                                                               const std::string &featureMap) {
+  Descriptor desc = describeIR(ir, sourceName, featureMap);
+  auto compile = cached(desc, [ir, sourceName, featureMap](const std::string &target,
+                                                           const std::string &dtype, int64_t dv) {
+    return compileGpuIR(ir, sourceName, featureMap, target, dtype, dv);
+  });
+  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile));
+}
 
 const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Tensor &t,
                                                                  int64_t dv) const {

@@ -77,6 +77,13 @@ public:
   using Compile = std::function<std::string(const std::string &target, const std::string &dtype,
                                              int64_t valueDim)>;
   FusedCudaAttention(Descriptor desc, Compile compile);
+  /// The kernels of a named variant / of a feature map in IR, compiled on first
+  /// use per device target, dtype and value dimension through KernelCache.
+  static std::shared_ptr<FusedCudaAttention> forVariant(const std::string &variant,
+                                                        const VariantConfig &config);
+  static std::shared_ptr<FusedCudaAttention> fromIR(const std::string &ir,
+                                                    const std::string &sourceName,
+                                                    const std::string &featureMap = "");
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
 

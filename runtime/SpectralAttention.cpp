@@ -2,7 +2,6 @@
 
 #include "runtime/SpectralAttention.h"
 
-#include "runtime/KernelCache.h"
 
 #include <stdexcept>
 
@@ -52,21 +51,10 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
 }
 
 const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
-  if (!fusedGpu) {
-    SpectralAttentionOptions o = options;
-    const Descriptor &desc = descriptor();
-    std::string canonical = desc.component.canonical + "|m=" + std::to_string(desc.m) +
-                            "|d=" + std::to_string(desc.d);
-    fusedGpu = std::make_shared<FusedCudaAttention>(
-        desc, [o, canonical, name = desc.name](const std::string &target, const std::string &dtype,
-                                               int64_t dv) {
-          std::string options = dtype + "|dv=" + std::to_string(dv);
-          return KernelCache::instance().gpu(canonical, name, target, options, [&] {
-            return o.ir.empty() ? compileGpuVariant(o.variant, o.config, target, dtype, dv)
-                                : compileGpuIR(o.ir, o.irSource, o.featureMap, target, dtype, dv);
-          });
-        });
-  }
+  if (!fusedGpu)
+    fusedGpu = options.ir.empty()
+                   ? FusedCudaAttention::forVariant(options.variant, options.config)
+                   : FusedCudaAttention::fromIR(options.ir, options.irSource, options.featureMap);
   return *fusedGpu;
 }
 

@@ -12,6 +12,7 @@
 
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/FusedCuda.h"
 #include "runtime/Npy.h"
 #include "runtime/Reference.h"
 #include "runtime/WeightFactory.h"
@@ -251,10 +252,6 @@ int attention(const Args &args) {
     throw std::invalid_argument("--device must be cpu or cuda, got '" + deviceName + "'");
   if (deviceName == "cuda" && !torch::cuda::is_available())
     throw std::invalid_argument("--device cuda: torch sees no CUDA device on this machine");
-  if (deviceName == "cuda" && mode == "fused")
-    throw std::invalid_argument("--mode fused --device cuda: the CUDA launcher of the fused "
-                                "kernels is not in this runtime build yet (PTX: spectra-compile "
-                                "--target sm_90a --emit=ptx); use --mode reference on cuda");
   torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
   q = q.to(device);
   k = k.to(device);
@@ -267,22 +264,30 @@ int attention(const Args &args) {
     if (options.stabilizer == Stabilizer::None)
       throw std::invalid_argument("--no-stabilize applies to the reference only: the fused kernel "
                                   "always uses the exact stabiliser");
-    std::unique_ptr<FusedCpuAttention> fused;
+    std::string irText;
     if (args.has("ir")) {
       std::ifstream in(args.get("ir"));
       std::stringstream text;
       text << in.rdbuf();
-      fused = std::make_unique<FusedCpuAttention>(
-          FusedCpuAttention::fromIR(text.str(), args.get("ir"), args.get("feature-map")));
-    } else {
-      VariantConfig config;
-      config.m = desc.m;
-      config.d = desc.d;
-      config.seed = desc.seed;
-      config.options = desc.options;
-      fused = std::make_unique<FusedCpuAttention>(args.get("variant"), config);
+      irText = text.str();
     }
-    out = fused->forward(q, k, v, weightsFor(args, desc, torch::kFloat32), mask, options.scale).out;
+    VariantConfig config;
+    config.m = desc.m;
+    config.d = desc.d;
+    config.seed = desc.seed;
+    config.options = desc.options;
+    Weights w = weightsFor(args, desc, torch::kFloat32);
+    if (device.is_cuda()) {
+      auto fused = args.has("ir") ? FusedCudaAttention::fromIR(irText, args.get("ir"), args.get("feature-map"))
+                                  : FusedCudaAttention::forVariant(args.get("variant"), config);
+      torch::NoGradGuard noGrad;
+      out = fused->attention(q, k, v, w, mask, options.scale).cpu();
+    } else {
+      FusedCpuAttention fused =
+          args.has("ir") ? FusedCpuAttention::fromIR(irText, args.get("ir"), args.get("feature-map"))
+                         : FusedCpuAttention(args.get("variant"), config);
+      out = fused.forward(q, k, v, w, mask, options.scale).out;
+    }
   } else if (mode == "reference") {
     ReferenceFeatureMap fm(desc);
     Weights w = weightsFor(args, desc, dtype);
