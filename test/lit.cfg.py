@@ -23,7 +23,7 @@ config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.spectra_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile"], tool_dirs)
+llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile", "spectra-train"], tool_dirs)
 # spectra-eval is a LibTorch tool: built only with SPECTRA_ENABLE_TORCH.
 if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
     config.available_features.add("spectra-eval")
