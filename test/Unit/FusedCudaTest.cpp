@@ -116,8 +116,9 @@ TEST(FusedCudaHost, BadArtifactsAreRejectedWithTheField) {
 TEST(FusedCudaHost, DriverAvailabilityIsReportedNotFatal) {
   std::string why;
   bool ok = cuda::available(&why);
-  if (!ok)
+  if (!ok) {
     EXPECT_FALSE(why.empty());
+  }
   EXPECT_EQ(ok, why.empty());
 }
 
