@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <dlfcn.h>
+#include <map>
 #include <mutex>
 
 namespace spectra::cuda {
@@ -79,17 +80,27 @@ void check(CUresult r, const std::string &what) {
   TORCH_CHECK(r == 0, "spectra: ", what, " failed: ", describe(r));
 }
 
-/// Makes `device`'s primary context current when none is (torch's runtime
-/// calls share the primary context).
+/// Makes `device`'s primary context (the one torch's runtime calls use)
+/// current on this thread, whatever context was current before.
 void ensureContext(int device) {
+  static std::mutex mutex;
+  static std::map<int, CUcontext> primaries;  // retained once per device, never released
+  CUcontext primary = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = primaries.find(device);
+    if (it == primaries.end()) {
+      CUdevice dev;
+      check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
+      check(api().cuDevicePrimaryCtxRetain(&primary, dev), "cuDevicePrimaryCtxRetain");
+      it = primaries.emplace(device, primary).first;
+    }
+    primary = it->second;
+  }
   CUcontext current = nullptr;
   check(api().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-  if (current)
-    return;
-  CUdevice dev;
-  check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
-  check(api().cuDevicePrimaryCtxRetain(&current, dev), "cuDevicePrimaryCtxRetain");
-  check(api().cuCtxSetCurrent(current), "cuCtxSetCurrent");
+  if (current != primary)
+    check(api().cuCtxSetCurrent(primary), "cuCtxSetCurrent");
 }
 
 } // namespace
@@ -132,10 +143,11 @@ Function getFunction(Module module, const std::string &name) {
   return f;
 }
 
-void launch(Function function, const std::string &name, const unsigned grid[3],
+void launch(int device, Function function, const std::string &name, const unsigned grid[3],
             const unsigned block[3], unsigned sharedBytes, Stream stream, void **params) {
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0)
     return;  // empty sequence or batch: nothing to do
+  ensureContext(device);
   CUresult r = api().cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1],
                                     block[2], sharedBytes, stream, params, nullptr);
   TORCH_CHECK(r == 0, "spectra: launching kernel '", name, "' (grid ", grid[0], "x", grid[1], "x",

@@ -32,8 +32,9 @@ Function getFunction(Module module, const std::string &name);
 /// (major, minor) compute capability of `device`.
 std::pair<int, int> computeCapability(int device);
 
-/// Launches `name` (for messages) on `stream`; `params` as cuLaunchKernel takes them.
-void launch(Function function, const std::string &name, const unsigned grid[3],
+/// Launches `name` (for messages) on `stream` in `device`'s primary context;
+/// `params` as cuLaunchKernel takes them.
+void launch(int device, Function function, const std::string &name, const unsigned grid[3],
             const unsigned block[3], unsigned sharedBytes, Stream stream, void **params);
 
 } // namespace spectra::cuda

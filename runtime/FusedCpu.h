@@ -58,6 +58,9 @@ public:
                                torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
                                torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
                                const Kernels *self) {
+    TORCH_CHECK(!rowscale.requires_grad(),
+                "spectra fused attention: learnable quadrature row weights are not supported "
+                "(their gradient is not computed); use mode 'reference'");
     FusedForward saved = self->runForward(FusedInputs{qs, ks, vs, W, params, keep, rowscale});
     // An undefined qstat (GPU: recomputed by the backward) is saved as such.
     ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,

@@ -5,6 +5,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
 
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nlohmann/json.hpp>
 
@@ -229,13 +230,27 @@ void FusedCudaAttention::run(const Loaded &k, const std::vector<GpuKernelSpec> &
       memrefs.back().append(params);
     }
     std::array<unsigned, 3> grid = GpuArtifact::grid(kernel, B * H, Nq, Nk);
-    cuda::launch(k.functions.at(kernel.name), kernel.name, grid.data(), kernel.block.data(),
+    cuda::launch(device, k.functions.at(kernel.name), kernel.name, grid.data(), kernel.block.data(),
                  /*sharedBytes=*/0, stream, params.data());
   }
 }
 
+/// The kernels' static shapes (W [m, d], rowscale [m], params [., P]) and
+/// dtype must be the tensors': a mismatch would read out of bounds.
+static void checkAgainstArtifact(const GpuArtifact &a, const FusedInputs &in) {
+  TORCH_CHECK(in.W.size(0) == a.m && in.W.size(1) == a.d && in.rowscale.numel() == a.m &&
+                  in.params.size(2) == a.params && in.qs.size(3) == a.d,
+              "spectra: the GPU kernels of ", a.featureMap, " were built for m = ", a.m, ", d = ",
+              a.d, ", ", a.params, " parameters; got W ", in.W.sizes(), ", rowscale ",
+              in.rowscale.sizes(), ", params ", in.params.sizes(), ", q ", in.qs.sizes());
+  TORCH_CHECK(a.dtype == dtypeName(in.qs.scalar_type()), "spectra: GPU kernels for ", a.dtype,
+              " received ", in.qs.scalar_type(), " inputs");
+}
+
 FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
+  c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
+  checkAgainstArtifact(k.artifact, in);
   const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2);
   const int64_t F = descriptor().numFeatures(), dv = in.vs.size(3);
   TORCH_CHECK(dv == k.artifact.dv, "spectra: the GPU kernels of ", descriptor().name,
@@ -257,7 +272,9 @@ FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
 std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in,
                                                            const FusedForward &saved,
                                                            const torch::Tensor &goutIn) const {
+  c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
+  checkAgainstArtifact(k.artifact, in);
   const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
   torch::Tensor gout = goutIn.to(in.qs.scalar_type()).contiguous();

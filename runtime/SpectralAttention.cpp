@@ -31,6 +31,7 @@ SpectralAttentionImpl::SpectralAttentionImpl(SpectralAttentionOptions opts)
 }
 
 const FusedCpuAttention &SpectralAttentionImpl::fusedCpu() {
+  std::lock_guard<std::mutex> lock(compileMutex);
   if (!fused)
     fused = std::make_shared<FusedCpuAttention>(
         options.ir.empty()
@@ -43,6 +44,12 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
                                              const torch::Tensor &v,
                                              const std::optional<torch::Tensor> &keyMask) {
   Weights w = weights->weights();
+  if (w.W.device() != q.device()) {
+    // The weights follow the module's .to(); inputs elsewhere get a copy (differentiable).
+    w.W = w.W.to(q.device());
+    if (w.rowWeights)
+      w.rowWeights = w.rowWeights->to(q.device());
+  }
   if (currentMode == AttentionMode::Reference)
     return reference.attention(q, k, v, w, keyMask);
   if (q.is_cuda())
@@ -51,6 +58,7 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
 }
 
 const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
+  std::lock_guard<std::mutex> lock(compileMutex);
   if (!fusedGpu)
     fusedGpu = options.ir.empty()
                    ? FusedCudaAttention::forVariant(options.variant, options.config)

@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -73,6 +74,7 @@ private:
   AttentionMode currentMode;
   std::shared_ptr<FusedCpuAttention> fused;
   std::shared_ptr<FusedCudaAttention> fusedGpu;
+  std::mutex compileMutex;  ///< first-use compilation from several threads
 };
 TORCH_MODULE(SpectralAttention);
 
