@@ -153,10 +153,12 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
 torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
                                            const torch::Tensor &v, const Weights &weights,
                                            const std::optional<torch::Tensor> &keyMask,
-                                           std::optional<double> scale) const {
+                                           std::optional<double> scale,
+                                           const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
-  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
+  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
+                                     queryMask);
   torch::Tensor out = FusedAttentionFunction<FusedCpuAttention>::apply(
       p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, this);
   return out.to(q.scalar_type());
@@ -169,7 +171,8 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage) const {
 FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
-                               std::optional<double> scale, torch::ScalarType inputType) {
+                               std::optional<double> scale, torch::ScalarType inputType,
+                               const std::optional<torch::Tensor> &queryMask) {
   const Descriptor &desc = reference.descriptor();
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
@@ -178,7 +181,7 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   // With grad mode on, autograd follows these LibTorch ops: normaliser, statistics,
   // parameters and input transforms.
   torch::Tensor qs = q.to(torch::kFloat32) * s, ks = k.to(torch::kFloat32) * s;
-  ComponentParams p = reference.params(qs, ks, keyMask);
+  ComponentParams p = reference.params(qs, ks, keyMask, queryMask);
   if (p.queryScale.defined()) {
     qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
     ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);

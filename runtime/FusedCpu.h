@@ -35,7 +35,8 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale,
-                               torch::ScalarType inputType = torch::kFloat32);
+                               torch::ScalarType inputType = torch::kFloat32,
+                               const std::optional<torch::Tensor> &queryMask = std::nullopt);
 
 /// What the forward saves for a backward: S, z and the key stabiliser per slice.
 struct FusedForward {
@@ -104,7 +105,8 @@ public:
   torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                           const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
-                          std::optional<double> scale = std::nullopt) const;
+                          std::optional<double> scale = std::nullopt,
+                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
   /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
   FusedForward runForward(const FusedInputs &in) const;

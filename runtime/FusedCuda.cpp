@@ -297,7 +297,8 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
 torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
                                             const torch::Tensor &v, const Weights &weights,
                                             const std::optional<torch::Tensor> &keyMask,
-                                            std::optional<double> scale) const {
+                                            std::optional<double> scale,
+                                            const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
               q.device());
   torch::ScalarType type = q.scalar_type();
@@ -307,7 +308,7 @@ torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch:
   w.W = w.W.to(q.device());
   if (w.rowWeights)
     w.rowWeights = w.rowWeights->to(q.device());
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type);
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask);
   torch::Tensor out = FusedAttentionFunction<FusedCudaAttention>::apply(
       in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, this);
   return out.to(q.scalar_type());

@@ -92,7 +92,8 @@ public:
   torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                           const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
-                          std::optional<double> scale = std::nullopt) const;
+                          std::optional<double> scale = std::nullopt,
+                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
   FusedForward runForward(const FusedInputs &in) const;
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,

@@ -207,13 +207,22 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
 ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move(descriptor)) {}
 
 ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch::Tensor &k,
-                                            const std::optional<torch::Tensor> &keyMask) const {
+                                            const std::optional<torch::Tensor> &keyMask,
+                                            const std::optional<torch::Tensor> &queryMask) const {
   const int64_t B = q.size(0), H = q.size(1);
   torch::TensorOptions opts = q.options();
-  // Statistics: weights 1 for every query, the mask for keys.
+  // Statistics: the masks' weights (1 for every row without a mask).
   torch::Tensor keyWeight = keyMask ? keyMask->to(opts).view({B, 1, -1, 1})
                                     : torch::ones({1, 1, k.size(2), 1}, opts);
-  torch::Tensor queryWeight = torch::ones({1, 1, q.size(2), 1}, opts);
+  if (queryMask)
+    TORCH_CHECK(queryMask->scalar_type() == torch::kBool && queryMask->dim() == 2 &&
+                    queryMask->size(0) == B && queryMask->size(1) == q.size(2) &&
+                    queryMask->any(1).all().item<bool>(),
+                "spectra attention: the query mask must be bool [", B, ", ", q.size(2),
+                "] keeping at least one query per batch, got ", queryMask->scalar_type(), " ",
+                queryMask->sizes());
+  torch::Tensor queryWeight = queryMask ? queryMask->to(opts).view({B, 1, -1, 1})
+                                        : torch::ones({1, 1, q.size(2), 1}, opts);
   auto statistic = [&](const ProgramOp &op) {
     bool keys = op.string("side") == "keys";
     const torch::Tensor &x = keys ? k : q;
@@ -329,7 +338,7 @@ torch::Tensor ReferenceFeatureMap::attention(const torch::Tensor &q, const torch
   };
   double s = options.scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
   torch::Tensor qs = work(q) * s, ks = work(k) * s, vs = work(v);
-  ComponentParams p = params(qs, ks, keyMask);
+  ComponentParams p = params(qs, ks, keyMask, options.queryMask);
   torch::Tensor phiQ = features(qs, Side::Queries, p, weights, options.stabilizer);
   torch::Tensor phiK = features(ks, Side::Keys, p, weights, options.stabilizer, keyMask);
   torch::Tensor S = phiK.transpose(2, 3).matmul(vs);      // [B, H, F, dv]

@@ -37,6 +37,9 @@ struct AttentionOptions {
   Stabilizer stabilizer = Stabilizer::Exact;
   /// Data normaliser applied to q and k; default d^(-1/4) (softmax's 1/sqrt(d)).
   std::optional<double> scale;
+  /// Padded queries [B, Nq] bool (true = keep), left out of the query
+  /// statistics (self-attention over padded sequences); all queries when unset.
+  std::optional<torch::Tensor> queryMask;
 };
 
 /// The outputs of a features program evaluated on broadcastable tensors.
@@ -71,7 +74,8 @@ public:
   /// Evaluates the params program on already-normalised q, k: [B, H, N, d];
   /// `keyMask` [B, Nk] (true = keep) restricts key statistics to kept keys.
   ComponentParams params(const torch::Tensor &q, const torch::Tensor &k,
-                         const std::optional<torch::Tensor> &keyMask = std::nullopt) const;
+                         const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                         const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
   /// phi of already-normalised inputs x [B, H, N, d] as [B, H, N, outputs*m]
   /// (the input transform of `side` applied; for keys, row weights m*a_i and

@@ -42,7 +42,8 @@ const FusedCpuAttention &SpectralAttentionImpl::fusedCpu() {
 
 torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch::Tensor &k,
                                              const torch::Tensor &v,
-                                             const std::optional<torch::Tensor> &keyMask) {
+                                             const std::optional<torch::Tensor> &keyMask,
+                                             const std::optional<torch::Tensor> &queryMask) {
   Weights w = weights->weights();
   if (w.W.device() != q.device()) {
     // The weights follow the module's .to(); inputs elsewhere get a copy (differentiable).
@@ -50,11 +51,14 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
     if (w.rowWeights)
       w.rowWeights = w.rowWeights->to(q.device());
   }
-  if (currentMode == AttentionMode::Reference)
-    return reference.attention(q, k, v, w, keyMask);
+  if (currentMode == AttentionMode::Reference) {
+    AttentionOptions options;
+    options.queryMask = queryMask;
+    return reference.attention(q, k, v, w, keyMask, options);
+  }
   if (q.is_cuda())
-    return fusedCuda().attention(q, k, v, w, keyMask);
-  return fusedCpu().attention(q, k, v, w, keyMask);
+    return fusedCuda().attention(q, k, v, w, keyMask, std::nullopt, queryMask);
+  return fusedCpu().attention(q, k, v, w, keyMask, std::nullopt, queryMask);
 }
 
 const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {

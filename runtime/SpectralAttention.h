@@ -53,8 +53,11 @@ public:
   /// Non-causal attention. q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv],
   /// keyMask [B, Nk] bool (true = keep). q and k are scaled by d^(-1/4) inside,
   /// so the target kernel is softmax's. Returns [B, H, Nq, dv] in q's dtype.
+  /// queryMask [B, Nq] (self-attention: the same padding) keeps padded queries
+  /// out of the statistics that OPRF, SADERF and HCEXP parameters use.
   torch::Tensor forward(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
-                        const std::optional<torch::Tensor> &keyMask = std::nullopt);
+                        const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                        const std::optional<torch::Tensor> &queryMask = std::nullopt);
 
   /// New weights from `seed`; the compiled kernels are kept.
   void redraw(int64_t seed);

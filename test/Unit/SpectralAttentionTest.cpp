@@ -244,3 +244,29 @@ TEST(SpectralAttention, ErrorsNameWhatIsWrong) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(SpectralAttention, PaddedQueriesStayOutOfTheStatisticsWithAQueryMask) {
+  // Self-attention over a padded sequence: more padding must change nothing for
+  // components whose parameters come from statistics (SADERF's Psi, OPRF's A*).
+  for (const char *variant : {"saderf-orf", "oprf-mm", "hcexp-qmc"})
+    for (AttentionMode mode : {AttentionMode::Fused, AttentionMode::Reference}) {
+      SpectralAttention module(options(variant, mode));
+      torch::manual_seed(12);
+      torch::Tensor x = torch::randn({1, 2, 9, 8}), v = torch::randn({1, 2, 9, 5});
+      torch::Tensor keep = torch::ones({1, 9}, torch::kBool);
+      torch::Tensor base = module->forward(x, x, v, keep, keep);
+      torch::Tensor xp = torch::cat({x, torch::randn({1, 2, 4, 8}) * 3}, 2);
+      torch::Tensor vp = torch::cat({v, torch::randn({1, 2, 4, 5})}, 2);
+      torch::Tensor keepP = torch::cat({keep, torch::zeros({1, 4}, torch::kBool)}, 1);
+      torch::Tensor padded = module->forward(xp, xp, vp, keepP, keepP).narrow(2, 0, 9);
+      EXPECT_LT(maxAbs(padded - base), 1e-4 * maxAbs(base))
+          << variant << " (" << attentionModeName(mode) << ")";
+      // Without the query mask the padding would leak into the statistics.
+      torch::Tensor leaky = module->forward(xp, xp, vp, keepP).narrow(2, 0, 9);
+      EXPECT_GT(maxAbs(leaky - base), 1e-4 * maxAbs(base)) << variant << ": the test has teeth";
+    }
+}
+
+} // namespace

@@ -1,0 +1,96 @@
+//===- LraModel.cpp - the Spectraformer paper's LRA Transformer -----------===//
+
+#include "models/LraModel.h"
+
+#include <stdexcept>
+
+namespace spectra::models {
+
+SelfAttentionImpl::SelfAttentionImpl(const LraConfig &c, int64_t layer)
+    : heads(c.heads), headDim(c.headDim) {
+  qkv = register_module("qkv", torch::nn::Linear(c.embed, 3 * c.heads * c.headDim));
+  out = register_module("out", torch::nn::Linear(c.heads * c.headDim, c.embed));
+  if (c.attention == "softmax")
+    return;
+  std::string prefix = c.attention.substr(0, c.attention.find(':'));
+  if ((prefix != "spectra" && prefix != "spectra-reference") ||
+      c.attention.find(':') == std::string::npos)
+    throw std::invalid_argument("unknown attention '" + c.attention +
+                                "'; use softmax, spectra:<variant> or spectra-reference:<variant> "
+                                "(e.g. spectra:posrf-mm)");
+  SpectralAttentionOptions o;
+  o.variant = c.attention.substr(c.attention.find(':') + 1);
+  o.config.m = c.features;
+  o.config.d = c.headDim;
+  o.config.seed = c.seed + layer;
+  o.mode = prefix == "spectra" ? AttentionMode::Fused : AttentionMode::Reference;
+  spectral = register_module("spectral", SpectralAttention(o));
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor &x, const torch::Tensor &keep) {
+  const int64_t B = x.size(0), N = x.size(1);
+  auto parts = qkv->forward(x).view({B, N, 3, heads, headDim}).permute({2, 0, 3, 1, 4});
+  torch::Tensor q = parts[0], k = parts[1], v = parts[2];  // [B, H, N, hd]
+  torch::Tensor o;
+  if (spectral)
+    o = spectral->forward(q, k, v, keep, keep);  // self-attention: padded queries too
+  else
+    o = at::scaled_dot_product_attention(q, k, v, keep.view({B, 1, 1, N}));
+  return out->forward(o.permute({0, 2, 1, 3}).reshape({B, N, heads * headDim}));
+}
+
+LraModelImpl::LraModelImpl(LraConfig c) : cfg(std::move(c)) {
+  tokenEmbedding = register_module("token_embedding", torch::nn::Embedding(cfg.vocab, cfg.embed));
+  positionEmbedding =
+      register_module("position_embedding", torch::nn::Embedding(cfg.maxLength, cfg.embed));
+  norms1 = register_module("norms1", torch::nn::ModuleList());
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  norms2 = register_module("norms2", torch::nn::ModuleList());
+  ffns = register_module("ffns", torch::nn::ModuleList());
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    norms1->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.embed})));
+    attentions->push_back(SelfAttention(cfg, l));
+    norms2->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.embed})));
+    ffns->push_back(torch::nn::Sequential(torch::nn::Linear(cfg.embed, cfg.ffn), torch::nn::GELU(),
+                                          torch::nn::Dropout(cfg.dropout),
+                                          torch::nn::Linear(cfg.ffn, cfg.embed)));
+  }
+  finalNorm = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.embed})));
+  dropout = register_module("dropout", torch::nn::Dropout(cfg.dropout));
+  int64_t pooled = cfg.dualEncoder ? 4 * cfg.embed : cfg.embed;
+  head = register_module("head", torch::nn::Sequential(torch::nn::Linear(pooled, cfg.ffn),
+                                                       torch::nn::GELU(),
+                                                       torch::nn::Linear(cfg.ffn, cfg.classes)));
+}
+
+torch::Tensor LraModelImpl::encode(const torch::Tensor &tokens) {
+  TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64,
+              "LraModel: tokens must be int64 [B, N], got ", tokens.scalar_type(), " ", tokens.sizes());
+  TORCH_CHECK(tokens.size(1) <= cfg.maxLength, "LraModel: sequence length ", tokens.size(1),
+              " exceeds the model's ", cfg.maxLength);
+  torch::Tensor keep = tokens.ne(0);
+  torch::Tensor positions = torch::arange(tokens.size(1), tokens.options());
+  torch::Tensor x = dropout->forward(tokenEmbedding->forward(tokens) +
+                                     positionEmbedding->forward(positions).unsqueeze(0));
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    x = x + dropout->forward(attentions[l]->as<SelfAttention>()->forward(h, keep));
+    h = norms2[l]->as<torch::nn::LayerNorm>()->forward(x);
+    x = x + dropout->forward(ffns[l]->as<torch::nn::Sequential>()->forward(h));
+  }
+  x = finalNorm->forward(x);
+  // Masked mean: padding contributes nothing, and an all-padding row stays finite.
+  torch::Tensor w = keep.to(x.scalar_type()).unsqueeze(-1);
+  return (x * w).sum(1) / w.sum(1).clamp_min(1.0);
+}
+
+torch::Tensor LraModelImpl::forward(const torch::Tensor &tokens, const torch::Tensor &tokens2) {
+  torch::Tensor x0 = encode(tokens);
+  if (!cfg.dualEncoder)
+    return head->forward(x0);
+  TORCH_CHECK(tokens2.defined(), "LraModel: the dual encoder needs the second documents");
+  torch::Tensor x1 = encode(tokens2);
+  return head->forward(torch::cat({x0, x1, x0 * x1, x0 - x1}, -1));
+}
+
+} // namespace spectra::models

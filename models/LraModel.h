@@ -1,0 +1,69 @@
+//===- LraModel.h - the Spectraformer paper's LRA Transformer -------------===//
+//
+// Table 5 of the paper: token embedding 64 plus learned positions, 2
+// pre-LayerNorm blocks (2 heads x 32, FFN 128, GELU, dropout 0.1), a final
+// LayerNorm, masked mean pooling and an MLP head; the retrieval model encodes
+// both documents with the same encoder and classifies [x0, x1, x0*x1, x0-x1].
+// Attention is selectable: "softmax" (torch's scaled_dot_product_attention),
+// "spectra:<variant>" (fused JIT kernels) or "spectra-reference:<variant>"
+// (the eager oracle), with m random features.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_MODELS_LRAMODEL_H
+#define SPECTRA_MODELS_LRAMODEL_H
+
+#include "runtime/SpectralAttention.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace spectra::models {
+
+struct LraConfig {
+  int64_t vocab = 32, maxLength = 2048, classes = 10;
+  int64_t embed = 64, layers = 2, heads = 2, headDim = 32, ffn = 128;
+  double dropout = 0.1;
+  std::string attention = "softmax";  ///< softmax | spectra:<variant> | spectra-reference:<variant>
+  int64_t features = 128;             ///< m for spectra attention
+  int64_t seed = 0;                   ///< the random features' draw (per layer: seed + layer)
+  bool dualEncoder = false;           ///< retrieval: two documents, one encoder
+};
+
+/// Multi-head self-attention with a key padding mask and the selected kernel.
+class SelfAttentionImpl : public torch::nn::Module {
+public:
+  SelfAttentionImpl(const LraConfig &config, int64_t layer);
+  torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &keep);
+
+private:
+  int64_t heads, headDim;
+  torch::nn::Linear qkv{nullptr}, out{nullptr};
+  SpectralAttention spectral{nullptr};  ///< null for softmax
+};
+TORCH_MODULE(SelfAttention);
+
+class LraModelImpl : public torch::nn::Module {
+public:
+  explicit LraModelImpl(LraConfig config);
+  /// tokens [B, N] int64 (0 = pad); tokens2 the second documents (dual encoder).
+  /// Returns logits [B, classes].
+  torch::Tensor forward(const torch::Tensor &tokens, const torch::Tensor &tokens2 = {});
+  /// Masked mean of the encoder's final states: [B, embed].
+  torch::Tensor encode(const torch::Tensor &tokens);
+  const LraConfig &config() const { return cfg; }
+
+private:
+  LraConfig cfg;
+  torch::nn::Embedding tokenEmbedding{nullptr}, positionEmbedding{nullptr};
+  torch::nn::ModuleList norms1, attentions, norms2, ffns;
+  torch::nn::LayerNorm finalNorm{nullptr};
+  torch::nn::Dropout dropout{nullptr};
+  torch::nn::Sequential head{nullptr};
+};
+TORCH_MODULE(LraModel);
+
+} // namespace spectra::models
+
+#endif // SPECTRA_MODELS_LRAMODEL_H
