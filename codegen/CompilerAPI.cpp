@@ -192,16 +192,28 @@ extern "C" char *spectra_describe_variant(const char *variant, int64_t m, int64_
   return duplicate(*descriptor);
 }
 
-extern "C" char *spectra_describe_ir(const char *ir, const char *sourceName,
-                                     const char *featureMap, char **error) {
-  if (!ir)
-    return fail(error, "spectra_describe_ir: ir is NULL");
-  Context ctx;
+/// Parses spectra IR text, or null and `why` (the parser's located diagnostics).
+static OwningOpRef<ModuleOp> parseModule(Context &ctx, const char *api, const char *ir,
+                                         const char *sourceName, std::string &why) {
+  if (!ir) {
+    why = std::string(api) + ": ir is NULL";
+    return nullptr;
+  }
   ParserConfig config(&ctx.context);
   OwningOpRef<ModuleOp> module =
       parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
   if (!module)
-    return fail(error, ctx.diagnostics.empty() ? "the IR does not parse" : ctx.diagnostics);
+    why = ctx.diagnostics.empty() ? "the IR does not parse" : ctx.diagnostics;
+  return module;
+}
+
+extern "C" char *spectra_describe_ir(const char *ir, const char *sourceName,
+                                     const char *featureMap, char **error) {
+  Context ctx;
+  std::string why;
+  OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_describe_ir", ir, sourceName, why);
+  if (!module)
+    return fail(error, why);
   llvm::Expected<std::string> descriptor =
       mlir::spectra::exportFeatureMap(*module, featureMap ? featureMap : "");
   if (!descriptor)
@@ -342,14 +354,11 @@ extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, 
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
                                                       const char *featureMap, char **error) {
-  if (!ir)
-    return failKernel(error, "spectra_cpu_compile_ir: ir is NULL");
   Context ctx;
-  ParserConfig config(&ctx.context);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
+  std::string why;
+  OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_cpu_compile_ir", ir, sourceName, why);
   if (!module)
-    return failKernel(error, ctx.diagnostics);
+    return failKernel(error, why);
   return compileCpu(ctx, *module, featureMap, error);
 }
 
@@ -489,13 +498,10 @@ extern "C" char *spectra_gpu_compile_variant(const char *variant, int64_t m, int
 extern "C" char *spectra_gpu_compile_ir(const char *ir, const char *sourceName,
                                         const char *featureMap, const char *target,
                                         const char *dtype, int64_t dv, char **error) {
-  if (!ir)
-    return fail(error, "spectra_gpu_compile_ir: ir is NULL");
   Context ctx;
-  ParserConfig config(&ctx.context);
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(ir, config, sourceName ? sourceName : "<spectra-ir>");
+  std::string why;
+  OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_gpu_compile_ir", ir, sourceName, why);
   if (!module)
-    return fail(error, ctx.diagnostics.empty() ? "the IR does not parse" : ctx.diagnostics);
+    return fail(error, why);
   return compileGpu(ctx, *module, featureMap, target, dtype, dv, error);
 }

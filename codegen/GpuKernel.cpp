@@ -211,6 +211,14 @@ RowThread rowThread(GpuBuilder &g, Value rowsMemref) {
   return r;
 }
 
+/// Whether the thread's key row exists and is kept by the mask keep[b = bh / H].
+Value keptRow(GpuBuilder &g, Value keep, const RowThread &r, Value H) {
+  Value mask = g.load(keep, {g.divui(r.bh, H), r.clamped});
+  return arith::AndIOp::create(
+      g.b, g.loc, r.valid,
+      arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT, mask, g.f32(0)));
+}
+
 /// One feature of a row held in registers: W's row i, w.x, ||w||^2, and the
 /// inlined features region.
 struct FeatureAt {
@@ -306,10 +314,7 @@ void buildKeyMax(OpBuilder &b, Location loc, ComponentOp component, const Shape 
   auto arg = [&](unsigned i) { return fn.getArgument(i); };
   Value k = arg(0), keep = arg(1), W = arg(2), params = arg(3), shift = arg(4), H = arg(5);
   RowThread r = rowThread(g, k);
-  Value kept = arith::AndIOp::create(
-      b, loc, r.valid,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT,
-                            g.load(keep, {g.divui(r.bh, H), r.clamped}), g.f32(0)));
+  Value kept = keptRow(g, keep, r, H);
   SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
   SmallVector<Value> p = g.loadParams(params, r.bh);
   Value m = g.select(kept, maxLogit(g, W, x, g.dotRegs(x, x), p), g.negInf());
@@ -566,10 +571,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const S
         shiftBuf = arg(6), dS = arg(7), dz = arg(8), dk = arg(9), dv = arg(10), dW = arg(11),
         dparams = arg(12), H = arg(13);
   RowThread r = rowThread(g, k);
-  Value kept = arith::AndIOp::create(
-      b, loc, r.valid,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT,
-                            g.load(keep, {g.divui(r.bh, H), r.clamped}), g.f32(0)));
+  Value kept = keptRow(g, keep, r, H);
   SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
   SmallVector<Value> vr = g.loadRow(v, r.bh, r.clamped, s.DV);
   SmallVector<Value> p = g.loadParams(params, r.bh);
