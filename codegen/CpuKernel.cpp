@@ -36,6 +36,25 @@ using namespace mlir;
 using namespace mlir::spectra;
 
 
+/// Adds a kernel function (C interface) whose arguments are f32 memrefs given
+/// by letters: M a matrix [?, ?] with contiguous rows (unit inner stride, so
+/// dot products vectorise), V a vector [?], O a single value [1].
+static func::FuncOp createKernelFunction(OpBuilder &b, Location loc, StringRef name,
+                                         StringRef signature) {
+  MLIRContext *ctx = b.getContext();
+  Type f32 = b.getF32Type();
+  int64_t dyn = ShapedType::kDynamic;
+  auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
+  auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
+  auto one = MemRefType::get({1}, f32);
+  SmallVector<Type> args;
+  for (char c : signature)
+    args.push_back(c == 'M' ? Type(mat) : c == 'V' ? Type(vec) : Type(one));
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
+  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  return fn;
+}
+
 FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, ComponentOp component,
                                                             StringRef name) {
   MLIRContext *ctx = module.getContext();
@@ -46,14 +65,8 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   Location loc = component.getLoc();
   Type f32 = b.getF32Type();
   int64_t dyn = ShapedType::kDynamic;
-  // Rows are contiguous (unit inner stride): the dot products vectorise.
-  auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
-  auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
-  auto one = MemRefType::get({1}, f32);
   // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat
-  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat};
-  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
-  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVMOM");
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   KernelBuilder kb(b, loc, component);
@@ -279,14 +292,8 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   Location loc = component.getLoc();
   Type f32 = b.getF32Type();
   int64_t dyn = ShapedType::kDynamic;
-  auto mat = MemRefType::get({dyn, dyn}, f32, StridedLayoutAttr::get(ctx, 0, {dyn, 1}));
-  auto vec = MemRefType::get({dyn}, f32, StridedLayoutAttr::get(ctx, 0, {1}));
-  auto one = MemRefType::get({1}, f32);
   // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat, gout | dq, dk, dv, dW, dparams, dS, dz
-  SmallVector<Type> args = {mat, mat, mat, vec, mat, vec, vec, mat, vec, mat, one, mat, mat,
-                            mat, mat, mat, mat, vec, mat, vec};
-  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
-  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVMOMM" "MMMMVMV");
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   KernelBuilder kb(b, loc, component);
