@@ -1,6 +1,6 @@
-# SPECTRA_RUNTIME_ONLY: the LibTorch side alone (runtime/, spectra-eval, spectra-bench, the
-# runtime's GoogleTests) against a prebuilt libspectra-compiler.so, on a machine with torch and
-# no LLVM/MLIR. scripts/gpu-check.sh uses it on the GPU machines.
+# SPECTRA_RUNTIME_ONLY: the LibTorch side alone (runtime/, models/, spectra-eval, spectra-bench,
+# spectra-train, the runtime's GoogleTests) against a prebuilt libspectra-compiler.so, on a machine
+# with torch and no LLVM/MLIR. scripts/gpu-check.sh uses it on the GPU machines.
 if(NOT EXISTS "${SPECTRA_PREBUILT_COMPILER}")
   message(FATAL_ERROR "SPECTRA_RUNTIME_ONLY needs -DSPECTRA_PREBUILT_COMPILER=/path/libspectra-compiler.so "
                       "(build it with scripts/gpu-check.sh bundle)")
@@ -28,6 +28,8 @@ endif()
 add_subdirectory(runtime)
 add_subdirectory(tools/spectra-eval)
 add_subdirectory(tools/spectra-bench)
+add_subdirectory(models)
+add_subdirectory(tools/spectra-train)
 if(SPECTRA_ENABLE_TESTS)
   enable_testing()
   add_subdirectory(test/Unit)

@@ -1,15 +1,23 @@
-//===- spectra-train.cpp - LRA data and training --------------------------===//
+//===- spectra-train.cpp - LRA data, training and the sweep ---------------===//
 //
-//   spectra-train generate-listops --out DIR [--num-train 96000 --num-val 2000
-//                 --num-test 2000 --min-length 500 --max-length 2000 --seed 42]
-//
-// Writes DIR/basic_{train,val,test}.tsv in LRA's layout. Training
-// (--task listops|text|retrieval) and the sweep arrive with the rest of the
-// LRA training issue.
+//   spectra-train generate-listops --out DIR [...]   LRA's ListOps generator
+//   spectra-train [train] --task T --attention A --data DIR [...]
+//                                                    one training run
+//   spectra-train sweep --task T --data DIR --out DIR [...]
+//                                                    the 18 paper variants and
+//                                                    softmax, one process each,
+//                                                    then the Table 2 layout
+//                                                    and the Figure 1 plot
+//   spectra-train table --out DIR                    the table and plot again
 //
 //===----------------------------------------------------------------------===//
 
 #include "models/ListOps.h"
+#ifdef SPECTRA_TRAIN_WITH_TORCH
+#include "models/Trainer.h"
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#endif
 
 #include <cerrno>
 #include <chrono>
@@ -18,16 +26,71 @@
 #include <map>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <vector>
+#include <iomanip>
+#include <set>
 
 using namespace spectra::data;
 
 namespace {
-int usage(std::ostream &os, int code) {
+int generateUsage(std::ostream &os, int code) {
   os << "usage: spectra-train generate-listops --out DIR [--num-train N] [--num-val N] "
         "[--num-test N]\n"
         "                     [--min-length L] [--max-length L] [--seed S]\n"
         "  Generates ListOps with LRA's algorithm (defaults: the official 96000/2000/2000 "
         "examples,\n  500 < length < 2000, seed 42) into DIR/basic_{train,val,test}.tsv.\n";
+  return code;
+}
+
+const char *kUsage = R"(usage: spectra-train <command> [options]
+
+commands:
+  [train] --task T --attention A --data DIR [--out DIR] [options]
+        one training run (the command word may be left out)
+  sweep --task T --data DIR [--out DIR] [--attentions LIST] [training options]
+        every attention in LIST (default: the paper's 18 variants and softmax), each in its own
+        process, then the results table and plot; finished runs are kept, interrupted ones resumed
+  table [--out DIR]
+        writes DIR/results.{md,csv,png} from the runs under DIR
+  generate-listops --out DIR [...]
+        LRA's ListOps generator (see 'spectra-train generate-listops --help')
+
+training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Table 5):
+  --task listops|text|retrieval     the LRA task
+  --attention A                     softmax | spectra:<variant> (fused kernels) |
+                                    spectra-reference:<variant> (eager); default spectra:posrf-mm
+  --data DIR                        ListOps: basic_{train,val,test}.tsv; Text: aclImdb's
+                                    {train,test}/{pos,neg}; Retrieval: new_aan_pairs.*.tsv
+  --out DIR                         run directory (default runs/<task>/<attention>)
+  --steps N          50000          training steps (early stopping may end sooner)
+  --batch N          32/32/16       batch size
+  --lr X             1e-4/1e-4/2e-4 peak learning rate (AdamW 0.9/0.999, eps 1e-6)
+  --warmup N         1000/80/800    linear warmup steps, then linear decay to 0
+  --eval-every N     500/500/1000   steps between evaluations (and checkpoints)
+  --eval-batches N   62/200/300     validation batches per evaluation
+  --patience N       10             evaluations without improvement before stopping
+  --max-length N     2000/4000/4000 tokens kept per document
+  --log-every N      100            training-metric window in metrics.jsonl
+  --limit-train N    0 (all)        use the first N training examples only
+  --clip X 1.0   --weight-decay X 0   --seed N 42
+  --features M 128   --embed 64   --layers 2   --heads 2   --head-dim 32   --ffn 128
+  --dropout 0.1
+  --device auto|cpu|cuda[:N]        auto: CUDA when there is one
+  --precision auto|fp32|bf16|fp16   auto: bf16 autocast on CUDA, fp32 on the CPU
+  --threads N                       CPU threads (default: torch's)
+  --resume                          continue the run in --out from its last checkpoint
+  --no-progress                     no progress bar
+
+outputs (in --out): metrics.jsonl, checkpoint.pt (every evaluation), best.pt, report.json
+)";
+
+int usage(std::ostream &os, int code) {
+  os << kUsage;
   return code;
 }
 
@@ -39,16 +102,16 @@ int generate(int argc, char **argv) {
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h")
-      return usage(std::cout, 0);
+      return generateUsage(std::cout, 0);
     if (a.rfind("--", 0) != 0 || !opt.count(a.substr(2)) || i + 1 >= argc) {
       std::cerr << "spectra-train: error: unknown or incomplete option '" << a << "'\n";
-      return usage(std::cerr, 2);
+      return generateUsage(std::cerr, 2);
     }
     opt[a.substr(2)] = argv[++i];
   }
   if (opt["out"].empty()) {
     std::cerr << "spectra-train: error: generate-listops needs --out DIR\n";
-    return usage(std::cerr, 2);
+    return generateUsage(std::cerr, 2);
   }
   ListOpsOptions o;
   try {
@@ -87,16 +150,442 @@ int generate(int argc, char **argv) {
   }
   return 0;
 }
+#ifdef SPECTRA_TRAIN_WITH_TORCH
+using spectra::models::TrainOptions;
+using json = nlohmann::json;
+
+struct Args {
+  std::map<std::string, std::string> values;
+  std::set<std::string> flags;
+};
+
+const std::set<std::string> kValueOptions = {
+    "task",        "attention",    "data",         "out",      "steps",    "batch",
+    "lr",          "warmup",       "eval-every",   "eval-batches", "patience", "max-length",
+    "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
+    "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
+    "device",      "precision",    "threads",      "kill-after-step", "attentions"};
+const std::set<std::string> kFlags = {"resume", "no-progress"};
+
+/// --name value pairs and flags; an unknown or valueless option is an error naming it.
+Args parseArgs(int argc, char **argv, int first) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0)
+      throw std::invalid_argument("unexpected argument '" + s + "' (options are --name value)");
+    std::string name = s.substr(2), value;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos)
+      value = name.substr(eq + 1), name = name.substr(0, eq);
+    if (kFlags.count(name)) {
+      a.flags.insert(name);
+      continue;
+    }
+    if (!kValueOptions.count(name))
+      throw std::invalid_argument("unknown option '--" + name + "' (see spectra-train --help)");
+    if (eq == std::string::npos) {
+      if (i + 1 >= argc)
+        throw std::invalid_argument("option '--" + name + "' needs a value");
+      value = argv[++i];
+    }
+    a.values[name] = value;
+  }
+  return a;
+}
+
+int64_t toInt(const std::string &name, const std::string &v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument("--" + name + " takes an integer, got '" + v + "'");
+  return x;
+}
+
+double toDouble(const std::string &name, const std::string &v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument("--" + name + " takes a number, got '" + v + "'");
+  return x;
+}
+
+std::string runName(const std::string &attention) {
+  std::string s = attention;
+  std::replace(s.begin(), s.end(), ':', '-');
+  return s;
+}
+
+TrainOptions optionsFrom(const Args &a) {
+  auto get = [&](const char *k) { return a.values.count(k) ? a.values.at(k) : std::string(); };
+  std::string task = get("task");
+  if (task.empty())
+    throw std::invalid_argument("--task is required: listops, text or retrieval");
+  TrainOptions o = spectra::models::defaultsFor(task);
+  if (!get("attention").empty())
+    o.attention = get("attention");
+  o.data = get("data");
+  if (o.data.empty())
+    throw std::invalid_argument("--data DIR is required (the task's data in LRA's layout)");
+  o.out = get("out").empty() ? "runs/" + task + "/" + runName(o.attention) : get("out");
+  std::map<std::string, int64_t *> ints = {
+      {"steps", &o.steps},          {"batch", &o.batch},          {"warmup", &o.warmup},
+      {"eval-every", &o.evalEvery}, {"eval-batches", &o.evalBatches}, {"patience", &o.patience},
+      {"max-length", &o.maxLength}, {"log-every", &o.logEvery},   {"limit-train", &o.limitTrain},
+      {"seed", &o.seed},            {"features", &o.model.features}, {"embed", &o.model.embed},
+      {"layers", &o.model.layers},  {"heads", &o.model.heads},    {"head-dim", &o.model.headDim},
+      {"ffn", &o.model.ffn},        {"kill-after-step", &o.killAfterStep}};
+  std::map<std::string, double *> doubles = {{"lr", &o.lr},
+                                             {"clip", &o.clip},
+                                             {"weight-decay", &o.weightDecay},
+                                             {"dropout", &o.model.dropout}};
+  for (auto &[k, v] : a.values) {
+    if (ints.count(k))
+      *ints[k] = toInt(k, v);
+    else if (doubles.count(k))
+      *doubles[k] = toDouble(k, v);
+  }
+  if (!get("device").empty())
+    o.device = get("device");
+  if (!get("precision").empty())
+    o.precision = get("precision");
+  if (!get("threads").empty())
+    torch::set_num_threads(static_cast<int>(toInt("threads", get("threads"))));
+  o.resume = a.flags.count("resume") > 0;
+  o.progress = a.flags.count("no-progress") == 0;
+  return o;
+}
+
+std::string gib(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(bytes < (int64_t(1) << 30) ? 3 : 2) << bytes / 1073741824.0;
+  return os.str();
+}
+
+int trainCommand(int argc, char **argv, int first) {
+  Args a = parseArgs(argc, argv, first);
+  if (a.values.count("attentions"))
+    throw std::invalid_argument("--attentions belongs to 'spectra-train sweep'");
+  TrainOptions o = optionsFrom(a);
+  auto r = spectra::models::train(o, std::cerr);
+  std::cout << std::fixed << std::setprecision(4) << "\n== " << o.task << " / " << o.attention
+            << " ==\n"
+            << "test accuracy     " << r.testAccuracy << "  (best checkpoint, step " << r.bestStep
+            << "; majority-class baseline " << r.majorityBaseline << ")\n"
+            << "best validation   " << r.bestValAccuracy << "\n"
+            << "steps             " << r.steps << (r.earlyStopped ? " (stopped early)" : "") << ", "
+            << std::setprecision(2) << r.stepsPerSecond << " steps/s\n"
+            << "training time     " << std::setprecision(1) << r.trainSeconds << " s\n"
+            << "peak memory       " << gib(r.peakBytes) << " GiB (" << r.peakKind << ")\n"
+            << "device            " << r.device << ", " << r.precision << "\n"
+            << "outputs           " << o.out << "/{metrics.jsonl,report.json,best.pt,checkpoint.pt}\n";
+  return 0;
+}
+
+// --- the sweep and its table ----------------------------------------------------------------
+
+const char *kComponents[] = {"posrf", "oprf", "saderf"};
+const char *kWeights[] = {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"};
+const char *kTasks[] = {"listops", "text", "retrieval"};
+
+std::vector<std::string> paperAttentions() {
+  std::vector<std::string> v = {"softmax"};
+  for (auto *c : kComponents)
+    for (auto *w : kWeights)
+      v.push_back(std::string("spectra:") + c + "-" + w);
+  return v;
+}
+
+bool exists(const std::string &p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string selfPath() {
+  char buffer[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0)
+    throw std::runtime_error("cannot find this program's path (/proc/self/exe)");
+  buffer[n] = 0;
+  return buffer;
+}
+
+/// Runs argv as a child process (its output goes to ours) and returns its exit status.
+int runChild(const std::vector<std::string> &args) {
+  pid_t pid = ::fork();
+  if (pid < 0)
+    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    std::vector<char *> cargs;
+    for (auto &s : args)
+      cargs.push_back(const_cast<char *>(s.c_str()));
+    cargs.push_back(nullptr);
+    ::execv(cargs[0], cargs.data());
+    std::perror("spectra-train: exec");
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+struct Row {
+  std::map<std::string, json> byTask;  ///< task -> report.json
+};
+
+std::pair<std::string, std::string> splitAttention(const std::string &attention) {
+  size_t colon = attention.find(':');
+  if (colon == std::string::npos)
+    return {attention, ""};
+  std::string v = attention.substr(colon + 1);
+  for (auto *c : kComponents)
+    for (auto *w : kWeights)
+      if (v == std::string(c) + "-" + w)
+        return {c, w};
+  size_t dash = v.find('-');
+  return {v.substr(0, dash), dash == std::string::npos ? "" : v.substr(dash + 1)};
+}
+
+int attentionRank(const std::string &attention) {
+  auto all = paperAttentions();
+  auto it = std::find(all.begin(), all.end(), attention);
+  return it == all.end() ? 1000 : static_cast<int>(it - all.begin());
+}
+
+std::string formatted(double x, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << x;
+  return os.str();
+}
+
+/// results.md (the paper's Table 2 layout: accuracy, time, memory per task and their average),
+/// results.csv (one line per run) and results.png (Figure 1: memory vs accuracy, colour = time).
+int writeTable(const std::string &out) {
+  std::map<std::string, Row> rows;
+  std::vector<std::string> tasks;
+  for (auto *task : kTasks) {
+    std::string dir = out + "/" + task;
+    DIR *d = ::opendir(dir.c_str());
+    if (!d)
+      continue;
+    bool any = false;
+    while (dirent *e = ::readdir(d)) {
+      std::string report = dir + "/" + e->d_name + "/report.json";
+      if (e->d_name[0] == '.' || !exists(report))
+        continue;
+      std::ifstream in(report);
+      json j = json::parse(in, nullptr, false);
+      if (j.is_discarded() || !j.contains("attention")) {
+        std::cerr << "spectra-train: warning: " << report << " is not a report; skipped\n";
+        continue;
+      }
+      rows[j["attention"].get<std::string>()].byTask[task] = j;
+      any = true;
+    }
+    ::closedir(d);
+    if (any)
+      tasks.push_back(task);
+  }
+  if (rows.empty()) {
+    std::cerr << "spectra-train: error: no finished runs (report.json) under " << out
+              << "/{listops,text,retrieval}/\n";
+    return 1;
+  }
+  std::vector<std::string> order;
+  for (auto &[a, r] : rows)
+    order.push_back(a);
+  std::stable_sort(order.begin(), order.end(), [](const std::string &x, const std::string &y) {
+    return std::make_pair(attentionRank(x), x) < std::make_pair(attentionRank(y), y);
+  });
+
+  std::ofstream csv(out + "/results.csv");
+  csv << "task,attention,component,weights,test_accuracy,best_val_accuracy,train_seconds,"
+         "peak_bytes,peak_kind,steps,early_stopped,device,precision\n";
+  for (auto &a : order)
+    for (auto &t : tasks)
+      if (rows[a].byTask.count(t)) {
+        json &j = rows[a].byTask[t];
+        auto [c, w] = splitAttention(a);
+        csv << t << "," << a << "," << c << "," << w << "," << j["test_accuracy"].get<double>() << ","
+            << j["best_val_accuracy"].get<double>() << "," << j["train_seconds"].get<double>() << ","
+            << j["peak_bytes"].get<int64_t>() << "," << j["peak_kind"].get<std::string>() << ","
+            << j["steps"].get<int64_t>() << "," << (j["early_stopped"].get<bool>() ? 1 : 0) << ","
+            << j["device"].get<std::string>() << "," << j["precision"].get<std::string>() << "\n";
+      }
+  csv.close();
+
+  std::map<std::string, const char *> shortName = {{"listops", "L"}, {"text", "T"}, {"retrieval", "R"}};
+  std::ofstream md(out + "/results.md");
+  md << "# LRA results (layout of the Spectraformer paper's Table 2)\n\n"
+     << "Accuracy (%) on the test split with the best validation checkpoint, training time (h) and "
+        "peak memory (GB: the CUDA allocator's peak on a GPU, the process's peak RSS on the CPU). "
+        "L = ListOps, T = Text, R = Retrieval; Avg over the tasks present.\n\n";
+  md << "| Component | Weights |";
+  for (const char *group : {"Acc", "Time (h)", "Mem (GB)"}) {
+    for (auto &t : tasks)
+      md << " " << group << " " << shortName[t] << " |";
+    md << " " << group << " Avg |";
+  }
+  md << "\n|---|---|";
+  for (int g = 0; g < 3; ++g)
+    for (size_t i = 0; i <= tasks.size(); ++i)
+      md << "---:|";
+  md << "\n";
+  for (auto &a : order) {
+    auto [c, w] = splitAttention(a);
+    if (a.rfind("spectra-reference:", 0) == 0)
+      c += " (reference)";
+    md << "| " << c << " | " << (w.empty() ? "-" : w) << " |";
+    struct G {
+      const char *key;
+      double scale;
+      int digits;
+    };
+    for (G g : {G{"test_accuracy", 100.0, 2}, G{"train_seconds", 1 / 3600.0, 2},
+                G{"peak_bytes", 1 / 1e9, 2}}) {
+      double sum = 0;
+      size_t n = 0;
+      for (auto &t : tasks) {
+        if (!rows[a].byTask.count(t)) {
+          md << " - |";
+          continue;
+        }
+        double x = rows[a].byTask[t][g.key].get<double>() * g.scale;
+        sum += x, ++n;
+        md << " " << formatted(x, g.key == std::string("train_seconds") && x < 0.01 ? 4 : g.digits) << " |";
+      }
+      md << " " << (n == tasks.size() ? formatted(sum / n, g.digits) : "-") << " |";
+    }
+    md << "\n";
+  }
+  md << "\nRuns: ";
+  std::set<std::string> devices;
+  for (auto &a : order)
+    for (auto &[t, j] : rows[a].byTask)
+      devices.insert(j["device"].get<std::string>() + " " + j["precision"].get<std::string>() + ", " +
+                     std::to_string(j["steps"].get<int64_t>()) + " steps");
+  bool first = true;
+  for (auto &d : devices)
+    md << (first ? "" : "; ") << d, first = false;
+  md << " (per run: results.csv).\n";
+  md.close();
+  std::cout << "wrote " << out << "/results.md and " << out << "/results.csv (" << order.size()
+            << " attentions x " << tasks.size() << " task(s))\n";
+
+  std::string exe = selfPath();
+  std::string script = exe.substr(0, exe.rfind('/')) + "/spectra-plot-sweep.py";
+  if (!exists(script)) {
+    std::cerr << "spectra-train: warning: " << script << " is missing; no plot\n";
+    return 0;
+  }
+  int rc = runChild({"/usr/bin/env", "python3", script, out + "/results.csv", out + "/results.png"});
+  if (rc != 0)
+    std::cerr << "spectra-train: warning: the plot was not written (" << script << " exited " << rc << ")\n";
+  return 0;
+}
+
+int sweepCommand(int argc, char **argv) {
+  Args a = parseArgs(argc, argv, 2);
+  if (!a.values.count("task") || !a.values.count("data"))
+    throw std::invalid_argument("sweep needs --task and --data (see spectra-train --help)");
+  if (a.values.count("attention"))
+    throw std::invalid_argument("sweep takes --attentions LIST (comma-separated), not --attention");
+  std::string task = a.values["task"];
+  spectra::models::defaultsFor(task);  // validates the task name
+  std::string out = a.values.count("out") ? a.values["out"] : "runs/sweep";
+  std::vector<std::string> attentions;
+  if (!a.values.count("attentions") || a.values["attentions"] == "paper") {
+    attentions = paperAttentions();
+  } else {
+    std::stringstream list(a.values["attentions"]);
+    std::string item;
+    while (std::getline(list, item, ','))
+      if (!item.empty())
+        attentions.push_back(item);
+  }
+  std::string exe = selfPath();
+  std::vector<std::string> failed;
+  for (size_t i = 0; i < attentions.size(); ++i) {
+    std::string dir = out + "/" + task + "/" + runName(attentions[i]);
+    std::cerr << "[sweep " << i + 1 << "/" << attentions.size() << "] " << task << " "
+              << attentions[i] << " -> " << dir << "\n";
+    if (exists(dir + "/report.json")) {
+      std::cerr << "[sweep] finished earlier; kept (delete " << dir << " to train it again)\n";
+      continue;
+    }
+    std::vector<std::string> args = {exe, "train", "--attention", attentions[i], "--out", dir};
+    for (auto &[k, v] : a.values)
+      if (k != "attentions" && k != "out")
+        args.push_back("--" + k), args.push_back(v);
+    for (auto &f : a.flags)
+      if (f != "resume")
+        args.push_back("--" + f);
+    if (exists(dir + "/checkpoint.pt") || exists(dir + "/metrics.jsonl"))
+      args.push_back("--resume");
+    int rc = runChild(args);
+    if (rc != 0) {
+      std::cerr << "[sweep] " << attentions[i] << " failed (exit " << rc << "); going on\n";
+      failed.push_back(attentions[i]);
+    }
+  }
+  int rc = writeTable(out);
+  if (!failed.empty()) {
+    std::cerr << "spectra-train: " << failed.size() << " run(s) failed:";
+    for (auto &f : failed)
+      std::cerr << " " << f;
+    std::cerr << " (rerun the same sweep to retry them; finished runs are kept)\n";
+    return 1;
+  }
+  return rc;
+}
+
+int tableCommand(int argc, char **argv) {
+  Args a = parseArgs(argc, argv, 2);
+  return writeTable(a.values.count("out") ? a.values["out"] : "runs/sweep");
+}
+#endif
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")
     return usage(argc < 2 ? std::cerr : std::cout, argc < 2 ? 2 : 0);
+  std::string command = argv[1];
   try {
-    if (std::string(argv[1]) == "generate-listops")
+    if (command == "generate-listops")
       return generate(argc, argv);
-    std::cerr << "spectra-train: error: unknown command '" << argv[1]
-              << "'; commands: generate-listops (training and the sweep are not in this build yet)\n";
+#ifdef SPECTRA_TRAIN_WITH_TORCH
+    if (command == "train")
+      return trainCommand(argc, argv, 2);
+    if (command.rfind("--", 0) == 0)
+      return trainCommand(argc, argv, 1);
+    if (command == "sweep")
+      return sweepCommand(argc, argv);
+    if (command == "table")
+      return tableCommand(argc, argv);
+#else
+    if (command == "train" || command == "sweep" || command == "table" || command.rfind("--", 0) == 0) {
+      std::cerr << "spectra-train: error: this build has no LibTorch (SPECTRA_ENABLE_TORCH=OFF); "
+                   "only generate-listops is available\n";
+      return 2;
+    }
+#endif
+    std::cerr << "spectra-train: error: unknown command '" << command
+              << "'; commands: train, sweep, table, generate-listops\n";
+    return usage(std::cerr, 2);
+  } catch (const std::invalid_argument &e) {
+    std::cerr << "spectra-train: error: " << e.what() << "\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "spectra-train: error: " << e.what() << "\n";

@@ -1,0 +1,714 @@
+//===- Trainer.cpp - LRA training: the paper's loop, checkpoints, resume --===//
+
+#include "models/Trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace spectra::models {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+bool fileExists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void makeDirectories(const std::string &path) {
+  std::string partial;
+  std::stringstream parts(path);
+  std::string piece;
+  if (!path.empty() && path[0] == '/')
+    partial = "/";
+  while (std::getline(parts, piece, '/')) {
+    if (piece.empty())
+      continue;
+    partial += piece + "/";
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create directory '" + partial + "': " + std::strerror(errno));
+  }
+}
+
+// --- data -----------------------------------------------------------------------------------
+
+struct Batch {
+  torch::Tensor tokens, tokens2, labels;
+};
+
+torch::Tensor padTokens(const std::vector<const std::vector<int32_t> *> &rows) {
+  size_t longest = 1;
+  for (auto *r : rows)
+    longest = std::max(longest, r->size());
+  torch::Tensor t = torch::zeros({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)},
+                                 torch::kInt64);
+  auto a = t.accessor<int64_t, 2>();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t j = 0; j < rows[i]->size(); ++j)
+      a[i][j] = (*rows[i])[j];
+  return t;
+}
+
+/// Pads to the longest document of the batch: the model's masks make the result independent
+/// of the padded length, so nothing is gained by padding to the task's maximum.
+Batch collate(const std::vector<data::Example> &examples, const std::vector<int64_t> &indices,
+              bool dual, const torch::Device &device) {
+  std::vector<const std::vector<int32_t> *> a, b;
+  torch::Tensor labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kInt64);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const data::Example &e = examples[indices[i]];
+    a.push_back(&e.tokens);
+    b.push_back(&e.tokens2);
+    labels[i] = e.label;
+  }
+  Batch batch{padTokens(a).to(device), {}, labels.to(device)};
+  if (dual)
+    batch.tokens2 = padTokens(b).to(device);
+  return batch;
+}
+
+/// The batch order: a fresh permutation per epoch, seeded by (seed, epoch), so the batch of any
+/// step is known without replaying the steps before it.
+class BatchOrder {
+public:
+  BatchOrder(int64_t examples, int64_t batch, int64_t seed)
+      : n(examples), b(batch), seed(static_cast<uint64_t>(seed)) {}
+  std::vector<int64_t> indices(int64_t step) {
+    int64_t perEpoch = std::max<int64_t>(1, n / b);
+    int64_t e = step / perEpoch, at = (step % perEpoch) * b;
+    if (e != epoch) {
+      permutation.resize(n);
+      std::iota(permutation.begin(), permutation.end(), 0);
+      std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(e));
+      // Fisher-Yates by hand: std::shuffle's sequence is implementation-defined.
+      for (int64_t i = n - 1; i > 0; --i)
+        std::swap(permutation[i], permutation[rng() % static_cast<uint64_t>(i + 1)]);
+      epoch = e;
+    }
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < b; ++i)
+      out.push_back(permutation[(at + i) % n]);
+    return out;
+  }
+
+private:
+  int64_t n, b;
+  uint64_t seed;
+  int64_t epoch = -1;
+  std::vector<int64_t> permutation;
+};
+
+// --- precision ------------------------------------------------------------------------------
+
+/// Autocast on CUDA for bf16/fp16; fp32 runs plain.
+class AutocastScope {
+public:
+  AutocastScope(const torch::Device &device, torch::ScalarType dtype) {
+    active = device.is_cuda() && dtype != torch::kFloat32;
+    if (!active)
+      return;
+    previous = at::autocast::is_autocast_enabled(at::kCUDA);
+    previousType = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~AutocastScope() {
+    if (!active)
+      return;
+    at::autocast::set_autocast_enabled(at::kCUDA, previous);
+    at::autocast::set_autocast_dtype(at::kCUDA, previousType);
+    at::autocast::clear_cache();
+  }
+
+private:
+  bool active = false, previous = false;
+  at::ScalarType previousType = at::kFloat;
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+  int64_t examples = 0;
+};
+
+Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, int64_t batch,
+                    int64_t maxBatches, bool dual, const torch::Device &device,
+                    torch::ScalarType dtype) {
+  torch::NoGradGuard noGrad;
+  model->eval();
+  Evaluation e;
+  double lossSum = 0;
+  int64_t correct = 0;
+  int64_t total = static_cast<int64_t>(split.size());
+  if (maxBatches > 0)
+    total = std::min(total, maxBatches * batch);
+  for (int64_t start = 0; start < total; start += batch) {
+    std::vector<int64_t> idx;
+    for (int64_t i = start; i < std::min(total, start + batch); ++i)
+      idx.push_back(i);
+    Batch b = collate(split, idx, dual, device);
+    torch::Tensor logits;
+    {
+      AutocastScope amp(device, dtype);
+      logits = model->forward(b.tokens, b.tokens2);
+    }
+    logits = logits.to(torch::kFloat32);
+    lossSum += torch::nn::functional::cross_entropy(
+                   logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+    correct += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+  }
+  model->train();
+  e.examples = total;
+  e.loss = total ? lossSum / total : 0;
+  e.accuracy = total ? static_cast<double>(correct) / total : 0;
+  return e;
+}
+
+// --- schedule, memory, formatting ------------------------------------------------------------
+
+/// Linear warmup to the peak rate, then linear decay to zero at the last step.
+double learningRate(const TrainOptions &o, int64_t step) {
+  double s = static_cast<double>(step + 1);
+  if (o.warmup > 0 && s <= o.warmup)
+    return o.lr * s / o.warmup;
+  double rest = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
+  return o.lr * std::max(0.0, (o.steps - s) / rest + 1.0 / rest);
+}
+
+int64_t peakBytes(const torch::Device &device) {
+  if (device.is_cuda())
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+std::string duration(double seconds) {
+  int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  std::ostringstream os;
+  if (s >= 3600)
+    os << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s % 3600) / 60 << "m";
+  else if (s >= 60)
+    os << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
+  else
+    os << s << "s";
+  return os.str();
+}
+
+/// The options that decide a run's trajectory: a resumed run must match them.
+json trajectoryOf(const TrainOptions &o) {
+  return {{"task", o.task},           {"attention", o.attention}, {"batch", o.batch},
+          {"warmup", o.warmup},       {"steps", o.steps},         {"eval_every", o.evalEvery},
+          {"eval_batches", o.evalBatches}, {"max_length", o.maxLength}, {"log_every", o.logEvery},
+          {"limit_train", o.limitTrain}, {"lr", o.lr},            {"clip", o.clip},
+          {"weight_decay", o.weightDecay}, {"seed", o.seed},      {"features", o.model.features},
+          {"embed", o.model.embed},   {"layers", o.model.layers}, {"heads", o.model.heads},
+          {"head_dim", o.model.headDim}, {"ffn", o.model.ffn},    {"dropout", o.model.dropout}};
+}
+
+// --- checkpoints ----------------------------------------------------------------------------
+
+struct Counters {
+  int64_t step = 0;  ///< steps done
+  double bestVal = -1;
+  int64_t bestStep = 0, badEvals = 0;
+  double trainSeconds = 0;
+  double lossScale = 65536.0;
+  int64_t goodSteps = 0;  ///< fp16: steps since the loss scale last changed
+};
+
+/// Written to a temporary file and renamed: a kill mid-write leaves the previous checkpoint.
+void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Optimizer *optimizer,
+                    const Counters &c, const json &trajectory) {
+  torch::serialize::OutputArchive archive;
+  archive.write("format", c10::IValue(std::string("spectra-train checkpoint 1")));
+  archive.write("trajectory", c10::IValue(trajectory.dump()));
+  torch::serialize::OutputArchive modelArchive;
+  model->save(modelArchive);
+  archive.write("model", modelArchive);
+  if (optimizer) {
+    torch::serialize::OutputArchive optimizerArchive;
+    optimizer->save(optimizerArchive);
+    archive.write("optimizer", optimizerArchive);
+  }
+  json counters = {{"step", c.step},         {"best_val", c.bestVal},
+                   {"best_step", c.bestStep}, {"bad_evals", c.badEvals},
+                   {"train_seconds", c.trainSeconds}, {"loss_scale", c.lossScale},
+                   {"good_steps", c.goodSteps}};
+  archive.write("counters", c10::IValue(counters.dump()));
+  std::string temporary = path + ".tmp";
+  archive.save_to(temporary);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot move the checkpoint into place at '" + path +
+                             "': " + std::strerror(errno));
+}
+
+std::string readString(torch::serialize::InputArchive &archive, const std::string &key) {
+  c10::IValue v;
+  archive.read(key, v);
+  return v.toStringRef();
+}
+
+Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::Optimizer *optimizer,
+                        const json &trajectory, const torch::Device &device) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, device);
+    if (readString(archive, "format") != "spectra-train checkpoint 1")
+      throw std::runtime_error("not a spectra-train checkpoint");
+    json saved = json::parse(readString(archive, "trajectory"));
+    for (auto &[key, value] : trajectory.items())
+      if (saved.value(key, json()) != value)
+        throw std::invalid_argument("it was written with " + key + " = " + saved.value(key, json()).dump() +
+                                    ", this run has " + key + " = " + value.dump() +
+                                    " (resume with the same options, or start a new --out)");
+    torch::serialize::InputArchive modelArchive;
+    archive.read("model", modelArchive);
+    model->load(modelArchive);
+    if (optimizer) {
+      torch::serialize::InputArchive optimizerArchive;
+      archive.read("optimizer", optimizerArchive);
+      optimizer->load(optimizerArchive);
+    }
+    json j = json::parse(readString(archive, "counters"));
+    Counters c;
+    c.step = j.at("step");
+    c.bestVal = j.at("best_val");
+    c.bestStep = j.at("best_step");
+    c.badEvals = j.at("bad_evals");
+    c.trainSeconds = j.at("train_seconds");
+    c.lossScale = j.at("loss_scale");
+    c.goodSteps = j.at("good_steps");
+    return c;
+  } catch (const std::invalid_argument &e) {
+    throw std::invalid_argument("cannot resume from '" + path + "': " + e.what());
+  } catch (const std::exception &e) {
+    throw std::runtime_error("cannot resume from '" + path + "': the checkpoint is unreadable (" +
+                             std::string(e.what()).substr(0, 300) +
+                             "); remove it to start again, or resume from a copy");
+  }
+}
+
+/// Keeps the metrics up to and including `step` (the checkpoint's), so a resumed run appends
+/// exactly what the uninterrupted run wrote after it.
+void truncateMetrics(const std::string &path, int64_t step) {
+  std::ifstream in(path);
+  std::vector<std::string> kept;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded())
+      break;  // a line cut by the kill
+    if (j.value("split", "") != "test" && j.value("step", INT64_MAX) <= step)
+      kept.push_back(line);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (auto &l : kept)
+    out << l << "\n";
+}
+
+class MetricsLog {
+public:
+  explicit MetricsLog(const std::string &path) : out(path, std::ios::app) {
+    if (!out)
+      throw std::runtime_error("cannot write metrics to '" + path + "'");
+  }
+  void write(const json &record) {
+    out << record.dump() << "\n";
+    out.flush();
+  }
+
+private:
+  std::ofstream out;
+};
+
+// --- progress -------------------------------------------------------------------------------
+
+class Progress {
+public:
+  Progress(std::ostream &os, bool enabled, std::string label, int64_t total)
+      : os(os), enabled(enabled), label(std::move(label)), total(total) {
+    interactive = &os == &std::cerr && ::isatty(2);
+  }
+  /// Called after every step; draws at most 5 times a second on a terminal, and once per
+  /// metrics window otherwise.
+  void update(int64_t step, double loss, double accuracy, double stepsPerSecond, double bestVal,
+              int64_t bestStep, bool windowEnd) {
+    if (!enabled)
+      return;
+    auto now = Clock::now();
+    if (interactive && !windowEnd && step != total &&
+        std::chrono::duration<double>(now - lastDraw).count() < 0.2)
+      return;
+    if (!interactive && !windowEnd)
+      return;
+    lastDraw = now;
+    const int width = 24;
+    int filled = static_cast<int>(width * step / std::max<int64_t>(1, total));
+    std::ostringstream line;
+    line << "[" << label << "] " << std::setw(static_cast<int>(std::to_string(total).size())) << step
+         << "/" << total << " [" << std::string(filled, '#') << std::string(width - filled, '.')
+         << "] loss " << std::fixed << std::setprecision(3) << loss << " acc " << std::setprecision(3)
+         << accuracy << " | " << std::setprecision(2) << stepsPerSecond << " steps/s | ETA "
+         << duration(stepsPerSecond > 0 ? (total - step) / stepsPerSecond : 0);
+    if (bestVal >= 0)
+      line << " | best val " << std::setprecision(3) << bestVal << " @" << bestStep;
+    if (interactive)
+      os << "\r" << line.str() << "\033[K" << std::flush;
+    else
+      os << line.str() << "\n" << std::flush;
+  }
+  /// A message on its own line (the bar is redrawn by the next update).
+  void say(const std::string &message) {
+    if (interactive)
+      os << "\r\033[K";
+    os << "[" << label << "] " << message << "\n" << std::flush;
+  }
+
+private:
+  std::ostream &os;
+  bool enabled, interactive = false;
+  std::string label;
+  int64_t total;
+  Clock::time_point lastDraw{};
+};
+
+torch::Device pickDevice(const std::string &name) {
+  if (name == "auto")
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  torch::Device d(torch::kCPU);
+  try {
+    d = torch::Device(name);
+  } catch (const std::exception &) {
+    throw std::invalid_argument("unknown device '" + name + "'; use auto, cpu or cuda[:N]");
+  }
+  if (d.is_cuda() && !torch::cuda::is_available())
+    throw std::invalid_argument("--device " + name + ": no CUDA device is available here (use cpu)");
+  if (!d.is_cuda() && !d.is_cpu())
+    throw std::invalid_argument("unknown device '" + name + "'; use auto, cpu or cuda[:N]");
+  return d;
+}
+
+torch::ScalarType pickPrecision(const std::string &name, const torch::Device &device) {
+  if (name == "auto")
+    return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  if (name == "fp32")
+    return torch::kFloat32;
+  if (name == "bf16" || name == "fp16") {
+    if (!device.is_cuda())
+      throw std::invalid_argument("--precision " + name + " is mixed precision on CUDA; the CPU "
+                                  "trains in fp32 (use --precision fp32 or auto)");
+    return name == "bf16" ? torch::kBFloat16 : torch::kHalf;
+  }
+  throw std::invalid_argument("unknown precision '" + name + "'; use auto, fp32, bf16 or fp16");
+}
+
+std::string precisionName(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bf16" : t == torch::kHalf ? "fp16" : "fp32";
+}
+
+double majorityShare(const std::vector<data::Example> &examples) {
+  std::map<int, int64_t> counts;
+  for (auto &e : examples)
+    ++counts[e.label];
+  int64_t most = 0;
+  for (auto &[label, n] : counts)
+    most = std::max(most, n);
+  return examples.empty() ? 0 : static_cast<double>(most) / examples.size();
+}
+
+} // namespace
+
+// --- public ---------------------------------------------------------------------------------
+
+TrainOptions defaultsFor(const std::string &task) {
+  TrainOptions o;
+  o.task = task;
+  if (task == "listops") {
+    o.batch = 32, o.lr = 1e-4, o.warmup = 1000, o.evalEvery = 500, o.evalBatches = 62;
+    o.maxLength = 2000;
+  } else if (task == "text") {
+    o.batch = 32, o.lr = 1e-4, o.warmup = 80, o.evalEvery = 500, o.evalBatches = 200;
+    o.maxLength = 4000;
+  } else if (task == "retrieval") {
+    o.batch = 16, o.lr = 2e-4, o.warmup = 800, o.evalEvery = 1000, o.evalBatches = 300;
+    o.maxLength = 4000;
+  } else {
+    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval");
+  }
+  return o;
+}
+
+TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLength) {
+  TaskData d;
+  auto need = [&](const std::string &path, const std::string &what) {
+    if (!fileExists(path))
+      throw std::invalid_argument("--data " + dir + ": no " + path + " (" + what + ")");
+    return path;
+  };
+  if (task == "listops") {
+    std::string hint = "LRA's ListOps layout; generate one with 'spectra-train generate-listops --out " + dir + "'";
+    d.train = data::loadListOpsTsv(need(dir + "/basic_train.tsv", hint), maxLength);
+    d.val = data::loadListOpsTsv(need(dir + "/basic_val.tsv", hint), maxLength);
+    d.test = data::loadListOpsTsv(need(dir + "/basic_test.tsv", hint), maxLength);
+    d.vocab = static_cast<int64_t>(data::listOpsVocabulary().size());
+    d.classes = 10;
+    d.valSource = "basic_val.tsv";
+  } else if (task == "text") {
+    std::string hint = "IMDb's aclImdb layout: {train,test}/{pos,neg}/*.txt";
+    need(dir + "/train", hint);
+    need(dir + "/test", hint);
+    d.train = data::loadImdb(dir, "train", maxLength);
+    d.test = data::loadImdb(dir, "test", maxLength);
+    d.val = d.test;  // LRA validates Text on IMDb's test split (it has no other)
+    d.vocab = 257;
+    d.classes = 2;
+    d.valSource = "the test split (as LRA does: IMDb has no validation split)";
+  } else if (task == "retrieval") {
+    std::string hint = "LRA's AAN layout";
+    d.train = data::loadAanTsv(need(dir + "/new_aan_pairs.train.tsv", hint), maxLength);
+    d.val = data::loadAanTsv(need(dir + "/new_aan_pairs.eval.tsv", hint), maxLength);
+    d.test = data::loadAanTsv(need(dir + "/new_aan_pairs.test.tsv", hint), maxLength);
+    d.vocab = 257;
+    d.classes = 2;
+    d.dualEncoder = true;
+    d.valSource = "new_aan_pairs.eval.tsv";
+  } else {
+    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval");
+  }
+  for (auto *split : {&d.train, &d.val, &d.test})
+    if (split->empty())
+      throw std::invalid_argument("--data " + dir + ": a split of the " + task + " data is empty");
+  return d;
+}
+
+TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
+  TrainOptions o = optionsIn;
+  if (o.out.empty())
+    throw std::invalid_argument("a run needs an output directory (--out DIR)");
+  if (o.batch < 1 || o.steps < 1 || o.evalEvery < 1 || o.logEvery < 1 || o.warmup < 0 || o.lr <= 0 ||
+      o.maxLength < 1 || o.patience < 1)
+    throw std::invalid_argument("--batch, --steps, --eval-every, --log-every, --max-length and "
+                                "--patience must be positive, --warmup non-negative, --lr > 0");
+  // Metric windows restart at every evaluation (the checkpoints), so a resumed run's windows
+  // are the uninterrupted run's.
+  o.logEvery = std::gcd(o.logEvery, o.evalEvery);
+  torch::Device device = pickDevice(o.device);
+  torch::ScalarType dtype = pickPrecision(o.precision, device);
+  std::string label = o.task + " " + o.attention;
+  Progress progress(log, o.progress, label, o.steps);
+
+  makeDirectories(o.out);
+  std::string checkpointPath = o.out + "/checkpoint.pt", bestPath = o.out + "/best.pt",
+              metricsPath = o.out + "/metrics.jsonl";
+  if (!o.resume && (fileExists(checkpointPath) || fileExists(metricsPath)))
+    throw std::invalid_argument("'" + o.out + "' already holds a run; pass --resume to continue it, "
+                                "or choose another --out");
+
+  progress.say("loading " + o.task + " from " + o.data);
+  TaskData data = loadTask(o.task, o.data, o.maxLength);
+  if (o.limitTrain > 0 && o.limitTrain < static_cast<int64_t>(data.train.size()))
+    data.train.resize(o.limitTrain);
+  progress.say(std::to_string(data.train.size()) + " training, " + std::to_string(data.val.size()) +
+               " validation (" + data.valSource + "), " + std::to_string(data.test.size()) +
+               " test examples; device " + device.str() + ", " + precisionName(dtype));
+
+  o.model.vocab = data.vocab;
+  o.model.classes = data.classes;
+  o.model.dualEncoder = data.dualEncoder;
+  o.model.maxLength = o.maxLength;
+  o.model.attention = o.attention;
+  o.model.seed = o.seed;
+  torch::manual_seed(o.seed);
+  LraModel model(o.model);
+  model->to(device);
+
+  std::vector<torch::Tensor> parameters = model->parameters();
+  torch::optim::AdamW optimizer(parameters, torch::optim::AdamWOptions(o.lr)
+                                                .betas({0.9, 0.999})
+                                                .eps(1e-6)
+                                                .weight_decay(o.weightDecay));
+  json trajectory = trajectoryOf(o);
+  Counters c;
+  if (o.resume && fileExists(checkpointPath)) {
+    c = loadCheckpoint(checkpointPath, model, &optimizer, trajectory, device);
+    truncateMetrics(metricsPath, c.step);
+    progress.say("resumed from " + checkpointPath + " at step " + std::to_string(c.step));
+  } else if (o.resume) {
+    progress.say("no checkpoint in " + o.out + " yet; starting from step 0");
+    std::ofstream(metricsPath, std::ios::trunc);
+  }
+  MetricsLog metrics(metricsPath);
+
+  if (device.is_cuda())
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  BatchOrder order(static_cast<int64_t>(data.train.size()), o.batch, o.seed);
+  double windowLoss = 0;
+  int64_t windowCorrect = 0, windowExamples = 0, windowSteps = 0;
+  auto sessionStart = Clock::now();
+  int64_t sessionStartStep = c.step;
+  double secondsBefore = c.trainSeconds;
+  bool stopped = false;
+
+  for (int64_t step = c.step; step < o.steps && !stopped; ++step) {
+    // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
+    torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));
+    Batch b = collate(data.train, order.indices(step), data.dualEncoder, device);
+    torch::Tensor logits;
+    {
+      AutocastScope amp(device, dtype);
+      logits = model->forward(b.tokens, b.tokens2);
+    }
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), b.labels);
+    optimizer.zero_grad();
+    bool fp16 = dtype == torch::kHalf;
+    (fp16 ? loss * c.lossScale : loss).backward();
+    bool apply = true;
+    if (fp16) {
+      // Dynamic loss scaling: unscale, skip the step on inf/NaN and halve the scale; double it
+      // after 2000 clean steps.
+      torch::NoGradGuard noGrad;
+      bool finite = true;
+      for (auto &p : parameters)
+        if (p.grad().defined()) {
+          p.grad().div_(c.lossScale);
+          finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+        }
+      if (!finite) {
+        apply = false;
+        c.lossScale /= 2;
+        c.goodSteps = 0;
+      } else if (++c.goodSteps >= 2000) {
+        c.lossScale *= 2;
+        c.goodSteps = 0;
+      }
+    }
+    if (apply) {
+      torch::nn::utils::clip_grad_norm_(parameters, o.clip);
+      for (auto &group : optimizer.param_groups())
+        static_cast<torch::optim::AdamWOptions &>(group.options()).lr(learningRate(o, step));
+      optimizer.step();
+    }
+    double lossValue = loss.item<double>();
+    windowLoss += lossValue * b.labels.size(0);
+    windowCorrect += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+    windowExamples += b.labels.size(0);
+    ++windowSteps;
+    c.step = step + 1;
+    c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
+    double rate = (c.step - sessionStartStep) /
+                  std::max(1e-9, std::chrono::duration<double>(Clock::now() - sessionStart).count());
+
+    bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps;
+    if (windowEnd) {
+      metrics.write({{"split", "train"},
+                     {"step", c.step},
+                     {"loss", windowLoss / windowExamples},
+                     {"accuracy", static_cast<double>(windowCorrect) / windowExamples},
+                     {"lr", learningRate(o, step)},
+                     {"time_s", c.trainSeconds}});
+    }
+    progress.update(c.step, windowLoss / windowExamples,
+                    static_cast<double>(windowCorrect) / windowExamples, rate, c.bestVal, c.bestStep,
+                    windowEnd);
+    if (windowEnd)
+      windowLoss = 0, windowCorrect = 0, windowExamples = 0, windowSteps = 0;
+
+    if (c.step % o.evalEvery == 0 || c.step == o.steps) {
+      Evaluation v = evaluate(model, data.val, o.batch, o.evalBatches, data.dualEncoder, device, dtype);
+      bool better = v.accuracy > c.bestVal;
+      if (better) {
+        c.bestVal = v.accuracy, c.bestStep = c.step, c.badEvals = 0;
+        saveCheckpoint(bestPath, model, nullptr, c, trajectory);
+      } else {
+        ++c.badEvals;
+      }
+      stopped = c.badEvals >= o.patience;
+      c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
+      metrics.write({{"split", "val"},
+                     {"step", c.step},
+                     {"loss", v.loss},
+                     {"accuracy", v.accuracy},
+                     {"examples", v.examples},
+                     {"best", better},
+                     {"time_s", c.trainSeconds}});
+      saveCheckpoint(checkpointPath, model, &optimizer, c, trajectory);
+      std::ostringstream msg;
+      msg << "step " << c.step << ": validation accuracy " << std::fixed << std::setprecision(4)
+          << v.accuracy << " (loss " << v.loss << ")" << (better ? ", best so far" : "")
+          << (stopped ? "; no improvement in " + std::to_string(o.patience) + " evaluations, stopping early" : "");
+      progress.say(msg.str());
+    }
+    if (o.killAfterStep == c.step) {
+      log << std::flush;
+      std::raise(SIGKILL);
+    }
+  }
+
+  TrainReport r;
+  r.steps = c.step;
+  r.trainSeconds = c.trainSeconds;
+  r.stepsPerSecond = c.trainSeconds > 0 ? c.step / c.trainSeconds : 0;
+  r.bestValAccuracy = c.bestVal;
+  r.bestStep = c.bestStep;
+  r.earlyStopped = c.step < o.steps;
+  r.device = device.str();
+  r.precision = precisionName(dtype);
+  r.majorityBaseline = majorityShare(data.test);
+  if (fileExists(bestPath)) {
+    LraModel best(o.model);
+    best->to(device);
+    loadCheckpoint(bestPath, best, nullptr, trajectory, device);
+    model = best;
+  }
+  progress.say("testing the best checkpoint (step " + std::to_string(c.bestStep) + ") on " +
+               std::to_string(data.test.size()) + " examples");
+  Evaluation t = evaluate(model, data.test, o.batch, 0, data.dualEncoder, device, dtype);
+  r.testAccuracy = t.accuracy;
+  r.peakBytes = peakBytes(device);
+  r.peakKind = device.is_cuda() ? "cuda allocator peak" : "process peak RSS";
+  metrics.write({{"split", "test"}, {"step", c.bestStep}, {"loss", t.loss}, {"accuracy", t.accuracy},
+                 {"examples", t.examples}});
+  json report = {{"task", o.task},
+                 {"attention", o.attention},
+                 {"test_accuracy", r.testAccuracy},
+                 {"best_val_accuracy", r.bestValAccuracy},
+                 {"best_step", r.bestStep},
+                 {"steps", r.steps},
+                 {"early_stopped", r.earlyStopped},
+                 {"train_seconds", r.trainSeconds},
+                 {"steps_per_second", r.stepsPerSecond},
+                 {"peak_bytes", r.peakBytes},
+                 {"peak_kind", r.peakKind},
+                 {"majority_baseline", r.majorityBaseline},
+                 {"device", r.device},
+                 {"precision", r.precision},
+                 {"options", trajectory}};
+  std::ofstream(o.out + "/report.json") << report.dump(2) << "\n";
+  return r;
+}
+
+} // namespace spectra::models

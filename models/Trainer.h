@@ -1,0 +1,90 @@
+//===- Trainer.h - LRA training: the paper's loop, checkpoints, resume ----===//
+//
+// One training run of the LRA Transformer on ListOps, byte-level Text or
+// byte-level Retrieval with the Spectraformer paper's setup (REFERENCE-NOTES,
+// Table 5): AdamW (0.9, 0.999, eps 1e-6, weight decay 0), linear warmup then
+// linear decay, gradient clipping 1.0, evaluation every K steps over a fixed
+// number of validation batches, early stopping on validation accuracy, the
+// best checkpoint tested.
+//
+// Reproducibility is by construction: the batch order and every dropout draw
+// are functions of (seed, step), so a run resumed from a checkpoint (written at
+// every evaluation, model + optimizer + counters) continues with the metrics
+// the uninterrupted run would have had (bit for bit on the CPU, where every
+// kernel is deterministic).
+//
+// Outputs in the run directory: metrics.jsonl (one record per logged window
+// and per evaluation), checkpoint.pt (latest), best.pt (best validation),
+// report.json (the final report).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_MODELS_TRAINER_H
+#define SPECTRA_MODELS_TRAINER_H
+
+#include "models/Datasets.h"
+#include "models/LraModel.h"
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace spectra::models {
+
+struct TrainOptions {
+  std::string task = "listops";  ///< listops | text | retrieval
+  std::string attention = "spectra:posrf-mm";
+  std::string data;               ///< the task's data directory (LRA layout)
+  std::string out;                ///< the run directory
+  // The paper's per-task values come from defaultsFor(task); every one can be overridden.
+  int64_t batch = 32, warmup = 1000, steps = 50000, evalEvery = 500, evalBatches = 62;
+  int64_t maxLength = 2000;       ///< tokens kept per document (longer ones are truncated)
+  int64_t patience = 10;          ///< evaluations without a better validation accuracy
+  int64_t logEvery = 100;         ///< training-metric window (a divisor of evalEvery is used)
+  int64_t limitTrain = 0;         ///< use only the first N training examples (0 = all)
+  double lr = 1e-4, clip = 1.0, weightDecay = 0.0;
+  int64_t seed = 42;
+  std::string device = "auto";     ///< auto | cpu | cuda[:N]
+  std::string precision = "auto";  ///< auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
+  bool resume = false;
+  bool progress = true;           ///< the progress bar (stderr)
+  LraConfig model;                ///< vocab, classes, maxLength and dualEncoder are set from the task
+  /// Test hook: the process kills itself (SIGKILL) right after this step (0 = never).
+  int64_t killAfterStep = 0;
+};
+
+/// The paper's settings for a task (batch, lr, warmup, eval interval and batches, length).
+/// Throws std::invalid_argument for an unknown task, naming the valid ones.
+TrainOptions defaultsFor(const std::string &task);
+
+struct TaskData {
+  std::vector<data::Example> train, val, test;
+  int64_t vocab = 0, classes = 0;
+  bool dualEncoder = false;
+  std::string valSource;  ///< what the validation split is (Text validates on IMDb's test split)
+};
+
+/// Loads a task's splits from `dir` in the official layouts:
+///   listops: basic_{train,val,test}.tsv; text: aclImdb's {train,test}/{pos,neg}/*.txt;
+///   retrieval: new_aan_pairs.{train,eval,test}.tsv.
+TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLength);
+
+struct TrainReport {
+  double testAccuracy = 0, bestValAccuracy = 0, majorityBaseline = 0;
+  int64_t bestStep = 0, steps = 0;
+  double trainSeconds = 0;
+  int64_t peakBytes = 0;
+  std::string peakKind;  ///< "cuda allocator peak" or "process peak RSS"
+  std::string device, precision;
+  double stepsPerSecond = 0;
+  bool earlyStopped = false;
+};
+
+/// Trains (or resumes) one run; progress goes to `log` (the bar and messages).
+TrainReport train(const TrainOptions &options, std::ostream &log);
+
+} // namespace spectra::models
+
+#endif // SPECTRA_MODELS_TRAINER_H

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Figure 1 of the Spectraformer paper for a spectra-train sweep: peak memory against test
+accuracy, one point per attention, coloured by training time; one panel per task and one for
+the average over the tasks every attention has results for.
+
+usage: spectra-plot-sweep.py RESULTS.csv OUT.png
+"""
+import csv
+import sys
+from collections import defaultdict
+
+
+def main(argv):
+    if len(argv) != 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("spectra-plot-sweep: matplotlib is not installed (pip install matplotlib); "
+              "the table is written, the plot is not", file=sys.stderr)
+        return 3
+    rows = list(csv.DictReader(open(argv[1], newline="")))
+    if not rows:
+        print(f"spectra-plot-sweep: {argv[1]} has no results", file=sys.stderr)
+        return 1
+    tasks = [t for t in ("listops", "text", "retrieval") if any(r["task"] == t for r in rows)]
+    by_attention = defaultdict(dict)
+    for r in rows:
+        by_attention[r["attention"]][r["task"]] = r
+    panels = [(t, {a: v[t] for a, v in by_attention.items() if t in v}) for t in tasks]
+    if len(tasks) > 1:
+        average = {}
+        for a, v in by_attention.items():
+            if all(t in v for t in tasks):
+                average[a] = {k: str(sum(float(v[t][k]) for t in tasks) / len(tasks))
+                              for k in ("test_accuracy", "peak_bytes", "train_seconds")}
+        panels.append(("average", average))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.8), squeeze=False)
+    times = [float(r["train_seconds"]) / 3600 for r in rows]
+    norm = matplotlib.colors.Normalize(vmin=min(times), vmax=max(times) if max(times) > min(times) else min(times) + 1e-9)
+    for ax, (title, points) in zip(axes[0], panels):
+        names = sorted(points)
+        x = [float(points[n]["peak_bytes"]) / 2**30 for n in names]
+        y = [100 * float(points[n]["test_accuracy"]) for n in names]
+        c = [float(points[n]["train_seconds"]) / 3600 for n in names]
+        sc = ax.scatter(x, y, c=c, cmap="viridis", norm=norm, s=40, edgecolors="black", linewidths=0.4)
+        for xi, yi, n in zip(x, y, names):
+            ax.annotate(n.split(":")[-1], (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_title(title)
+        ax.set_xlabel("peak memory (GiB)")
+        ax.set_ylabel("test accuracy (%)")
+        ax.grid(alpha=0.3)
+    fig.colorbar(sc, ax=axes[0].tolist(), label="training time (h)")
+    fig.savefig(argv[2], dpi=150, bbox_inches="tight")
+    print(f"wrote {argv[2]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
