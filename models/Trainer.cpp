@@ -571,7 +571,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   auto sessionStart = Clock::now();
   int64_t sessionStartStep = c.step;
   double secondsBefore = c.trainSeconds;
-  bool stopped = false;
+  bool stopped = false, timeLimited = false;
 
   for (int64_t step = c.step; step < o.steps && !stopped; ++step) {
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
@@ -637,7 +637,12 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     if (windowEnd)
       windowLoss = 0, windowCorrect = 0, windowExamples = 0, windowSteps = 0;
 
-    if (c.step % o.evalEvery == 0 || c.step == o.steps) {
+    bool outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
+    if (outOfTime) {
+      timeLimited = true;
+      stopped = true;
+    }
+    if (c.step % o.evalEvery == 0 || c.step == o.steps || outOfTime) {
       Evaluation v = evaluate(model, data.val, o.batch, o.evalBatches, data.dualEncoder, device, dtype);
       bool better = v.accuracy > c.bestVal;
       if (better) {
@@ -646,7 +651,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       } else {
         ++c.badEvals;
       }
-      stopped = c.badEvals >= o.patience;
+      stopped = stopped || c.badEvals >= o.patience;
       c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
       metrics.write({{"split", "val"},
                      {"step", c.step},
@@ -659,7 +664,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       std::ostringstream msg;
       msg << "step " << c.step << ": validation accuracy " << std::fixed << std::setprecision(4)
           << v.accuracy << " (loss " << v.loss << ")" << (better ? ", best so far" : "")
-          << (stopped ? "; no improvement in " + std::to_string(o.patience) + " evaluations, stopping early" : "");
+          << (timeLimited ? "; the time limit is reached, stopping" : "")
+          << (c.badEvals >= o.patience ? "; no improvement in " + std::to_string(o.patience) + " evaluations, stopping early" : "");
       progress.say(msg.str());
     }
     if (o.killAfterStep == c.step) {
@@ -674,7 +680,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   r.stepsPerSecond = c.trainSeconds > 0 ? c.step / c.trainSeconds : 0;
   r.bestValAccuracy = c.bestVal;
   r.bestStep = c.bestStep;
-  r.earlyStopped = c.step < o.steps;
+  r.earlyStopped = c.step < o.steps && !timeLimited;
+  r.timeLimited = timeLimited;
   r.device = device.str();
   r.precision = precisionName(dtype);
   r.majorityBaseline = majorityShare(data.test);
@@ -699,6 +706,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                  {"best_step", r.bestStep},
                  {"steps", r.steps},
                  {"early_stopped", r.earlyStopped},
+                 {"time_limited", r.timeLimited},
                  {"train_seconds", r.trainSeconds},
                  {"steps_per_second", r.stepsPerSecond},
                  {"peak_bytes", r.peakBytes},

@@ -44,6 +44,7 @@ struct TrainOptions {
   int64_t patience = 10;          ///< evaluations without a better validation accuracy
   int64_t logEvery = 100;         ///< training-metric window (a divisor of evalEvery is used)
   int64_t limitTrain = 0;         ///< use only the first N training examples (0 = all)
+  double timeLimit = 0;           ///< seconds of training, then evaluate, stop and test (0 = none)
   double lr = 1e-4, clip = 1.0, weightDecay = 0.0;
   int64_t seed = 42;
   std::string device = "auto";     ///< auto | cpu | cuda[:N]
@@ -80,6 +81,7 @@ struct TrainReport {
   std::string device, precision;
   double stepsPerSecond = 0;
   bool earlyStopped = false;
+  bool timeLimited = false;
 };
 
 /// Trains (or resumes) one run; progress goes to `log` (the bar and messages).

@@ -5,9 +5,13 @@
 #   scripts/gpu-check.sh bundle   here: build libspectra-compiler.so with LLVM linked statically
 #                                 (build-static/), and put it with nlohmann/json and GoogleTest's
 #                                 sources into .gpu/ (git-ignored; carry it)
-#   scripts/gpu-check.sh run      there: build the runtime, spectra-bench and the runtime tests
-#                                 against .gpu/ (build-gpu/), run the CUDA numerics tests and the
-#                                 GPU benchmark; logs go to $OUT (or ./gpu-results)
+#   scripts/gpu-check.sh run      there: build the runtime, spectra-bench, spectra-train and the
+#                                 runtime tests against .gpu/ (build-gpu/), run the CUDA numerics
+#                                 tests and the GPU benchmark; logs go to $OUT (or ./gpu-results)
+#   scripts/gpu-check.sh train    there, after run: ListOps at the paper's settings (generated,
+#                                 NUM_TRAIN examples) for each of ATTENTIONS, each run cut at
+#                                 TIME_LIMIT seconds of training; the sweep's table, plot and logs
+#                                 go to $OUT/listops-sweep.tar.gz
 #
 # With the device tool: run(command="bash scripts/gpu-check.sh run", carry=[".gpu"]).
 set -euo pipefail
@@ -54,8 +58,25 @@ run() {
   build-gpu/bin/spectra-bench --device cuda --variant saderf-orf 2>&1 | tee "$out/bench-saderf-orf.txt" || true
 }
 
+train() {
+  [ -x build-gpu/bin/spectra-train ] || { say "no build-gpu/bin/spectra-train: run 'scripts/gpu-check.sh run' first"; exit 1; }
+  local out="${OUT:-$ROOT/gpu-results}" work=/tmp/spectra-gpu-train
+  mkdir -p "$out" "$work"
+  export SPECTRA_CACHE_DIR="$ROOT/build-gpu/kernel-cache"
+  [ -f "$work/listops/basic_train.tsv" ] ||
+    build-gpu/bin/spectra-train generate-listops --out "$work/listops" --num-train "${NUM_TRAIN:-20000}"
+  set +e
+  build-gpu/bin/spectra-train sweep --task listops --data "$work/listops" --out "$work/sweep" \
+    --attentions "${ATTENTIONS:-softmax,spectra:posrf-mm,spectra:saderf-orf}" \
+    --time-limit "${TIME_LIMIT:-150}" --no-progress 2>&1 | tee "$work/sweep.log"
+  set -e
+  tar czf "$out/listops-sweep.tar.gz" -C "$work" sweep.log $(cd "$work" && ls sweep/results.* 2>/dev/null) \
+    $(cd "$work" && find sweep -name report.json -o -name metrics.jsonl)
+}
+
 case "${1:-}" in
   bundle) bundle ;;
   run) run ;;
-  *) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  train) train ;;
+  *) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

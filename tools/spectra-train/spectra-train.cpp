@@ -77,6 +77,7 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --max-length N     2000/4000/4000 tokens kept per document
   --log-every N      100            training-metric window in metrics.jsonl
   --limit-train N    0 (all)        use the first N training examples only
+  --time-limit S     0 (none)       train for S seconds, then evaluate, stop and test
   --clip X 1.0   --weight-decay X 0   --seed N 42
   --features M 128   --embed 64   --layers 2   --heads 2   --head-dim 32   --ffn 128
   --dropout 0.1
@@ -164,7 +165,7 @@ const std::set<std::string> kValueOptions = {
     "lr",          "warmup",       "eval-every",   "eval-batches", "patience", "max-length",
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
-    "device",      "precision",    "threads",      "kill-after-step", "attentions"};
+    "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -248,7 +249,8 @@ TrainOptions optionsFrom(const Args &a) {
   std::map<std::string, double *> doubles = {{"lr", &o.lr},
                                              {"clip", &o.clip},
                                              {"weight-decay", &o.weightDecay},
-                                             {"dropout", &o.model.dropout}};
+                                             {"dropout", &o.model.dropout},
+                                             {"time-limit", &o.timeLimit}};
   for (auto &[k, v] : a.values) {
     if (ints.count(k))
       *ints[k] = toInt(k, v);
@@ -283,7 +285,7 @@ int trainCommand(int argc, char **argv, int first) {
             << "test accuracy     " << r.testAccuracy << "  (best checkpoint, step " << r.bestStep
             << "; majority-class baseline " << r.majorityBaseline << ")\n"
             << "best validation   " << r.bestValAccuracy << "\n"
-            << "steps             " << r.steps << (r.earlyStopped ? " (stopped early)" : "") << ", "
+            << "steps             " << r.steps << (r.earlyStopped ? " (stopped early)" : r.timeLimited ? " (time limit)" : "") << ", "
             << std::setprecision(2) << r.stepsPerSecond << " steps/s\n"
             << "training time     " << std::setprecision(1) << r.trainSeconds << " s\n"
             << "peak memory       " << gib(r.peakBytes) << " GiB (" << r.peakKind << ")\n"
@@ -482,7 +484,7 @@ int writeTable(const std::string &out) {
   md << " (per run: results.csv).\n";
   md.close();
   std::cout << "wrote " << out << "/results.md and " << out << "/results.csv (" << order.size()
-            << " attentions x " << tasks.size() << " task(s))\n";
+            << " attentions x " << tasks.size() << " task(s))" << std::endl;
 
   std::string exe = selfPath();
   std::string script = exe.substr(0, exe.rfind('/')) + "/spectra-plot-sweep.py";
