@@ -486,7 +486,7 @@ TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLe
     d.val = d.test;  // LRA validates Text on IMDb's test split (it has no other)
     d.vocab = 257;
     d.classes = 2;
-    d.valSource = "the test split (as LRA does: IMDb has no validation split)";
+    d.valSource = "the test split, as in LRA: IMDb has no validation split";
   } else if (task == "retrieval") {
     std::string hint = "LRA's AAN layout";
     d.train = data::loadAanTsv(need(dir + "/new_aan_pairs.train.tsv", hint), maxLength);
@@ -532,6 +532,21 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   TaskData data = loadTask(o.task, o.data, o.maxLength);
   if (o.limitTrain > 0 && o.limitTrain < static_cast<int64_t>(data.train.size()))
     data.train.resize(o.limitTrain);
+  if (o.evalBatches > 0 && o.evalBatches * o.batch < static_cast<int64_t>(data.val.size())) {
+    // A fixed random subset (the same for every run and variant): the head of a split sorted
+    // by class (IMDb's files) would validate on one class.
+    std::vector<int64_t> keep(data.val.size());
+    std::iota(keep.begin(), keep.end(), 0);
+    std::mt19937_64 rng(0x5eed);
+    for (int64_t i = static_cast<int64_t>(keep.size()) - 1; i > 0; --i)
+      std::swap(keep[i], keep[rng() % static_cast<uint64_t>(i + 1)]);
+    keep.resize(o.evalBatches * o.batch);
+    std::vector<data::Example> subset;
+    for (int64_t i : keep)
+      subset.push_back(std::move(data.val[i]));
+    data.val = std::move(subset);
+    data.valSource += ", a fixed random " + std::to_string(data.val.size()) + " of them";
+  }
   progress.say(std::to_string(data.train.size()) + " training, " + std::to_string(data.val.size()) +
                " validation (" + data.valSource + "), " + std::to_string(data.test.size()) +
                " test examples; device " + device.str() + ", " + precisionName(dtype));

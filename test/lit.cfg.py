@@ -29,6 +29,11 @@ if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
     config.available_features.add("spectra-eval")
     llvm_config.add_tool_substitutions(["spectra-eval"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+# The LRA stand-in data beside the checkout (../shared/data), when present.
+standin = os.path.join(os.path.dirname(config.spectra_src_root), "shared", "data", "lra-standin.tar.gz")
+if os.path.exists(standin):
+    config.available_features.add("lra-standin")
+    config.substitutions.append(("%lra_standin", standin))
 
 # torch.ops.spectra for Python (a LibTorch build).
 config.substitutions.append(("%spectra_lib", os.path.join(config.spectra_obj_root, "lib")))

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iostream>
 #include <regex>
 
 using namespace spectra;
@@ -128,17 +130,22 @@ TEST(FusedCudaHost, DriverAvailabilityIsReportedNotFatal) {
 
 double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
 
+/// The fused CUDA kernels against the float64 reference on the same (dtype-rounded) inputs, so
+/// only the kernels' own arithmetic is measured. Variants whose features change sign (SGQ's
+/// negative quadrature weights, TrigRF) have normalisers that cancel, and any float32 summation
+/// loses digits there: in float32 the bound is also four times the error of the CPU fused
+/// kernels (the same compiler, another summation order), and the measured errors are printed.
 void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, double tolerance) {
   SpectralAttentionOptions o;
   o.variant = variant;
   o.config = config(variant.find("sgq") != std::string::npos ? 65 : 64, 32);
-  SpectralAttention fused(o);
+  SpectralAttention fused(o), cpuFused(o);
   o.mode = AttentionMode::Reference;
   SpectralAttention reference(o);
   torch::manual_seed(0);
-  torch::Tensor q = torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8,
-                k = torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8,
-                v = torch::randn({2, 2, 300, 32}, torch::kFloat64);
+  torch::Tensor q = (torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8).to(dtype).to(torch::kFloat64),
+                k = (torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8).to(dtype).to(torch::kFloat64),
+                v = torch::randn({2, 2, 300, 32}, torch::kFloat64).to(dtype).to(torch::kFloat64);
   torch::Tensor mask = torch::ones({2, 300}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(250)}, false);
   torch::Tensor probe = torch::randn({2, 2, 300, 32}, torch::kFloat64);
@@ -153,10 +160,19 @@ void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, 
                                       kd.grad().cpu().to(torch::kFloat64), vd.grad().cpu().to(torch::kFloat64)};
   };
   auto a = grads(fused, torch::kCUDA, dtype), b = grads(reference, torch::kCPU, torch::kFloat64);
+  std::vector<torch::Tensor> c;
+  if (dtype == torch::kFloat32)
+    c = grads(cpuFused, torch::kCPU, torch::kFloat32);
   const char *names[] = {"out", "dq", "dk", "dv"};
-  for (int i = 0; i < 4; ++i)
-    EXPECT_LT(maxAbs(a[i] - b[i]), tolerance * (maxAbs(b[i]) + 1e-8))
-        << variant << " " << names[i] << " (" << torch::toString(dtype) << ")";
+  for (int i = 0; i < 4; ++i) {
+    double error = maxAbs(a[i] - b[i]), scale = maxAbs(b[i]) + 1e-8;
+    double allowed = tolerance * scale, cpuError = c.empty() ? 0 : maxAbs(c[i] - b[i]);
+    allowed = std::max(allowed, 4 * cpuError);
+    std::cout << "[cuda " << torch::toString(dtype) << "] " << variant << " " << names[i]
+              << ": max error " << error << " (relative " << error / scale << "), CPU fused "
+              << cpuError << ", allowed " << allowed << "\n";
+    EXPECT_LT(error, allowed) << variant << " " << names[i] << " (" << torch::toString(dtype) << ")";
+  }
 }
 
 TEST(FusedCuda, EveryPaperVariantMatchesTheReferenceOnTheGpu) {
@@ -165,15 +181,19 @@ TEST(FusedCuda, EveryPaperVariantMatchesTheReferenceOnTheGpu) {
   for (const char *component : {"posrf", "oprf", "saderf"})
     for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"})
       expectCudaMatchesReference(std::string(component) + "-" + weights, torch::kFloat32, 2e-3);
+  // Beyond the paper: sign-changing features (cancelling normalisers) and the hyperbolic form.
+  for (const char *variant : {"trigrf-orf", "posrf-hyp-base", "gerf-qmc-sobol", "hcexp-fastfood"})
+    expectCudaMatchesReference(variant, torch::kFloat32, 2e-3);
 }
 
 TEST(FusedCuda, HalfPrecisionInputsAccumulateInFloat32) {
   if (!torch::cuda::is_available())
     GTEST_SKIP() << "no CUDA device: the PTX kernels run on GPU machines (scripts/gpu-check.sh)";
-  for (const char *variant : {"posrf-mm", "saderf-orf", "trigrf-orf"}) {
+  for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-orf", "trigrf-orf"})
     expectCudaMatchesReference(variant, torch::kBFloat16, 5e-2);
+  // TrigRF's normaliser cancels: its dq (about 1e5 here) is past fp16's range (65504).
+  for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-orf"})
     expectCudaMatchesReference(variant, torch::kHalf, 2e-2);
-  }
 }
 
 } // namespace

@@ -126,10 +126,15 @@ int generate(int argc, char **argv) {
     std::cerr << "spectra-train: error: the numeric options take integers\n";
     return 2;
   }
-  if (mkdir(opt["out"].c_str(), 0755) != 0 && errno != EEXIST) {
-    std::cerr << "spectra-train: error: cannot create '" << opt["out"] << "': " << std::strerror(errno)
-              << "\n";
-    return 1;
+  // mkdir -p
+  for (size_t at = 1; at != std::string::npos;) {
+    at = opt["out"].find('/', at + 1);
+    std::string prefix = opt["out"].substr(0, at);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      std::cerr << "spectra-train: error: cannot create '" << prefix << "': " << std::strerror(errno)
+                << "\n";
+      return 1;
+    }
   }
   auto start = std::chrono::steady_clock::now();
   int64_t lastShown = -1;
@@ -414,7 +419,7 @@ int writeTable(const std::string &out) {
 
   std::ofstream csv(out + "/results.csv");
   csv << "task,attention,component,weights,test_accuracy,best_val_accuracy,train_seconds,"
-         "peak_bytes,peak_kind,steps,early_stopped,device,precision\n";
+         "peak_bytes,peak_kind,steps,early_stopped,time_limited,device,precision\n";
   for (auto &a : order)
     for (auto &t : tasks)
       if (rows[a].byTask.count(t)) {
@@ -424,6 +429,7 @@ int writeTable(const std::string &out) {
             << j["best_val_accuracy"].get<double>() << "," << j["train_seconds"].get<double>() << ","
             << j["peak_bytes"].get<int64_t>() << "," << j["peak_kind"].get<std::string>() << ","
             << j["steps"].get<int64_t>() << "," << (j["early_stopped"].get<bool>() ? 1 : 0) << ","
+            << (j.value("time_limited", false) ? 1 : 0) << ","
             << j["device"].get<std::string>() << "," << j["precision"].get<std::string>() << "\n";
       }
   csv.close();
@@ -476,12 +482,11 @@ int writeTable(const std::string &out) {
   std::set<std::string> devices;
   for (auto &a : order)
     for (auto &[t, j] : rows[a].byTask)
-      devices.insert(j["device"].get<std::string>() + " " + j["precision"].get<std::string>() + ", " +
-                     std::to_string(j["steps"].get<int64_t>()) + " steps");
+      devices.insert(j["device"].get<std::string>() + " " + j["precision"].get<std::string>());
   bool first = true;
   for (auto &d : devices)
     md << (first ? "" : "; ") << d, first = false;
-  md << " (per run: results.csv).\n";
+  md << " (steps, early stopping and the time limit of each run: results.csv).\n";
   md.close();
   std::cout << "wrote " << out << "/results.md and " << out << "/results.csv (" << order.size()
             << " attentions x " << tasks.size() << " task(s))" << std::endl;
