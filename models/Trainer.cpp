@@ -167,9 +167,16 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
       idx.push_back(i);
     Batch b = collate(split, idx, dual, device);
     torch::Tensor logits;
-    {
+    try {
       AutocastScope amp(device, dtype);
       logits = model->forward(b.tokens, b.tokens2);
+    } catch (const c10::Error &e) {
+      // A model whose activations overflow (spectral attention refuses non-finite inputs)
+      // gets this batch wrong, with an infinite loss.
+      if (std::string(e.what_without_backtrace()).find("must be finite") == std::string::npos)
+        throw;
+      lossSum = INFINITY;
+      continue;
     }
     logits = logits.to(torch::kFloat32);
     lossSum += torch::nn::functional::cross_entropy(
@@ -179,7 +186,7 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
   }
   model->train();
   e.examples = total;
-  e.loss = total ? lossSum / total : 0;
+  e.loss = total ? lossSum / total : 0;  // may be inf or NaN: written as null
   e.accuracy = total ? static_cast<double>(correct) / total : 0;
   return e;
 }
@@ -235,7 +242,12 @@ struct Counters {
   double trainSeconds = 0;
   double lossScale = 65536.0;
   int64_t goodSteps = 0;  ///< fp16: steps since the loss scale last changed
+  int64_t skipped = 0;    ///< updates skipped for a non-finite loss or gradients
+  int64_t nonFiniteRun = 0, divergedAt = 0;
 };
+
+/// Non-finite steps in a row after which a run is declared diverged.
+constexpr int64_t kDivergedAfter = 20;
 
 /// Written to a temporary file and renamed: a kill mid-write leaves the previous checkpoint.
 void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Optimizer *optimizer,
@@ -254,7 +266,8 @@ void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Opti
   json counters = {{"step", c.step},         {"best_val", c.bestVal},
                    {"best_step", c.bestStep}, {"bad_evals", c.badEvals},
                    {"train_seconds", c.trainSeconds}, {"loss_scale", c.lossScale},
-                   {"good_steps", c.goodSteps}};
+                   {"good_steps", c.goodSteps},     {"skipped", c.skipped},
+                   {"nonfinite_run", c.nonFiniteRun}};
   archive.write("counters", c10::IValue(counters.dump()));
   std::string temporary = path + ".tmp";
   archive.save_to(temporary);
@@ -299,6 +312,8 @@ Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::
     c.trainSeconds = j.at("train_seconds");
     c.lossScale = j.at("loss_scale");
     c.goodSteps = j.at("good_steps");
+    c.skipped = j.value("skipped", int64_t(0));
+    c.nonFiniteRun = j.value("nonfinite_run", int64_t(0));
     return c;
   } catch (const std::invalid_argument &e) {
     throw std::invalid_argument("cannot resume from '" + path + "': " + e.what());
@@ -592,45 +607,82 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
     torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));
     Batch b = collate(data.train, order.indices(step), data.dualEncoder, device);
-    torch::Tensor logits;
-    {
-      AutocastScope amp(device, dtype);
-      logits = model->forward(b.tokens, b.tokens2);
+    torch::Tensor logits, loss;
+    bool finite = true;
+    try {
+      {
+        AutocastScope amp(device, dtype);
+        logits = model->forward(b.tokens, b.tokens2);
+      }
+      loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), b.labels);
+      finite = std::isfinite(loss.item<double>());
+    } catch (const c10::Error &e) {
+      // Spectral attention refuses non-finite q, k, v (an earlier layer overflowed): a
+      // non-finite step like a NaN loss. Any other error is an error.
+      if (std::string(e.what_without_backtrace()).find("must be finite") == std::string::npos)
+        throw;
+      finite = false;
     }
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), b.labels);
     optimizer.zero_grad();
     bool fp16 = dtype == torch::kHalf;
-    (fp16 ? loss * c.lossScale : loss).backward();
-    bool apply = true;
-    if (fp16) {
-      // Dynamic loss scaling: unscale, skip the step on inf/NaN and halve the scale; double it
-      // after 2000 clean steps.
+    bool apply = finite;
+    if (finite) {
+      (fp16 ? loss * c.lossScale : loss).backward();
       torch::NoGradGuard noGrad;
-      bool finite = true;
-      for (auto &p : parameters)
-        if (p.grad().defined()) {
-          p.grad().div_(c.lossScale);
-          finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+      if (fp16) {
+        // Dynamic loss scaling: unscale, skip the step on inf/NaN and halve the scale; double
+        // it after 2000 clean steps.
+        bool gradsFinite = true;
+        for (auto &p : parameters)
+          if (p.grad().defined()) {
+            p.grad().div_(c.lossScale);
+            gradsFinite = gradsFinite && torch::isfinite(p.grad()).all().item<bool>();
+          }
+        if (!gradsFinite) {
+          apply = false;
+          c.lossScale /= 2;
+          c.goodSteps = 0;
+        } else if (++c.goodSteps >= 2000) {
+          c.lossScale *= 2;
+          c.goodSteps = 0;
         }
-      if (!finite) {
-        apply = false;
-        c.lossScale /= 2;
-        c.goodSteps = 0;
-      } else if (++c.goodSteps >= 2000) {
-        c.lossScale *= 2;
-        c.goodSteps = 0;
       }
     }
     if (apply) {
-      torch::nn::utils::clip_grad_norm_(parameters, o.clip);
+      double norm = torch::nn::utils::clip_grad_norm_(parameters, o.clip);
+      // Non-finite gradients would make every parameter NaN: the step is skipped instead.
+      apply = std::isfinite(norm) || fp16;
+      finite = finite && std::isfinite(norm);
+    }
+    if (apply) {
       for (auto &group : optimizer.param_groups())
         static_cast<torch::optim::AdamWOptions &>(group.options()).lr(learningRate(o, step));
       optimizer.step();
     }
-    double lossValue = loss.item<double>();
-    windowLoss += lossValue * b.labels.size(0);
-    windowCorrect += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
-    windowExamples += b.labels.size(0);
+    if (!finite) {
+      ++c.skipped;
+      if (++c.nonFiniteRun == 1)
+        progress.say("step " + std::to_string(step + 1) +
+                     ": non-finite loss or gradients; the update is skipped");
+      if (c.nonFiniteRun >= kDivergedAfter) {
+        c.step = step + 1;
+        c.divergedAt = c.step;
+        c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
+        stopped = true;
+        progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfter) +
+                     " non-finite steps in a row: the run diverged; testing the best checkpoint "
+                     "(lower --lr, or --precision fp32, to train this attention)");
+        metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});
+        break;
+      }
+    } else {
+      c.nonFiniteRun = 0;
+    }
+    if (finite) {
+      windowLoss += loss.item<double>() * b.labels.size(0);
+      windowCorrect += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+      windowExamples += b.labels.size(0);
+    }
     ++windowSteps;
     c.step = step + 1;
     c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
@@ -639,16 +691,19 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
 
     bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps;
     if (windowEnd) {
-      metrics.write({{"split", "train"},
+      json record = {{"split", "train"},
                      {"step", c.step},
-                     {"loss", windowLoss / windowExamples},
-                     {"accuracy", static_cast<double>(windowCorrect) / windowExamples},
+                     {"loss", windowExamples ? json(windowLoss / windowExamples) : json()},
+                     {"accuracy", windowExamples ? json(static_cast<double>(windowCorrect) / windowExamples) : json()},
                      {"lr", learningRate(o, step)},
-                     {"time_s", c.trainSeconds}});
+                     {"time_s", c.trainSeconds}};
+      if (c.skipped > 0)
+        record["skipped"] = c.skipped;
+      metrics.write(record);
     }
-    progress.update(c.step, windowLoss / windowExamples,
-                    static_cast<double>(windowCorrect) / windowExamples, rate, c.bestVal, c.bestStep,
-                    windowEnd);
+    progress.update(c.step, windowExamples ? windowLoss / windowExamples : NAN,
+                    windowExamples ? static_cast<double>(windowCorrect) / windowExamples : NAN, rate,
+                    c.bestVal, c.bestStep, windowEnd);
     if (windowEnd)
       windowLoss = 0, windowCorrect = 0, windowExamples = 0, windowSteps = 0;
 
@@ -695,7 +750,9 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   r.stepsPerSecond = c.trainSeconds > 0 ? c.step / c.trainSeconds : 0;
   r.bestValAccuracy = c.bestVal;
   r.bestStep = c.bestStep;
-  r.earlyStopped = c.step < o.steps && !timeLimited;
+  r.earlyStopped = c.step < o.steps && !timeLimited && c.divergedAt == 0;
+  r.divergedAt = c.divergedAt;
+  r.skippedSteps = c.skipped;
   r.timeLimited = timeLimited;
   r.device = device.str();
   r.precision = precisionName(dtype);
@@ -722,6 +779,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                  {"steps", r.steps},
                  {"early_stopped", r.earlyStopped},
                  {"time_limited", r.timeLimited},
+                 {"diverged_at", r.divergedAt},
+                 {"skipped_steps", r.skippedSteps},
                  {"train_seconds", r.trainSeconds},
                  {"steps_per_second", r.stepsPerSecond},
                  {"peak_bytes", r.peakBytes},

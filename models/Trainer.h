@@ -82,6 +82,8 @@ struct TrainReport {
   double stepsPerSecond = 0;
   bool earlyStopped = false;
   bool timeLimited = false;
+  int64_t divergedAt = 0;     ///< the step a run was declared diverged (0 = it did not)
+  int64_t skippedSteps = 0;   ///< updates skipped for a non-finite loss or gradients
 };
 
 /// Trains (or resumes) one run; progress goes to `log` (the bar and messages).

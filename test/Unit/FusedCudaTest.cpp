@@ -189,9 +189,13 @@ TEST(FusedCuda, EveryPaperVariantMatchesTheReferenceOnTheGpu) {
 TEST(FusedCuda, HalfPrecisionInputsAccumulateInFloat32) {
   if (!torch::cuda::is_available())
     GTEST_SKIP() << "no CUDA device: the PTX kernels run on GPU machines (scripts/gpu-check.sh)";
-  for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-orf", "trigrf-orf"})
+  // Positive features only: a sign-changing component (TrigRF) has a cancelling normaliser that
+  // amplifies the bf16 rounding of q * d^-1/4 (done by SpectralAttention before the kernels) by
+  // its condition number: on an H100, TrigRF-ORF in bf16 was 0.2-0.4 off relative (positive
+  // features: 0.004-0.006); its fp32 kernels are checked above. In fp16 TrigRF's dq (about 1e5
+  // here) is past the format's range (65504).
+  for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-orf"})
     expectCudaMatchesReference(variant, torch::kBFloat16, 5e-2);
-  // TrigRF's normaliser cancels: its dq (about 1e5 here) is past fp16's range (65504).
   for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-orf"})
     expectCudaMatchesReference(variant, torch::kHalf, 2e-2);
 }

@@ -7,6 +7,9 @@
   check_training.py same RUN_A RUN_B
       the two runs wrote the same metrics (every record, every field but the wall-clock time)
       and the same report numbers
+  check_training.py schedule RUN LR WARMUP STEPS
+      every training record's learning rate is the closed form of linear warmup to LR over
+      WARMUP steps, then linear decay to zero at STEPS (the rate of the window's last step)
   check_training.py upto RUN STEP
       no metric record is past STEP (a run killed after STEP wrote nothing later)
 """
@@ -61,6 +64,18 @@ def main(argv):
             print("FAIL: reports differ:", {k: (ra[k], rb[k]) for k in keys})
             return 1
         print(f"same: ok ({len(a)} records)")
+        return 0
+    if what == "schedule":
+        lr, warmup, steps = float(argv[3]), int(argv[4]), int(argv[5])
+        for r in metrics(argv[2]):
+            if r["split"] != "train":
+                continue
+            s = r["step"]  # steps done: the window's last update was update number s
+            want = lr * s / warmup if s <= warmup else lr * (steps - s + 1) / (steps - warmup)
+            if abs(r["lr"] - want) > 1e-12 * lr:
+                print(f"FAIL: step {s}: lr {r['lr']}, closed form {want}")
+                return 1
+        print("schedule: ok")
         return 0
     if what == "upto":
         step = int(argv[3])

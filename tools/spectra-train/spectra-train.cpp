@@ -279,6 +279,8 @@ std::string gib(int64_t bytes) {
   return os.str();
 }
 
+std::string formatted(double x, int digits);
+
 int trainCommand(int argc, char **argv, int first) {
   Args a = parseArgs(argc, argv, first);
   if (a.values.count("attentions"))
@@ -287,10 +289,15 @@ int trainCommand(int argc, char **argv, int first) {
   auto r = spectra::models::train(o, std::cerr);
   std::cout << std::fixed << std::setprecision(4) << "\n== " << o.task << " / " << o.attention
             << " ==\n"
-            << "test accuracy     " << r.testAccuracy << "  (best checkpoint, step " << r.bestStep
+            << "test accuracy     " << r.testAccuracy
+            << (r.bestStep > 0 ? "  (best checkpoint, step " + std::to_string(r.bestStep)
+                               : std::string("  (no evaluation before the end: the final model"))
             << "; majority-class baseline " << r.majorityBaseline << ")\n"
-            << "best validation   " << r.bestValAccuracy << "\n"
-            << "steps             " << r.steps << (r.earlyStopped ? " (stopped early)" : r.timeLimited ? " (time limit)" : "") << ", "
+            << "best validation   "
+            << (r.bestValAccuracy >= 0 ? formatted(r.bestValAccuracy, 4) : std::string("none")) << "\n"
+            << "steps             " << r.steps << (r.earlyStopped ? " (stopped early)" : r.timeLimited ? " (time limit)" : "")
+            << (r.divergedAt ? " (diverged at step " + std::to_string(r.divergedAt) + ")" : "")
+            << (r.skippedSteps ? ", " + std::to_string(r.skippedSteps) + " non-finite updates skipped" : "") << ", "
             << std::setprecision(2) << r.stepsPerSecond << " steps/s\n"
             << "training time     " << std::setprecision(1) << r.trainSeconds << " s\n"
             << "peak memory       " << gib(r.peakBytes) << " GiB (" << r.peakKind << ")\n"
@@ -419,7 +426,7 @@ int writeTable(const std::string &out) {
 
   std::ofstream csv(out + "/results.csv");
   csv << "task,attention,component,weights,test_accuracy,best_val_accuracy,train_seconds,"
-         "peak_bytes,peak_kind,steps,early_stopped,time_limited,device,precision\n";
+         "peak_bytes,peak_kind,steps,early_stopped,time_limited,diverged_at,device,precision\n";
   for (auto &a : order)
     for (auto &t : tasks)
       if (rows[a].byTask.count(t)) {
@@ -429,7 +436,7 @@ int writeTable(const std::string &out) {
             << j["best_val_accuracy"].get<double>() << "," << j["train_seconds"].get<double>() << ","
             << j["peak_bytes"].get<int64_t>() << "," << j["peak_kind"].get<std::string>() << ","
             << j["steps"].get<int64_t>() << "," << (j["early_stopped"].get<bool>() ? 1 : 0) << ","
-            << (j.value("time_limited", false) ? 1 : 0) << ","
+            << (j.value("time_limited", false) ? 1 : 0) << "," << j.value("diverged_at", int64_t(0)) << ","
             << j["device"].get<std::string>() << "," << j["precision"].get<std::string>() << "\n";
       }
   csv.close();
@@ -472,7 +479,9 @@ int writeTable(const std::string &out) {
         }
         double x = rows[a].byTask[t][g.key].get<double>() * g.scale;
         sum += x, ++n;
-        md << " " << formatted(x, g.key == std::string("train_seconds") && x < 0.01 ? 4 : g.digits) << " |";
+        bool diverged = rows[a].byTask[t].value("diverged_at", int64_t(0)) > 0;
+        md << " " << formatted(x, g.key == std::string("train_seconds") && x < 0.01 ? 4 : g.digits)
+           << (diverged && g.key == std::string("test_accuracy") ? "*" : "") << " |";
       }
       md << " " << (n == tasks.size() ? formatted(sum / n, g.digits) : "-") << " |";
     }
@@ -487,6 +496,9 @@ int writeTable(const std::string &out) {
   for (auto &d : devices)
     md << (first ? "" : "; ") << d, first = false;
   md << " (steps, early stopping and the time limit of each run: results.csv).\n";
+  md << "\n\\* diverged (non-finite loss or gradients " << 20
+     << " steps in a row, at the step in results.csv); its best checkpoint before that was "
+        "tested.\n";
   md.close();
   std::cout << "wrote " << out << "/results.md and " << out << "/results.csv (" << order.size()
             << " attentions x " << tasks.size() << " task(s))" << std::endl;
@@ -594,6 +606,11 @@ int main(int argc, char **argv) {
   } catch (const std::invalid_argument &e) {
     std::cerr << "spectra-train: error: " << e.what() << "\n";
     return 2;
+#ifdef SPECTRA_TRAIN_WITH_TORCH
+  } catch (const c10::Error &e) {
+    std::cerr << "spectra-train: error: " << e.what_without_backtrace() << "\n";
+    return 1;
+#endif
   } catch (const std::exception &e) {
     std::cerr << "spectra-train: error: " << e.what() << "\n";
     return 1;
