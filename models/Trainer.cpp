@@ -246,8 +246,6 @@ struct Counters {
   int64_t nonFiniteRun = 0, divergedAt = 0;
 };
 
-/// Non-finite steps in a row after which a run is declared diverged.
-constexpr int64_t kDivergedAfter = 20;
 
 /// Written to a temporary file and renamed: a kill mid-write leaves the previous checkpoint.
 void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Optimizer *optimizer,
@@ -664,12 +662,12 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       if (++c.nonFiniteRun == 1)
         progress.say("step " + std::to_string(step + 1) +
                      ": non-finite loss or gradients; the update is skipped");
-      if (c.nonFiniteRun >= kDivergedAfter) {
+      if (c.nonFiniteRun >= kDivergedAfterNonFiniteSteps) {
         c.step = step + 1;
         c.divergedAt = c.step;
         c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
         stopped = true;
-        progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfter) +
+        progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfterNonFiniteSteps) +
                      " non-finite steps in a row: the run diverged; testing the best checkpoint "
                      "(lower --lr, or --precision fp32, to train this attention)");
         metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});

@@ -72,6 +72,10 @@ struct TaskData {
 ///   retrieval: new_aan_pairs.{train,eval,test}.tsv.
 TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLength);
 
+/// Non-finite steps (loss or gradients) in a row after which a run is declared diverged; each
+/// such update is skipped.
+inline constexpr int64_t kDivergedAfterNonFiniteSteps = 20;
+
 struct TrainReport {
   double testAccuracy = 0, bestValAccuracy = 0, majorityBaseline = 0;
   int64_t bestStep = 0, steps = 0;

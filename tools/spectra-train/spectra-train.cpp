@@ -496,7 +496,13 @@ int writeTable(const std::string &out) {
   for (auto &d : devices)
     md << (first ? "" : "; ") << d, first = false;
   md << " (steps, early stopping and the time limit of each run: results.csv).\n";
-  md << "\n\\* diverged (non-finite loss or gradients " << 20
+  bool anyDiverged = false;
+  for (auto &a : order)
+    for (auto &[t, j] : rows[a].byTask)
+      anyDiverged = anyDiverged || j.value("diverged_at", int64_t(0)) > 0;
+  if (anyDiverged)
+    md << "\n\\* diverged (non-finite loss or gradients "
+       << spectra::models::kDivergedAfterNonFiniteSteps
      << " steps in a row, at the step in results.csv); its best checkpoint before that was "
         "tested.\n";
   md.close();
