@@ -1,6 +1,7 @@
 //===- Trainer.cpp - LRA training: the paper's loop, checkpoints, resume --===//
 
 #include "models/Trainer.h"
+#include "runtime/Paths.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -35,20 +36,6 @@ bool fileExists(const std::string &path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-void makeDirectories(const std::string &path) {
-  std::string partial;
-  std::stringstream parts(path);
-  std::string piece;
-  if (!path.empty() && path[0] == '/')
-    partial = "/";
-  while (std::getline(parts, piece, '/')) {
-    if (piece.empty())
-      continue;
-    partial += piece + "/";
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw std::runtime_error("cannot create directory '" + partial + "': " + std::strerror(errno));
-  }
-}
 
 // --- data -----------------------------------------------------------------------------------
 
@@ -534,7 +521,9 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   std::string label = o.task + " " + o.attention;
   Progress progress(log, o.progress, label, o.steps);
 
-  makeDirectories(o.out);
+  std::string mkdirError;
+  if (!makeDirectories(o.out, &mkdirError))
+    throw std::runtime_error(mkdirError);
   std::string checkpointPath = o.out + "/checkpoint.pt", bestPath = o.out + "/best.pt",
               metricsPath = o.out + "/metrics.jsonl";
   if (!o.resume && (fileExists(checkpointPath) || fileExists(metricsPath)))

@@ -1,6 +1,7 @@
 //===- KernelCache.cpp - compiled kernels in memory and on disk -----------===//
 
 #include "runtime/KernelCache.h"
+#include "runtime/Paths.h"
 
 #include "codegen/spectra_compiler.h"
 
@@ -30,20 +31,8 @@ std::string sha256(const std::string &bytes) {
 }
 
 /// mkdir -p; false when the directory cannot be made or is not writable.
-bool makeDirectories(const std::string &path) {
-  std::string partial;
-  std::stringstream parts(path);
-  std::string part;
-  if (!path.empty() && path[0] == '/')
-    partial = "/";
-  while (std::getline(parts, part, '/')) {
-    if (part.empty())
-      continue;
-    partial += part + "/";
-    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      return false;
-  }
-  return access(path.c_str(), W_OK | X_OK) == 0;
+bool makeWritableDirectory(const std::string &path) {
+  return spectra::makeDirectories(path) && access(path.c_str(), W_OK | X_OK) == 0;
 }
 
 std::string readFile(const std::string &path, bool &ok) {
@@ -162,7 +151,7 @@ std::string KernelCache::directory() {
   std::string dir = cacheDirectoryFromEnvironment();
   if (dir.empty())
     return "";
-  if (!makeDirectories(dir)) {
+  if (!makeWritableDirectory(dir)) {
     if (warnedDirectory != dir) {
       warnedDirectory = dir;
       TORCH_WARN("spectra: the kernel cache directory '", dir,
@@ -200,7 +189,7 @@ void KernelCache::dump(const std::string &name, const std::string &key, const Ca
   const char *dir = std::getenv("SPECTRA_DUMP_DIR");
   if (!dir || !*dir)
     return;
-  if (!makeDirectories(dir)) {
+  if (!makeWritableDirectory(dir)) {
     TORCH_WARN("spectra: SPECTRA_DUMP_DIR '", dir, "' is not a writable directory; nothing dumped.");
     return;
   }

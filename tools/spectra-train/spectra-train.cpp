@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "models/ListOps.h"
+#include "runtime/Paths.h"
 #ifdef SPECTRA_TRAIN_WITH_TORCH
 #include "models/Trainer.h"
 #include <nlohmann/json.hpp>
@@ -126,15 +127,10 @@ int generate(int argc, char **argv) {
     std::cerr << "spectra-train: error: the numeric options take integers\n";
     return 2;
   }
-  // mkdir -p
-  for (size_t at = 1; at != std::string::npos;) {
-    at = opt["out"].find('/', at + 1);
-    std::string prefix = opt["out"].substr(0, at);
-    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      std::cerr << "spectra-train: error: cannot create '" << prefix << "': " << std::strerror(errno)
-                << "\n";
-      return 1;
-    }
+  std::string mkdirError;
+  if (!spectra::makeDirectories(opt["out"], &mkdirError)) {
+    std::cerr << "spectra-train: error: " << mkdirError << "\n";
+    return 1;
   }
   auto start = std::chrono::steady_clock::now();
   int64_t lastShown = -1;
@@ -200,30 +196,29 @@ Args parseArgs(int argc, char **argv, int first) {
   return a;
 }
 
-int64_t toInt(const std::string &name, const std::string &v) {
+/// The whole of `v` as a number (std::stoll / std::stod), or an error naming the option.
+template <typename T, typename Parse>
+T parseNumber(const std::string &name, const std::string &v, Parse parse, const char *what) {
   size_t used = 0;
-  int64_t x = 0;
+  T x{};
   try {
-    x = std::stoll(v, &used);
+    x = parse(v, &used);
   } catch (const std::exception &) {
     used = 0;
   }
   if (used != v.size() || v.empty())
-    throw std::invalid_argument("--" + name + " takes an integer, got '" + v + "'");
+    throw std::invalid_argument("--" + name + " takes " + what + ", got '" + v + "'");
   return x;
 }
 
+int64_t toInt(const std::string &name, const std::string &v) {
+  return parseNumber<int64_t>(name, v, [](const std::string &s, size_t *n) { return std::stoll(s, n); },
+                              "an integer");
+}
+
 double toDouble(const std::string &name, const std::string &v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty())
-    throw std::invalid_argument("--" + name + " takes a number, got '" + v + "'");
-  return x;
+  return parseNumber<double>(name, v, [](const std::string &s, size_t *n) { return std::stod(s, n); },
+                             "a number");
 }
 
 std::string runName(const std::string &attention) {
