@@ -180,7 +180,8 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
 
 // --- schedule, memory, formatting ------------------------------------------------------------
 
-/// Linear warmup to the peak rate, then linear decay to zero at the last step.
+/// Linear warmup to the peak rate over `warmup` steps, then linear decay that would reach zero
+/// one step after the last (the last step trains at lr / (steps - warmup)).
 double learningRate(const TrainOptions &o, int64_t step) {
   double s = static_cast<double>(step + 1);
   if (o.warmup > 0 && s <= o.warmup)
@@ -210,8 +211,8 @@ std::string duration(double seconds) {
 }
 
 /// The options that decide a run's trajectory: a resumed run must match them.
-json trajectoryOf(const TrainOptions &o) {
-  return {{"task", o.task},           {"attention", o.attention}, {"batch", o.batch},
+json trajectoryOf(const TrainOptions &o, const std::string &precision, const std::string &deviceType) {
+  return {{"precision", precision}, {"device_type", deviceType},{"task", o.task},           {"attention", o.attention}, {"batch", o.batch},
           {"warmup", o.warmup},       {"steps", o.steps},         {"eval_every", o.evalEvery},
           {"eval_batches", o.evalBatches}, {"max_length", o.maxLength}, {"log_every", o.logEvery},
           {"limit_train", o.limitTrain}, {"lr", o.lr},            {"clip", o.clip},
@@ -231,6 +232,8 @@ struct Counters {
   int64_t goodSteps = 0;  ///< fp16: steps since the loss scale last changed
   int64_t skipped = 0;    ///< updates skipped for a non-finite loss or gradients
   int64_t nonFiniteRun = 0, divergedAt = 0;
+  int64_t peakBytes = 0;  ///< the highest peak of the sessions so far (a resumed run keeps it)
+  bool finished = false;  ///< training is over (the test may still be to do)
 };
 
 
@@ -252,7 +255,8 @@ void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Opti
                    {"best_step", c.bestStep}, {"bad_evals", c.badEvals},
                    {"train_seconds", c.trainSeconds}, {"loss_scale", c.lossScale},
                    {"good_steps", c.goodSteps},     {"skipped", c.skipped},
-                   {"nonfinite_run", c.nonFiniteRun}};
+                   {"nonfinite_run", c.nonFiniteRun}, {"peak_bytes", c.peakBytes},
+                   {"diverged_at", c.divergedAt},     {"finished", c.finished}};
   archive.write("counters", c10::IValue(counters.dump()));
   std::string temporary = path + ".tmp";
   archive.save_to(temporary);
@@ -299,6 +303,9 @@ Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::
     c.goodSteps = j.at("good_steps");
     c.skipped = j.value("skipped", int64_t(0));
     c.nonFiniteRun = j.value("nonfinite_run", int64_t(0));
+    c.peakBytes = j.value("peak_bytes", int64_t(0));
+    c.divergedAt = j.value("diverged_at", int64_t(0));
+    c.finished = j.value("finished", false);
     return c;
   } catch (const std::invalid_argument &e) {
     throw std::invalid_argument("cannot resume from '" + path + "': " + e.what());
@@ -328,6 +335,46 @@ void truncateMetrics(const std::string &path, int64_t step) {
   std::ofstream out(path, std::ios::trunc);
   for (auto &l : kept)
     out << l << "\n";
+}
+
+/// The counters of a checkpoint file (its step, best step, ...), or null when unreadable.
+json countersOf(const std::string &path) {
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    return json::parse(readString(archive, "counters"));
+  } catch (const std::exception &) {
+    return json();
+  }
+}
+
+/// best.pt.pending becomes best.pt when it is the best model the checkpoint knows of
+/// (bestStep); otherwise it belongs to a trajectory the resumed run replays, and is dropped.
+void promotePendingBest(const std::string &bestPath, int64_t bestStep) {
+  std::string pending = bestPath + ".pending";
+  if (!fileExists(pending))
+    return;
+  json counters = countersOf(pending);
+  if (!counters.is_null() && counters.value("best_step", int64_t(-1)) == bestStep) {
+    if (std::rename(pending.c_str(), bestPath.c_str()) != 0)
+      throw std::runtime_error("cannot move '" + pending + "' into place: " + std::strerror(errno));
+  } else {
+    std::remove(pending.c_str());
+  }
+}
+
+/// Writes `text` to `path` through a temporary file and a rename.
+void writeFileAtomically(const std::string &path, const std::string &text) {
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out)
+      throw std::runtime_error("cannot write '" + temporary + "'");
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot move '" + temporary + "' into place: " + std::strerror(errno));
 }
 
 class MetricsLog {
@@ -407,6 +454,11 @@ torch::Device pickDevice(const std::string &name) {
   }
   if (d.is_cuda() && !torch::cuda::is_available())
     throw std::invalid_argument("--device " + name + ": no CUDA device is available here (use cpu)");
+  if (d.is_cuda() && !d.has_index())
+    d = torch::Device(torch::kCUDA, 0);
+  if (d.is_cuda() && d.index() >= static_cast<int64_t>(torch::cuda::device_count()))
+    throw std::invalid_argument("--device " + name + ": this machine has " +
+                                std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
   if (!d.is_cuda() && !d.is_cpu())
     throw std::invalid_argument("unknown device '" + name + "'; use auto, cpu or cuda[:N]");
   return d;
@@ -438,6 +490,26 @@ double majorityShare(const std::vector<data::Example> &examples) {
   for (auto &[label, n] : counts)
     most = std::max(most, n);
   return examples.empty() ? 0 : static_cast<double>(most) / examples.size();
+}
+
+TrainReport reportFromJson(const json &j) {
+  TrainReport r;
+  r.testAccuracy = j.at("test_accuracy");
+  r.bestValAccuracy = j.at("best_val_accuracy");
+  r.majorityBaseline = j.at("majority_baseline");
+  r.bestStep = j.at("best_step");
+  r.steps = j.at("steps");
+  r.trainSeconds = j.at("train_seconds");
+  r.peakBytes = j.at("peak_bytes");
+  r.peakKind = j.at("peak_kind");
+  r.device = j.at("device");
+  r.precision = j.at("precision");
+  r.stepsPerSecond = j.at("steps_per_second");
+  r.earlyStopped = j.at("early_stopped");
+  r.timeLimited = j.value("time_limited", false);
+  r.divergedAt = j.value("diverged_at", int64_t(0));
+  r.skippedSteps = j.value("skipped_steps", int64_t(0));
+  return r;
 }
 
 } // namespace
@@ -568,10 +640,24 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                                                 .betas({0.9, 0.999})
                                                 .eps(1e-6)
                                                 .weight_decay(o.weightDecay));
-  json trajectory = trajectoryOf(o);
+  json trajectory = trajectoryOf(o, precisionName(dtype), device.is_cuda() ? "cuda" : "cpu");
   Counters c;
   if (o.resume && fileExists(checkpointPath)) {
     c = loadCheckpoint(checkpointPath, model, &optimizer, trajectory, device);
+    promotePendingBest(bestPath, c.bestStep);
+    // A finished run with its report is not tested again (the report is the test's result).
+    bool stillStopped = c.step >= o.steps || c.badEvals >= o.patience || c.divergedAt > 0 ||
+                        (o.timeLimit > 0 && c.trainSeconds >= o.timeLimit);
+    if (c.finished && stillStopped) {
+      std::ifstream in(o.out + "/report.json");
+      json done = json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (!done.is_discarded() && done.value("options", json()) == trajectory &&
+          done.value("steps", int64_t(-1)) == c.step) {
+        progress.say("finished earlier (step " + std::to_string(c.step) + "); report kept: " + o.out +
+                     "/report.json");
+        return reportFromJson(done);
+      }
+    }
     truncateMetrics(metricsPath, c.step);
     progress.say("resumed from " + checkpointPath + " at step " + std::to_string(c.step));
   } else if (o.resume) {
@@ -588,7 +674,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   auto sessionStart = Clock::now();
   int64_t sessionStartStep = c.step;
   double secondsBefore = c.trainSeconds;
-  bool stopped = false, timeLimited = false;
+  // A resumed run that had stopped (patience, divergence, time limit) stays stopped; a larger
+  // --time-limit or --steps lets it go on.
+  bool timeLimited = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
+  bool stopped = timeLimited || c.badEvals >= o.patience || c.divergedAt > 0;
 
   for (int64_t step = c.step; step < o.steps && !stopped; ++step) {
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
@@ -637,9 +726,14 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     }
     if (apply) {
       double norm = torch::nn::utils::clip_grad_norm_(parameters, o.clip);
-      // Non-finite gradients would make every parameter NaN: the step is skipped instead.
-      apply = std::isfinite(norm) || fp16;
-      finite = finite && std::isfinite(norm);
+      // Non-finite gradients would make every parameter NaN: the step is skipped instead (in
+      // fp16 an overflow like any other: the loss scale halves).
+      apply = std::isfinite(norm);
+      finite = finite && apply;
+      if (!apply && fp16) {
+        c.lossScale /= 2;
+        c.goodSteps = 0;
+      }
     }
     if (apply) {
       for (auto &group : optimizer.param_groups())
@@ -659,7 +753,17 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
         progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfterNonFiniteSteps) +
                      " non-finite steps in a row: the run diverged; testing the best checkpoint "
                      "(lower --lr, or --precision fp32, to train this attention)");
+        if (windowExamples)
+          metrics.write({{"split", "train"},
+                         {"step", c.step},
+                         {"loss", windowLoss / windowExamples},
+                         {"accuracy", static_cast<double>(windowCorrect) / windowExamples},
+                         {"lr", learningRate(o, step)},
+                         {"time_s", c.trainSeconds}});
         metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});
+        c.finished = true;
+        c.peakBytes = std::max(c.peakBytes, peakBytes(device));
+        saveCheckpoint(checkpointPath, model, &optimizer, c, trajectory);
         break;
       }
     } else {
@@ -676,7 +780,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     double rate = (c.step - sessionStartStep) /
                   std::max(1e-9, std::chrono::duration<double>(Clock::now() - sessionStart).count());
 
-    bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps;
+    bool outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
+    bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps || outOfTime;
     if (windowEnd) {
       json record = {{"split", "train"},
                      {"step", c.step},
@@ -694,7 +799,6 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     if (windowEnd)
       windowLoss = 0, windowCorrect = 0, windowExamples = 0, windowSteps = 0;
 
-    bool outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
     if (outOfTime) {
       timeLimited = true;
       stopped = true;
@@ -704,7 +808,9 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       bool better = v.accuracy > c.bestVal;
       if (better) {
         c.bestVal = v.accuracy, c.bestStep = c.step, c.badEvals = 0;
-        saveCheckpoint(bestPath, model, nullptr, c, trajectory);
+        // Written as pending and moved into place after the checkpoint: a kill between the two
+        // leaves a best.pt that matches the checkpoint's counters (see promotePendingBest).
+        saveCheckpoint(bestPath + ".pending", model, nullptr, c, trajectory);
       } else {
         ++c.badEvals;
       }
@@ -717,7 +823,11 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                      {"examples", v.examples},
                      {"best", better},
                      {"time_s", c.trainSeconds}});
+      c.peakBytes = std::max(c.peakBytes, peakBytes(device));
+      c.finished = stopped || c.step >= o.steps;
       saveCheckpoint(checkpointPath, model, &optimizer, c, trajectory);
+      if (better)
+        promotePendingBest(bestPath, c.bestStep);
       std::ostringstream msg;
       msg << "step " << c.step << ": validation accuracy " << std::fixed << std::setprecision(4)
           << v.accuracy << " (loss " << v.loss << ")" << (better ? ", best so far" : "")
@@ -754,7 +864,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                std::to_string(data.test.size()) + " examples");
   Evaluation t = evaluate(model, data.test, o.batch, 0, data.dualEncoder, device, dtype);
   r.testAccuracy = t.accuracy;
-  r.peakBytes = peakBytes(device);
+  r.peakBytes = std::max(c.peakBytes, peakBytes(device));
   r.peakKind = device.is_cuda() ? "cuda allocator peak" : "process peak RSS";
   metrics.write({{"split", "test"}, {"step", c.bestStep}, {"loss", t.loss}, {"accuracy", t.accuracy},
                  {"examples", t.examples}});
@@ -776,7 +886,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                  {"device", r.device},
                  {"precision", r.precision},
                  {"options", trajectory}};
-  std::ofstream(o.out + "/report.json") << report.dump(2) << "\n";
+  writeFileAtomically(o.out + "/report.json", report.dump(2) + "\n");
   return r;
 }
 

@@ -39,13 +39,15 @@ def main(argv):
                               for k in ("test_accuracy", "peak_bytes", "train_seconds")}
         panels.append(("average", average))
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.8), squeeze=False)
-    times = [float(r["train_seconds"]) / 3600 for r in rows]
+    # Hours as in the paper; minutes when every run is shorter than an hour.
+    unit, per = ("h", 3600.0) if max(float(r["train_seconds"]) for r in rows) >= 3600 else ("min", 60.0)
+    times = [float(r["train_seconds"]) / per for r in rows]
     norm = matplotlib.colors.Normalize(vmin=min(times), vmax=max(times) if max(times) > min(times) else min(times) + 1e-9)
     for ax, (title, points) in zip(axes[0], panels):
         names = sorted(points)
         x = [float(points[n]["peak_bytes"]) / 2**30 for n in names]
         y = [100 * float(points[n]["test_accuracy"]) for n in names]
-        c = [float(points[n]["train_seconds"]) / 3600 for n in names]
+        c = [float(points[n]["train_seconds"]) / per for n in names]
         sc = ax.scatter(x, y, c=c, cmap="viridis", norm=norm, s=40, edgecolors="black", linewidths=0.4)
         for xi, yi, n in zip(x, y, names):
             ax.annotate(n.split(":")[-1], (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -53,7 +55,7 @@ def main(argv):
         ax.set_xlabel("peak memory (GiB)")
         ax.set_ylabel("test accuracy (%)")
         ax.grid(alpha=0.3)
-    fig.colorbar(sc, ax=axes[0].tolist(), label="training time (h)")
+    fig.colorbar(sc, ax=axes[0].tolist(), label=f"training time ({unit})")
     fig.savefig(argv[2], dpi=150, bbox_inches="tight")
     print(f"wrote {argv[2]}")
     return 0

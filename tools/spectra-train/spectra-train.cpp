@@ -181,6 +181,8 @@ Args parseArgs(int argc, char **argv, int first) {
     if (eq != std::string::npos)
       value = name.substr(eq + 1), name = name.substr(0, eq);
     if (kFlags.count(name)) {
+      if (eq != std::string::npos)
+        throw std::invalid_argument("option '--" + name + "' takes no value");
       a.flags.insert(name);
       continue;
     }
@@ -541,10 +543,6 @@ int sweepCommand(int argc, char **argv) {
     std::string dir = out + "/" + task + "/" + runName(attentions[i]);
     std::cerr << "[sweep " << i + 1 << "/" << attentions.size() << "] " << task << " "
               << attentions[i] << " -> " << dir << "\n";
-    if (exists(dir + "/report.json")) {
-      std::cerr << "[sweep] finished earlier; kept (delete " << dir << " to train it again)\n";
-      continue;
-    }
     std::vector<std::string> args = {exe, "train", "--attention", attentions[i], "--out", dir};
     for (auto &[k, v] : a.values)
       if (k != "attentions" && k != "out")
@@ -552,6 +550,8 @@ int sweepCommand(int argc, char **argv) {
     for (auto &f : a.flags)
       if (f != "resume")
         args.push_back("--" + f);
+    // A run with a checkpoint resumes (the trainer refuses other options, keeps a finished
+    // run's report and continues an interrupted one); delete its directory to train it again.
     if (exists(dir + "/checkpoint.pt") || exists(dir + "/metrics.jsonl"))
       args.push_back("--resume");
     int rc = runChild(args);
