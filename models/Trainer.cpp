@@ -235,13 +235,18 @@ struct Counters {
   int64_t peakBytes = 0;  ///< the highest peak of the sessions so far (a resumed run keeps it)
   bool finished = false;  ///< training is over (the test may still be to do)
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Counters, step, bestVal, bestStep, badEvals,
+                                                trainSeconds, lossScale, goodSteps, skipped,
+                                                nonFiniteRun, divergedAt, peakBytes, finished)
 
+
+constexpr const char *kCheckpointFormat = "spectra-train checkpoint 2";
 
 /// Written to a temporary file and renamed: a kill mid-write leaves the previous checkpoint.
 void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Optimizer *optimizer,
                     const Counters &c, const json &trajectory) {
   torch::serialize::OutputArchive archive;
-  archive.write("format", c10::IValue(std::string("spectra-train checkpoint 1")));
+  archive.write("format", c10::IValue(std::string(kCheckpointFormat)));
   archive.write("trajectory", c10::IValue(trajectory.dump()));
   torch::serialize::OutputArchive modelArchive;
   model->save(modelArchive);
@@ -251,12 +256,7 @@ void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Opti
     optimizer->save(optimizerArchive);
     archive.write("optimizer", optimizerArchive);
   }
-  json counters = {{"step", c.step},         {"best_val", c.bestVal},
-                   {"best_step", c.bestStep}, {"bad_evals", c.badEvals},
-                   {"train_seconds", c.trainSeconds}, {"loss_scale", c.lossScale},
-                   {"good_steps", c.goodSteps},     {"skipped", c.skipped},
-                   {"nonfinite_run", c.nonFiniteRun}, {"peak_bytes", c.peakBytes},
-                   {"diverged_at", c.divergedAt},     {"finished", c.finished}};
+  json counters = c;
   archive.write("counters", c10::IValue(counters.dump()));
   std::string temporary = path + ".tmp";
   archive.save_to(temporary);
@@ -276,8 +276,10 @@ Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(path, device);
-    if (readString(archive, "format") != "spectra-train checkpoint 1")
-      throw std::runtime_error("not a spectra-train checkpoint");
+    std::string format = readString(archive, "format");
+    if (format != kCheckpointFormat)
+      throw std::runtime_error("its format is '" + format + "', this spectra-train reads '" +
+                               kCheckpointFormat + "'");
     json saved = json::parse(readString(archive, "trajectory"));
     for (auto &[key, value] : trajectory.items())
       if (saved.value(key, json()) != value)
@@ -292,21 +294,7 @@ Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::
       archive.read("optimizer", optimizerArchive);
       optimizer->load(optimizerArchive);
     }
-    json j = json::parse(readString(archive, "counters"));
-    Counters c;
-    c.step = j.at("step");
-    c.bestVal = j.at("best_val");
-    c.bestStep = j.at("best_step");
-    c.badEvals = j.at("bad_evals");
-    c.trainSeconds = j.at("train_seconds");
-    c.lossScale = j.at("loss_scale");
-    c.goodSteps = j.at("good_steps");
-    c.skipped = j.value("skipped", int64_t(0));
-    c.nonFiniteRun = j.value("nonfinite_run", int64_t(0));
-    c.peakBytes = j.value("peak_bytes", int64_t(0));
-    c.divergedAt = j.value("diverged_at", int64_t(0));
-    c.finished = j.value("finished", false);
-    return c;
+    return json::parse(readString(archive, "counters")).get<Counters>();
   } catch (const std::invalid_argument &e) {
     throw std::invalid_argument("cannot resume from '" + path + "': " + e.what());
   } catch (const std::exception &e) {
@@ -355,7 +343,7 @@ void promotePendingBest(const std::string &bestPath, int64_t bestStep) {
   if (!fileExists(pending))
     return;
   json counters = countersOf(pending);
-  if (!counters.is_null() && counters.value("best_step", int64_t(-1)) == bestStep) {
+  if (!counters.is_null() && counters.value("bestStep", int64_t(-1)) == bestStep) {
     if (std::rename(pending.c_str(), bestPath.c_str()) != 0)
       throw std::runtime_error("cannot move '" + pending + "' into place: " + std::strerror(errno));
   } else {
