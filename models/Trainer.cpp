@@ -480,27 +480,38 @@ double majorityShare(const std::vector<data::Example> &examples) {
   return examples.empty() ? 0 : static_cast<double>(most) / examples.size();
 }
 
-TrainReport reportFromJson(const json &j) {
-  TrainReport r;
+} // namespace
+
+// report.json's fields, both ways (the keys are the file's, snake_case).
+void to_json(json &j, const TrainReport &r) {
+  j = {{"test_accuracy", r.testAccuracy},   {"best_val_accuracy", r.bestValAccuracy},
+       {"best_step", r.bestStep},           {"steps", r.steps},
+       {"early_stopped", r.earlyStopped},   {"time_limited", r.timeLimited},
+       {"diverged_at", r.divergedAt},       {"skipped_steps", r.skippedSteps},
+       {"train_seconds", r.trainSeconds},   {"steps_per_second", r.stepsPerSecond},
+       {"peak_bytes", r.peakBytes},         {"peak_kind", r.peakKind},
+       {"majority_baseline", r.majorityBaseline}, {"device", r.device},
+       {"precision", r.precision}};
+}
+
+void from_json(const json &j, TrainReport &r) {
   r.testAccuracy = j.at("test_accuracy");
   r.bestValAccuracy = j.at("best_val_accuracy");
-  r.majorityBaseline = j.at("majority_baseline");
   r.bestStep = j.at("best_step");
   r.steps = j.at("steps");
-  r.trainSeconds = j.at("train_seconds");
-  r.peakBytes = j.at("peak_bytes");
-  r.peakKind = j.at("peak_kind");
-  r.device = j.at("device");
-  r.precision = j.at("precision");
-  r.stepsPerSecond = j.at("steps_per_second");
   r.earlyStopped = j.at("early_stopped");
   r.timeLimited = j.value("time_limited", false);
   r.divergedAt = j.value("diverged_at", int64_t(0));
   r.skippedSteps = j.value("skipped_steps", int64_t(0));
-  return r;
+  r.trainSeconds = j.at("train_seconds");
+  r.stepsPerSecond = j.at("steps_per_second");
+  r.peakBytes = j.at("peak_bytes");
+  r.peakKind = j.at("peak_kind");
+  r.majorityBaseline = j.at("majority_baseline");
+  r.device = j.at("device");
+  r.precision = j.at("precision");
 }
 
-} // namespace
 
 // --- public ---------------------------------------------------------------------------------
 
@@ -643,7 +654,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
           done.value("steps", int64_t(-1)) == c.step) {
         progress.say("finished earlier (step " + std::to_string(c.step) + "); report kept: " + o.out +
                      "/report.json");
-        return reportFromJson(done);
+        return done.get<TrainReport>();
       }
     }
     truncateMetrics(metricsPath, c.step);
@@ -658,10 +669,23 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
   BatchOrder order(static_cast<int64_t>(data.train.size()), o.batch, o.seed);
   double windowLoss = 0;
-  int64_t windowCorrect = 0, windowExamples = 0, windowSteps = 0;
+  int64_t windowCorrect = 0, windowExamples = 0;
   auto sessionStart = Clock::now();
   int64_t sessionStartStep = c.step;
   double secondsBefore = c.trainSeconds;
+  auto sessionSeconds = [&] { return std::chrono::duration<double>(Clock::now() - sessionStart).count(); };
+  // The training metrics of the window ending at c.step (the rate is that of its last update).
+  auto windowRecord = [&](int64_t step) {
+    json record = {{"split", "train"},
+                   {"step", c.step},
+                   {"loss", windowExamples ? json(windowLoss / windowExamples) : json()},
+                   {"accuracy", windowExamples ? json(static_cast<double>(windowCorrect) / windowExamples) : json()},
+                   {"lr", learningRate(o, step)},
+                   {"time_s", c.trainSeconds}};
+    if (c.skipped > 0)
+      record["skipped"] = c.skipped;
+    return record;
+  };
   // A resumed run that had stopped (patience, divergence, time limit) stays stopped; a larger
   // --time-limit or --steps lets it go on.
   bool timeLimited = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
@@ -736,18 +760,13 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       if (c.nonFiniteRun >= kDivergedAfterNonFiniteSteps) {
         c.step = step + 1;
         c.divergedAt = c.step;
-        c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
+        c.trainSeconds = secondsBefore + sessionSeconds();
         stopped = true;
         progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfterNonFiniteSteps) +
                      " non-finite steps in a row: the run diverged; testing the best checkpoint "
                      "(lower --lr, or --precision fp32, to train this attention)");
         if (windowExamples)
-          metrics.write({{"split", "train"},
-                         {"step", c.step},
-                         {"loss", windowLoss / windowExamples},
-                         {"accuracy", static_cast<double>(windowCorrect) / windowExamples},
-                         {"lr", learningRate(o, step)},
-                         {"time_s", c.trainSeconds}});
+          metrics.write(windowRecord(step));
         metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});
         c.finished = true;
         c.peakBytes = std::max(c.peakBytes, peakBytes(device));
@@ -762,30 +781,19 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       windowCorrect += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
       windowExamples += b.labels.size(0);
     }
-    ++windowSteps;
     c.step = step + 1;
-    c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
-    double rate = (c.step - sessionStartStep) /
-                  std::max(1e-9, std::chrono::duration<double>(Clock::now() - sessionStart).count());
+    c.trainSeconds = secondsBefore + sessionSeconds();
+    double rate = (c.step - sessionStartStep) / std::max(1e-9, sessionSeconds());
 
     bool outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
     bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps || outOfTime;
-    if (windowEnd) {
-      json record = {{"split", "train"},
-                     {"step", c.step},
-                     {"loss", windowExamples ? json(windowLoss / windowExamples) : json()},
-                     {"accuracy", windowExamples ? json(static_cast<double>(windowCorrect) / windowExamples) : json()},
-                     {"lr", learningRate(o, step)},
-                     {"time_s", c.trainSeconds}};
-      if (c.skipped > 0)
-        record["skipped"] = c.skipped;
-      metrics.write(record);
-    }
+    if (windowEnd)
+      metrics.write(windowRecord(step));
     progress.update(c.step, windowExamples ? windowLoss / windowExamples : NAN,
                     windowExamples ? static_cast<double>(windowCorrect) / windowExamples : NAN, rate,
                     c.bestVal, c.bestStep, windowEnd);
     if (windowEnd)
-      windowLoss = 0, windowCorrect = 0, windowExamples = 0, windowSteps = 0;
+      windowLoss = 0, windowCorrect = 0, windowExamples = 0;
 
     if (outOfTime) {
       timeLimited = true;
@@ -803,7 +811,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
         ++c.badEvals;
       }
       stopped = stopped || c.badEvals >= o.patience;
-      c.trainSeconds = secondsBefore + std::chrono::duration<double>(Clock::now() - sessionStart).count();
+      c.trainSeconds = secondsBefore + sessionSeconds();
       metrics.write({{"split", "val"},
                      {"step", c.step},
                      {"loss", v.loss},
@@ -856,24 +864,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   r.peakKind = device.is_cuda() ? "cuda allocator peak" : "process peak RSS";
   metrics.write({{"split", "test"}, {"step", c.bestStep}, {"loss", t.loss}, {"accuracy", t.accuracy},
                  {"examples", t.examples}});
-  json report = {{"task", o.task},
-                 {"attention", o.attention},
-                 {"test_accuracy", r.testAccuracy},
-                 {"best_val_accuracy", r.bestValAccuracy},
-                 {"best_step", r.bestStep},
-                 {"steps", r.steps},
-                 {"early_stopped", r.earlyStopped},
-                 {"time_limited", r.timeLimited},
-                 {"diverged_at", r.divergedAt},
-                 {"skipped_steps", r.skippedSteps},
-                 {"train_seconds", r.trainSeconds},
-                 {"steps_per_second", r.stepsPerSecond},
-                 {"peak_bytes", r.peakBytes},
-                 {"peak_kind", r.peakKind},
-                 {"majority_baseline", r.majorityBaseline},
-                 {"device", r.device},
-                 {"precision", r.precision},
-                 {"options", trajectory}};
+  json report = r;
+  report["task"] = o.task;
+  report["attention"] = o.attention;
+  report["options"] = trajectory;
   writeFileAtomically(o.out + "/report.json", report.dump(2) + "\n");
   return r;
 }
