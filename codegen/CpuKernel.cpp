@@ -2,6 +2,7 @@
 
 #include "codegen/CpuKernel.h"
 #include "codegen/KernelBuilder.h"
+#include "codegen/spectra_compiler.h"
 #include "codegen/Passes.h"
 #include "passes/Passes.h"
 
@@ -65,17 +66,17 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   Location loc = component.getLoc();
   Type f32 = b.getF32Type();
   int64_t dyn = ShapedType::kDynamic;
-  // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat
-  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVMOM");
+  // q, k, v, keep, W, rowscale, params, S, z, zabs, out, shift, qstat
+  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVVMVM");
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   KernelBuilder kb(b, loc, component);
   Value q = entry->getArgument(0), k = entry->getArgument(1), v = entry->getArgument(2),
         keep = entry->getArgument(3), W = entry->getArgument(4), rowscale = entry->getArgument(5),
         paramsBuf = entry->getArgument(6), S = entry->getArgument(7), z = entry->getArgument(8),
-        out = entry->getArgument(9), shiftBuf = entry->getArgument(10),
-        qstat = entry->getArgument(11);
-  Value c0 = kb.idx(0), c1 = kb.idx(1);
+        zabs = entry->getArgument(9), out = entry->getArgument(10), shift = entry->getArgument(11),
+        qstat = entry->getArgument(12);
+  Value c0 = kb.idx(0), c1 = kb.idx(1), c2 = kb.idx(2);
   Value nq = kb.dim(q, 0), nk = kb.dim(k, 0), d = kb.dim(k, 1), dv = kb.dim(v, 1), m = kb.dim(W, 0);
   unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
   unsigned outputs = component.getNumOutputs();
@@ -103,128 +104,109 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuForwardKernel(ModuleOp module, Co
   auto featureIndex = [&](unsigned o, Value i) {
     return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i).getResult();
   };
-  /// The online stabiliser (as flash attention's softmax): when logit `l` exceeds the
-  /// running constant `M`, `rescale(r)` multiplies what was accumulated relative to M
-  /// by r = exp(M - l) and returns the rescaled carried values; returns (max(M, l), carried').
-  auto raiseConstant = [&](Value l, Value M, ValueRange carried,
-                           function_ref<SmallVector<Value>(Value r, ValueRange carried)> rescale) {
-    Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, l, M);
-    if (carried.empty()) {
-      // Without results the builder adds the terminators itself.
-      auto ifOp = scf::IfOp::create(b, loc, above, /*withElseRegion=*/false);
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(&ifOp.getThenRegion().front());
-        rescale(math::ExpOp::create(b, loc, kb.sub(M, l)), carried);
-      }
-      return std::make_pair(arith::MaximumFOp::create(b, loc, M, l).getResult(), SmallVector<Value>());
-    }
-    auto ifOp = scf::IfOp::create(b, loc, carried.getTypes(), above, /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&ifOp.getThenRegion().front());
-      Value r = math::ExpOp::create(b, loc, kb.sub(M, l));
-      scf::YieldOp::create(b, loc, rescale(r, carried));
-      b.setInsertionPointToStart(&ifOp.getElseRegion().front());
-      scf::YieldOp::create(b, loc, carried);
-    }
-    return std::make_pair(arith::MaximumFOp::create(b, loc, M, l).getResult(),
-                          SmallVector<Value>(ifOp.getResults()));
-  };
+  auto absf = [&](Value x) { return math::AbsFOp::create(b, loc, x).getResult(); };
 
-  // 1. Zero S and z, then one pass over kept keys: phi(k_j) lives in registers
-  //    only; S and z are relative to the running key constant M (the max logit
-  //    so far), rescaled when it rises, so at the end M is the max logit over
-  //    kept keys, features and outputs: one constant per slice, exact.
+  // 1. Zero S, z, zabs and the key constants (-inf), then one pass over kept keys:
+  //    phi(k_j) lives in registers only. Feature f's S row, z_f and zabs_f are relative
+  //    to its own running constant c_f (the largest logit of feature f so far), rescaled
+  //    when it rises, so at the end c_f = max over kept keys: S_f and z_f hold a term
+  //    exp(0) each and nothing underflows to 0/0 (the stabiliser contract, Reference.h).
   Value numFeatures = arith::MulIOp::create(b, loc, m, kb.idx(outputs));
   forRange(numFeatures, [&](Value f) {
     kb.store(kb.f32(0), z, {f});
+    kb.store(kb.f32(0), zabs, {f});
+    kb.store(negInf, shift, {f});
     forRange(dv, [&](Value c) { kb.store(kb.f32(0), S, {f, c}); });
   });
-  auto rescaleSummary = [&](Value r, ValueRange carried) {
-    forRange(numFeatures, [&](Value f) {
-      kb.store(kb.mul(kb.load(z, {f}), r), z, {f});
-      forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(S, {f, c}), r), S, {f, c}); });
-    });
-    return SmallVector<Value>();
-  };
-  Value keyShift;
-  {
-    auto keys = scf::ForOp::create(b, loc, c0, nk, c1, ValueRange{negInf});
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(keys.getBody());
-    Value j = keys.getInductionVar(), Mkeys = keys.getRegionIterArgs()[0];
+  forRange(nk, [&](Value j) {
     Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
-    auto ifKept = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, kept, /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(&ifKept.getElseRegion().front());
-      scf::YieldOp::create(b, loc, ValueRange{Mkeys});
-      b.setInsertionPointToStart(&ifKept.getThenRegion().front());
-      Value xx = squaredNorm(k, j);
-      auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{Mkeys});
-      {
-        OpBuilder::InsertionGuard loop(b);
-        b.setInsertionPointToStart(feats.getBody());
-        Value i = feats.getInductionVar(), M = feats.getRegionIterArgs()[0];
-        auto [logits, coeffs] = kb.features(kb.dot(W, i, k, j, d), xx, rowNorm(i), params);
-        Value scale = kb.load(rowscale, {i});
-        for (unsigned o = 0; o < outputs; ++o) {
-          M = raiseConstant(logits[o], M, {}, rescaleSummary).first;
-          Value e = math::ExpOp::create(b, loc, kb.sub(logits[o], M));
-          Value phi = kb.mul(kb.mul(coeffs[o], e), scale);
-          Value f = featureIndex(o, i);
-          kb.store(kb.add(kb.load(z, {f}), phi), z, {f});
-          forRange(dv, [&](Value c) {
-            kb.store(kb.add(kb.load(S, {f, c}), kb.mul(phi, kb.load(v, {j, c}))), S, {f, c});
-          });
+    auto ifKept = scf::IfOp::create(b, loc, kept, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(&ifKept.getThenRegion().front());
+    Value xx = squaredNorm(k, j);
+    forRange(m, [&](Value i) {
+      auto [logits, coeffs] = kb.features(kb.dot(W, i, k, j, d), xx, rowNorm(i), params);
+      Value scale = kb.load(rowscale, {i});
+      for (unsigned o = 0; o < outputs; ++o) {
+        Value f = featureIndex(o, i), l = logits[o], M = kb.load(shift, {f});
+        Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, l, M);
+        auto raise = scf::IfOp::create(b, loc, above, /*withElseRegion=*/false);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(&raise.getThenRegion().front());
+          Value r = math::ExpOp::create(b, loc, kb.sub(M, l));
+          kb.store(kb.mul(kb.load(z, {f}), r), z, {f});
+          kb.store(kb.mul(kb.load(zabs, {f}), r), zabs, {f});
+          forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(S, {f, c}), r), S, {f, c}); });
+          kb.store(l, shift, {f});
         }
-        scf::YieldOp::create(b, loc, ValueRange{M});
+        Value e = math::ExpOp::create(b, loc, kb.sub(l, kb.load(shift, {f})));
+        Value phi = kb.mul(kb.mul(coeffs[o], e), scale);
+        kb.store(kb.add(kb.load(z, {f}), phi), z, {f});
+        kb.store(kb.add(kb.load(zabs, {f}), absf(phi)), zabs, {f});
+        forRange(dv, [&](Value c) {
+          kb.store(kb.add(kb.load(S, {f, c}), kb.mul(phi, kb.load(v, {j, c}))), S, {f, c});
+        });
       }
-      scf::YieldOp::create(b, loc, feats.getResults());
-    }
-    scf::YieldOp::create(b, loc, ifKept.getResults());
-    b.setInsertionPointAfter(keys);
-    Value finite = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, keys.getResult(0), negInf);
-    keyShift = arith::SelectOp::create(b, loc, finite, keys.getResult(0), kb.f32(0));
-  }
-  kb.store(keyShift, shiftBuf, {c0});
+    });
+  });
+  // A feature no kept key reached (every key masked: refused by the runtime) keeps 0.
+  forRange(numFeatures, [&](Value f) {
+    Value c = kb.load(shift, {f});
+    Value finite = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, c, negInf);
+    kb.store(arith::SelectOp::create(b, loc, finite, c, kb.f32(0)), shift, {f});
+  });
 
-  // 2. Readout, one pass per query with its own running constant; the final
-  //    constant and denominator are saved (qstat) for the backward.
+  // 2. Readout, one pass per query: feature f weighs exp(l_f + c_f - M) with M the
+  //    query's running max of l_f + c_f (out and the sums rescaled when it rises). The
+  //    denominator guard (kDenominatorGuard in the C API header) uses T = sum |phi| zabs;
+  //    qstat saves (M, the guarded denominator, whether the guard fired) for the backward.
   forRange(nq, [&](Value n) {
     Value xx = squaredNorm(q, n);
     forRange(dv, [&](Value c) { kb.store(kb.f32(0), out, {n, c}); });
-    auto rescaleRow = [&](Value r, ValueRange carried) {
-      forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(out, {n, c}), r), out, {n, c}); });
-      return SmallVector<Value>{kb.mul(carried[0], r)};
-    };
-    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf, kb.f32(0)});
+    auto feats = scf::ForOp::create(b, loc, c0, m, c1, ValueRange{negInf, kb.f32(0), kb.f32(0)});
     {
       OpBuilder::InsertionGuard loop(b);
       b.setInsertionPointToStart(feats.getBody());
       Value i = feats.getInductionVar();
-      Value M = feats.getRegionIterArgs()[0], den = feats.getRegionIterArgs()[1];
+      Value M = feats.getRegionIterArgs()[0], den = feats.getRegionIterArgs()[1],
+            total = feats.getRegionIterArgs()[2];
       auto [logits, coeffs] = kb.features(kb.dot(W, i, q, n, d), xx, rowNorm(i), params);
       for (unsigned o = 0; o < outputs; ++o) {
-        auto [raised, carried] = raiseConstant(logits[o], M, ValueRange{den}, rescaleRow);
-        M = raised;
-        den = carried[0];
-        Value phi = kb.mul(coeffs[o], math::ExpOp::create(b, loc, kb.sub(logits[o], M)));
         Value f = featureIndex(o, i);
-        den = kb.add(den, kb.mul(phi, kb.load(z, {f})));
+        Value l = kb.add(logits[o], kb.load(shift, {f}));
+        Value above = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, l, M);
+        auto raise = scf::IfOp::create(b, loc, TypeRange{f32, f32}, above, /*withElseRegion=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(&raise.getThenRegion().front());
+          Value r = math::ExpOp::create(b, loc, kb.sub(M, l));
+          forRange(dv, [&](Value c) { kb.store(kb.mul(kb.load(out, {n, c}), r), out, {n, c}); });
+          scf::YieldOp::create(b, loc, ValueRange{kb.mul(den, r), kb.mul(total, r)});
+          b.setInsertionPointToStart(&raise.getElseRegion().front());
+          scf::YieldOp::create(b, loc, ValueRange{den, total});
+        }
+        M = arith::MaximumFOp::create(b, loc, M, l);
+        Value phi = kb.mul(coeffs[o], math::ExpOp::create(b, loc, kb.sub(l, M)));
+        den = kb.add(raise.getResult(0), kb.mul(phi, kb.load(z, {f})));
+        total = kb.add(raise.getResult(1), kb.mul(absf(phi), kb.load(zabs, {f})));
         forRange(dv, [&](Value c) {
           kb.store(kb.add(kb.load(out, {n, c}), kb.mul(phi, kb.load(S, {f, c}))), out, {n, c});
         });
       }
-      scf::YieldOp::create(b, loc, ValueRange{M, den});
+      scf::YieldOp::create(b, loc, ValueRange{M, den, total});
     }
-    Value den = feats.getResult(1);
+    Value den = feats.getResult(1), total = feats.getResult(2);
+    Value eps = kb.mul(kb.f32(SPECTRA_DENOMINATOR_GUARD), total);
+    // Fires unless |den| > eps (NaN-safe: an unordered compare fires it too).
+    Value fired = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ULE, absf(den), eps);
+    Value guarded = arith::SelectOp::create(b, loc, fired, kb.add(den, kb.mul(kb.f32(2), eps)), den);
     forRange(dv, [&](Value c) {
-      kb.store(arith::DivFOp::create(b, loc, kb.load(out, {n, c}), den), out, {n, c});
+      kb.store(arith::DivFOp::create(b, loc, kb.load(out, {n, c}), guarded), out, {n, c});
     });
     kb.store(feats.getResult(0), qstat, {n, c0});
-    kb.store(den, qstat, {n, c1});
+    kb.store(guarded, qstat, {n, c1});
+    kb.store(arith::UIToFPOp::create(b, loc, f32, fired), qstat, {n, c2});
   });
   func::ReturnOp::create(b, loc);
   return fn;
@@ -296,7 +278,7 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   Type f32 = b.getF32Type();
   int64_t dyn = ShapedType::kDynamic;
   // q, k, v, keep, W, rowscale, params, S, z, out, shift, qstat, gout | dq, dk, dv, dW, dparams, dS, dz
-  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVMOMM" "MMMMVMV");
+  func::FuncOp fn = createKernelFunction(b, loc, name, "MMMVMVVMVMVMM" "MMMMVMV");
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   KernelBuilder kb(b, loc, component);
@@ -346,18 +328,22 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   forRange(m, [&](Value i) { kb.store(squaredNorm(W, i), wwBuf, {i}); });
 
   /// For feature i of row `row` of x: per output o, the (shifted, scaled) phi,
-  /// e = exp(logit - shift) * scale, and d phi / d arg v = phi dl/dv + e dc/dv.
+  /// e = exp(logit - shiftOf(o)) * scale, and d phi / d arg v = phi dl/dv + e dc/dv.
   struct FeatureGrad {
     Value phi;
     SmallVector<Value> dphi;  // per argument v
   };
-  auto featureGrads = [&](Value x, Value row, Value xx, Value i, Value shift, Value scale) {
+  auto featureIndex = [&](unsigned o, Value i) {
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i).getResult();
+  };
+  auto featureGrads = [&](Value x, Value row, Value xx, Value i,
+                          function_ref<Value(unsigned)> shiftOf, Value scale) {
     Value wx = kb.dot(W, i, x, row, d), ww = kb.load(wwBuf, {i});
     auto [logits, coeffs] = kb.features(wx, xx, ww, params);
     SmallVector<Value> pv = kb.partials(partials, wx, xx, ww, params);
     SmallVector<FeatureGrad> grads;
     for (unsigned o = 0; o < outputs; ++o) {
-      Value e = math::ExpOp::create(b, loc, sub(logits[o], shift));
+      Value e = math::ExpOp::create(b, loc, sub(logits[o], shiftOf(o)));
       if (scale)
         e = mul(e, scale);
       FeatureGrad g{mul(coeffs[o], e), {}};
@@ -383,14 +369,17 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   // Pass A, queries: dL/dphi(q), dS, dz, and the query-side dq, dW, dparams.
   forRange(nq, [&](Value n) {
     Value xx = squaredNorm(q, n);
-    // The forward's per-query constant and denominator (qstat).
-    Value shift = kb.load(qstat, {n, c0});
+    // The forward's per-query constant and guarded denominator (qstat); feature f's
+    // exponent is l_f + c_f - M as in the readout.
+    Value M = kb.load(qstat, {n, c0});
     Value rden = arith::DivFOp::create(b, loc, kb.f32(1), kb.load(qstat, {n, c1}));
     Value gdot = kb.dot(gout, n, out, n, dv);
     forRange(m, [&](Value i) {
-      SmallVector<FeatureGrad> grads = featureGrads(q, n, xx, i, shift, Value());
+      SmallVector<FeatureGrad> grads = featureGrads(
+          q, n, xx, i, [&](unsigned o) { return sub(M, kb.load(shiftBuf, {featureIndex(o, i)})); },
+          Value());
       for (unsigned o = 0; o < outputs; ++o) {
-        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
+        Value f = featureIndex(o, i);
         Value gS = kb.dot(gout, n, S, f, dv);
         Value a = mul(sub(gS, mul(gdot, kb.load(z, {f}))), rden);
         Value scaled = mul(grads[o].phi, rden);
@@ -402,7 +391,6 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
   });
 
   // Pass B, kept keys: dv and the key-side dk, dW, dparams.
-  Value keyShift = kb.load(shiftBuf, {c0});
   forRange(nk, [&](Value j) {
     Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, kb.load(keep, {j}), kb.f32(0));
     auto ifKept = scf::IfOp::create(b, loc, kept, /*withElseRegion=*/false);
@@ -410,9 +398,11 @@ FailureOr<func::FuncOp> mlir::spectra::buildCpuBackwardKernel(ModuleOp module, C
     b.setInsertionPointToStart(&ifKept.getThenRegion().front());
     Value xx = squaredNorm(k, j);
     forRange(m, [&](Value i) {
-      SmallVector<FeatureGrad> grads = featureGrads(k, j, xx, i, keyShift, kb.load(rowscale, {i}));
+      SmallVector<FeatureGrad> grads = featureGrads(
+          k, j, xx, i, [&](unsigned o) { return kb.load(shiftBuf, {featureIndex(o, i)}); },
+          kb.load(rowscale, {i}));
       for (unsigned o = 0; o < outputs; ++o) {
-        Value f = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, kb.idx(o), m), i);
+        Value f = featureIndex(o, i);
         Value bval = add(kb.dot(dS, f, v, j, dv), kb.load(dz, {f}));
         Value phi = grads[o].phi;
         forRange(dv, [&](Value c) { accumulate(dvOut, {j, c}, mul(phi, kb.load(dS, {f, c}))); });

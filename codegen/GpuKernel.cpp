@@ -3,6 +3,7 @@
 #include "codegen/GpuKernel.h"
 #include "codegen/CpuKernel.h"
 #include "codegen/KernelBuilder.h"
+#include "codegen/spectra_compiler.h"
 
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
@@ -134,6 +135,15 @@ public:
       r.push_back(ext(load(x, {bh, row, idx(c)})));
     return r;
   }
+  /// Row `row` of q or k [bh] as f32 registers times the slice's input scale
+  /// (normaliser and diagonal transform, [BH, D] f32): the inputs stay in their
+  /// own dtype and are never rounded after scaling.
+  SmallVector<Value> loadScaledRow(Value x, Value scale, Value bh, Value row) {
+    SmallVector<Value> r = loadRow(x, bh, row, s.D);
+    for (int64_t c = 0; c < s.D; ++c)
+      r[c] = mul(r[c], load(scale, {bh, idx(c)}));
+    return r;
+  }
   Value dotRegs(ArrayRef<Value> x, ArrayRef<Value> y) {
     Value acc = f32(0);
     for (auto [a, c] : llvm::zip(x, y))
@@ -167,7 +177,8 @@ public:
 
 /// The typed arguments of the kernels.
 struct Types {
-  MemRefType rows, values, keep, W, rowscale, params, shift, S, z, qstat, dW, gradRows, gradValues;
+  MemRefType rows, values, keep, W, rowscale, params, shift, S, z, qstat, dW, gradRows, gradValues,
+      guarded, xscale;
   Types(MLIRContext *ctx, const Shape &s) {
     int64_t dyn = ShapedType::kDynamic;
     Type f32 = Float32Type::get(ctx);
@@ -177,7 +188,9 @@ struct Types {
     W = MemRefType::get({s.M, s.D}, f32);
     rowscale = MemRefType::get({s.M}, f32);
     params = MemRefType::get({dyn, s.P}, f32);
-    shift = MemRefType::get({dyn}, f32);
+    shift = MemRefType::get({dyn, s.K * s.M}, f32);
+    guarded = MemRefType::get({dyn}, f32);
+    xscale = MemRefType::get({dyn, s.D}, f32);
     S = MemRefType::get({dyn, s.K * s.M, s.DV}, f32);
     z = MemRefType::get({dyn, s.K * s.M}, f32);
     qstat = MemRefType::get({dyn, dyn, 3}, f32);
@@ -237,22 +250,48 @@ FeatureAt featureAt(GpuBuilder &g, Value W, Value i, ArrayRef<Value> x, Value xx
   return f;
 }
 
-/// The largest logit of a register row over all features and outputs.
-Value maxLogit(GpuBuilder &g, Value W, ArrayRef<Value> x, Value xx, ArrayRef<Value> params) {
+/// Feature f's key constant as the kernels use it: 0 when no key is kept.
+Value keyShift(GpuBuilder &g, Value shiftBuf, Value bh, Value f) {
+  Value sh = g.load(shiftBuf, {bh, f});
+  Value finite = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT, sh, g.negInf());
+  return g.select(finite, sh, g.f32(0));
+}
+
+/// A query's constant: the largest l_f + c_f over all features and outputs.
+Value queryConstant(GpuBuilder &g, Value W, Value shiftBuf, Value bh, ArrayRef<Value> x, Value xx,
+                    ArrayRef<Value> params) {
   return g.loop(g.idx(0), g.idx(g.s.M), {g.negInf()}, [&](Value i, ValueRange acc) {
     FeatureAt f = featureAt(g, W, i, x, xx, params);
     Value m = acc[0];
-    for (Value l : f.logits)
-      m = g.fmax(m, l);
+    for (unsigned o = 0; o < f.logits.size(); ++o)
+      m = g.fmax(m, g.add(f.logits[o], keyShift(g, shiftBuf, bh, g.featureIndex(o, i))));
     return SmallVector<Value>{m};
   })[0];
 }
 
-/// The slice's key constant as the kv kernels use it: 0 when no key is kept.
-Value keyShift(GpuBuilder &g, Value shiftBuf, Value bh) {
-  Value sh = g.load(shiftBuf, {bh});
-  Value finite = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT, sh, g.negInf());
-  return g.select(finite, sh, g.f32(0));
+/// A query's guarded denominator: den = sum_f phi_f z_f and T = sum_f |phi_f| zabs_f with
+/// phi_f = coeff exp(l_f + c_f - M); where |den| <= guard * T the result is den + 2 guard T.
+/// Returns (guarded den, fired as i1).
+std::pair<Value, Value> guardedDenominator(GpuBuilder &g, Value W, Value shiftBuf, Value z,
+                                           Value zabs, Value bh, ArrayRef<Value> x, Value xx,
+                                           ArrayRef<Value> params, Value M) {
+  SmallVector<Value> sums =
+      g.loop(g.idx(0), g.idx(g.s.M), {g.f32(0), g.f32(0)}, [&](Value i, ValueRange acc) {
+        FeatureAt f = featureAt(g, W, i, x, xx, params);
+        Value den = acc[0], total = acc[1];
+        for (unsigned o = 0; o < g.s.K; ++o) {
+          Value fi = g.featureIndex(o, i);
+          Value phi = g.mul(f.coeffs[o],
+                            g.exp(g.sub(g.add(f.logits[o], keyShift(g, shiftBuf, bh, fi)), M)));
+          den = g.add(den, g.mul(phi, g.load(z, {bh, fi})));
+          total = g.add(total, g.mul(math::AbsFOp::create(g.b, g.loc, phi), g.load(zabs, {bh, fi})));
+        }
+        return SmallVector<Value>{den, total};
+      });
+  Value eps = g.mul(g.f32(SPECTRA_DENOMINATOR_GUARD), sums[1]);
+  Value fired = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::ULE,
+                                      math::AbsFOp::create(g.b, g.loc, sums[0]), eps);
+  return {g.select(fired, g.add(sums[0], g.mul(g.f32(2), eps)), sums[0]), fired};
 }
 
 /// Chains dL/dphi = a of each output into (d wx, 2 d xx, 2 d ww, d params),
@@ -305,34 +344,65 @@ void accumulateWeightGrads(GpuBuilder &g, const Chained &c, const FeatureAt &f,
 // Forward
 //===----------------------------------------------------------------------===//
 
+/// Thread per row i of W (block: 128 rows, grid.z over them), block per 256-key chunk:
+/// the largest logit of each feature over the chunk's kept keys, one atomic max per
+/// feature and block into shift[bh, f] (init -inf). Max is order-independent, so the
+/// result is deterministic.
 void buildKeyMax(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
                  const Types &t, StringRef name) {
-  auto fn = makeKernel(b, loc, name, {t.rows, t.keep, t.W, t.params, t.shift}, T::rowThreads);
+  auto fn = makeKernel(b, loc, name, {t.rows, t.keep, t.W, t.params, t.shift, t.xscale},
+                       T::rowThreads);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.getBody().front());
   GpuBuilder g(b, loc, component, s);
   auto arg = [&](unsigned i) { return fn.getArgument(i); };
-  Value k = arg(0), keep = arg(1), W = arg(2), params = arg(3), shift = arg(4), H = arg(5);
-  RowThread r = rowThread(g, k);
-  Value kept = keptRow(g, keep, r, H);
-  SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
-  SmallVector<Value> p = g.loadParams(params, r.bh);
-  Value m = g.select(kept, maxLogit(g, W, x, g.dotRegs(x, x), p), g.negInf());
-  m = g.warpReduce(m, /*isMax=*/true);
-  Value lane0 = g.cmp(arith::CmpIPredicate::eq, g.remui(g.tid(), g.idx(32)), g.idx(0));
-  g.ifThen(lane0, [&] {
-    memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maximumf, m, shift, ValueRange{r.bh});
+  Value k = arg(0), keep = arg(1), W = arg(2), params = arg(3), shift = arg(4), kscale = arg(5),
+        H = arg(6);
+  Value bh = g.bid(gpu::Dimension::y);
+  Value i = g.addi(g.muli(g.bid(gpu::Dimension::z), g.idx(T::rowThreads)), g.tid());
+  Value inM = g.cmp(arith::CmpIPredicate::ult, i, g.idx(s.M));
+  Value ic = g.minui(i, g.idx(s.M - 1));
+  Value n = g.dim(k, 1);
+  Value start = g.muli(g.bid(gpu::Dimension::x), g.idx(T::chunkRows));
+  Value end = g.minui(g.addi(start, g.idx(T::chunkRows)), n);
+  SmallVector<Value> p = g.loadParams(params, bh);
+  SmallVector<Value> w;
+  for (int64_t c = 0; c < s.D; ++c)
+    w.push_back(g.load(W, {ic, g.idx(c)}));
+  Value ww = g.dotRegs(w, w);
+  Value batch = g.divui(bh, H);
+  SmallVector<Value> init(s.K, g.negInf());
+  SmallVector<Value> maxes = g.loop(start, end, init, [&](Value j, ValueRange acc) {
+    // Every thread reads the same key row: one broadcast load per element.
+    SmallVector<Value> x = g.loadScaledRow(k, kscale, bh, j);
+    Value kept = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT,
+                                       g.load(keep, {batch, j}), g.f32(0));
+    auto [logits, coeffs] = g.features(g.dotRegs(w, x), g.dotRegs(x, x), ww, p);
+    SmallVector<Value> next;
+    for (unsigned o = 0; o < s.K; ++o)
+      next.push_back(g.select(kept, g.fmax(acc[o], logits[o]), acc[o]));
+    return next;
+  });
+  g.ifThen(inM, [&] {
+    for (unsigned o = 0; o < s.K; ++o)
+      memref::AtomicRMWOp::create(b, loc, arith::AtomicRMWKind::maximumf, maxes[o], shift,
+                                  ValueRange{bh, g.featureIndex(o, ic)});
   });
   gpu::ReturnOp::create(b, loc);
 }
 
-/// What distinguishes the two summary kernels (S, z over keys; dS, dz over queries).
+/// What distinguishes the two summary kernels (S, z, zabs over keys; dS, dz over queries).
+/// A staged row's exponent for feature f is logit_f + offset_f - rowShift.
 struct SummaryRole {
-  /// Per staged row j (clamped, valid): the phi scale, the logit shift and the z weight.
+  /// Per staged row j (clamped, valid): the phi scale, the row shift and the z weight.
   std::function<std::tuple<Value, Value, Value>(GpuBuilder &, gpu::GPUFuncOp, Value bh, Value j)>
       row;
-  /// The per-feature scale (quadrature row weights for keys).
-  std::function<Value(GpuBuilder &, gpu::GPUFuncOp, Value i)> feature;
+  /// Per feature (row i of W, feature index f): the phi scale (quadrature row weights
+  /// for keys) and the exponent offset (-c_f for keys, +c_f for queries).
+  std::function<std::pair<Value, Value>(GpuBuilder &, gpu::GPUFuncOp, Value bh, Value i, Value f)>
+      feature;
+  /// The argument accumulating sum |phi| (zabs), or -1 for none.
+  int absArg = -1;
 };
 
 /// sum over a 256-row chunk of phi(x_j) * value_j^T into Sacc[bh] (and
@@ -341,7 +411,7 @@ struct SummaryRole {
 void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
                   const Types &t, StringRef name, SmallVector<Type> args, unsigned xArg,
                   unsigned vArg, unsigned WArg, unsigned paramsArg, unsigned SArg, unsigned zArg,
-                  const SummaryRole &role) {
+                  unsigned scaleArg, const SummaryRole &role) {
   MLIRContext *ctx = b.getContext();
   auto shared = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
   Type f32 = b.getF32Type();
@@ -356,7 +426,7 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
   GpuBuilder g(b, loc, component, s);
   Value x = fn.getArgument(xArg), v = fn.getArgument(vArg), W = fn.getArgument(WArg),
         params = fn.getArgument(paramsArg), Sacc = fn.getArgument(SArg),
-        zacc = fn.getArgument(zArg);
+        zacc = fn.getArgument(zArg), xscale = fn.getArgument(scaleArg);
   ArrayRef<BlockArgument> wg = fn.getWorkgroupAttributions();
   Value xs = wg[0], vs = wg[1], rscale = wg[2], rshift = wg[3], zw = wg[4], phis = wg[5];
   Value bh = g.bid(gpu::Dimension::y), chunk = g.bid(gpu::Dimension::z), tid = g.tid();
@@ -376,22 +446,25 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
     }
   };
 
-  SmallVector<Value> init(R + 1, g.f32(0));
+  const bool withAbs = role.absArg >= 0;
+  SmallVector<Value> init(R + 1 + (withAbs ? 1 : 0), g.f32(0));
   SmallVector<Value> acc = g.loop(
       g.idx(0), g.idx(T::chunkRows / TK), init, [&](Value tile, ValueRange carried) {
         Value r0 = g.addi(start, g.muli(tile, g.idx(TK)));
         // Stage the tile's rows and values (zeros past the end).
-        auto stage = [&](Value src, Value dst, int64_t width) {
+        auto stage = [&](Value src, Value dst, int64_t width, Value scale) {
           strided(TK * width, [&](Value e) {
             Value jj = g.divui(e, g.idx(width)), c = g.remui(e, g.idx(width));
             Value j = g.addi(r0, jj);
             Value in = g.cmp(arith::CmpIPredicate::ult, j, n);
             Value val = g.ext(g.load(src, {bh, g.minui(j, last), c}));
+            if (scale)
+              val = g.mul(val, g.load(scale, {bh, c}));
             g.store(g.select(in, val, g.f32(0)), dst, {jj, c});
           });
         };
-        stage(x, xs, s.D);
-        stage(v, vs, s.DV);
+        stage(x, xs, s.D, xscale);
+        stage(v, vs, s.DV, Value());
         g.ifThen(g.cmp(arith::CmpIPredicate::ult, tid, g.idx(TK)), [&] {
           Value j = g.addi(r0, tid);
           Value in = g.cmp(arith::CmpIPredicate::ult, j, n);
@@ -412,14 +485,15 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
             xr.push_back(g.load(xs, {jj, g.idx(c)}));
           FeatureAt f = featureAt(g, W, ic, xr, g.dotRegs(xr, xr), p);
           Value rowScale = g.load(rscale, {jj});
-          Value scale = g.mul(rowScale, role.feature(g, fn, ic));
           // Masked and out-of-range rows are selected away, never multiplied by 0:
           // their exp may overflow (the shift covers kept rows only) and inf * 0 is NaN.
           Value live = arith::AndIOp::create(
               b, loc, inM,
               arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ONE, rowScale, g.f32(0)));
           for (unsigned o = 0; o < s.K; ++o) {
-            Value phi = g.mul(g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], g.load(rshift, {jj})))), scale);
+            auto [featureScale, offset] = role.feature(g, fn, bh, ic, g.featureIndex(o, ic));
+            Value exponent = g.sub(g.add(f.logits[o], offset), g.load(rshift, {jj}));
+            Value phi = g.mul(g.mul(f.coeffs[o], g.exp(exponent)), g.mul(rowScale, featureScale));
             g.store(g.select(live, phi, g.f32(0)), phis, {g.addi(g.idx(o * s.MC), il), jj});
           }
         });
@@ -433,8 +507,12 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
             next[r] = g.add(next[r], g.mul(g.load(phis, {fl, g.idx(jj)}), g.load(vs, {g.idx(jj), c})));
         }
         Value fz = g.minui(tid, g.idx(FC - 1));
-        for (int64_t jj = 0; jj < TK; ++jj)
-          next[R] = g.add(next[R], g.mul(g.load(phis, {fz, g.idx(jj)}), g.load(zw, {g.idx(jj)})));
+        for (int64_t jj = 0; jj < TK; ++jj) {
+          Value phi = g.load(phis, {fz, g.idx(jj)});
+          next[R] = g.add(next[R], g.mul(phi, g.load(zw, {g.idx(jj)})));
+          if (withAbs)
+            next[R + 1] = g.add(next[R + 1], math::AbsFOp::create(b, loc, phi));
+        }
         g.barrier();
         return next;
       });
@@ -455,41 +533,59 @@ void buildSummary(OpBuilder &b, Location loc, ComponentOp component, const Shape
   }
   auto [fz, inMz] = globalFeature(tid);
   Value okz = arith::AndIOp::create(b, loc, inMz, g.cmp(arith::CmpIPredicate::ult, tid, g.idx(FC)));
-  g.ifThen(okz, [&, fz = fz] { g.atomicAdd(acc[R], zacc, {bh, fz}); });
+  g.ifThen(okz, [&, fz = fz] {
+    g.atomicAdd(acc[R], zacc, {bh, fz});
+    if (withAbs)
+      g.atomicAdd(acc[R + 1], fn.getArgument(role.absArg), {bh, fz});
+  });
   gpu::ReturnOp::create(b, loc);
 }
 
 void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
                   const Types &t, StringRef name) {
-  auto fn = makeKernel(b, loc, name, {t.rows, t.W, t.params, t.S, t.z, t.values}, T::rowThreads);
+  auto fn = makeKernel(b, loc, name,
+                       {t.rows, t.W, t.params, t.shift, t.S, t.z, t.z, t.values, t.guarded,
+                        t.xscale},
+                       T::rowThreads);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.getBody().front());
   GpuBuilder g(b, loc, component, s);
   auto arg = [&](unsigned i) { return fn.getArgument(i); };
-  Value q = arg(0), W = arg(1), params = arg(2), S = arg(3), z = arg(4), out = arg(5);
+  Value q = arg(0), W = arg(1), params = arg(2), shift = arg(3), S = arg(4), z = arg(5),
+        zabs = arg(6), out = arg(7), guarded = arg(8), qscale = arg(9);
   RowThread r = rowThread(g, q);
-  SmallVector<Value> x = g.loadRow(q, r.bh, r.clamped, s.D);
+  SmallVector<Value> x = g.loadScaledRow(q, qscale, r.bh, r.clamped);
   SmallVector<Value> p = g.loadParams(params, r.bh);
   Value xx = g.dotRegs(x, x);
-  Value shift = maxLogit(g, W, x, xx, p);
-  SmallVector<Value> init(s.DV + 1, g.f32(0));
+  Value M = queryConstant(g, W, shift, r.bh, x, xx, p);
+  SmallVector<Value> init(s.DV + 2, g.f32(0));
   SmallVector<Value> acc = g.loop(g.idx(0), g.idx(s.M), init, [&](Value i, ValueRange carried) {
     FeatureAt f = featureAt(g, W, i, x, xx, p);
     SmallVector<Value> next(carried.begin(), carried.end());
     for (unsigned o = 0; o < s.K; ++o) {
-      Value phi = g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], shift)));
       Value fi = g.featureIndex(o, i);
+      Value phi = g.mul(f.coeffs[o],
+                        g.exp(g.sub(g.add(f.logits[o], keyShift(g, shift, r.bh, fi)), M)));
       next[s.DV] = g.add(next[s.DV], g.mul(phi, g.load(z, {r.bh, fi})));
+      next[s.DV + 1] = g.add(next[s.DV + 1],
+                             g.mul(math::AbsFOp::create(b, loc, phi), g.load(zabs, {r.bh, fi})));
       for (int64_t c = 0; c < s.DV; ++c)
         next[c] = g.add(next[c], g.mul(phi, g.load(S, {r.bh, fi, g.idx(c)})));
     }
     return next;
   });
+  // The denominator guard (SPECTRA_DENOMINATOR_GUARD), counted per slice.
+  Value eps = g.mul(g.f32(SPECTRA_DENOMINATOR_GUARD), acc[s.DV + 1]);
+  Value fired = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::ULE,
+                                      math::AbsFOp::create(b, loc, acc[s.DV]), eps);
+  Value den = g.select(fired, g.add(acc[s.DV], g.mul(g.f32(2), eps)), acc[s.DV]);
   g.ifThen(r.valid, [&] {
     for (int64_t c = 0; c < s.DV; ++c)
-      g.store(g.trunc(arith::DivFOp::create(b, loc, acc[c], acc[s.DV]), s.elem), out,
+      g.store(g.trunc(arith::DivFOp::create(b, loc, acc[c], den), s.elem), out,
               {r.bh, r.row, g.idx(c)});
   });
+  g.ifThen(arith::AndIOp::create(b, loc, r.valid, fired),
+           [&] { g.atomicAdd(g.f32(1), guarded, {r.bh}); });
   gpu::ReturnOp::create(b, loc);
 }
 
@@ -500,33 +596,27 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Shape
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, const Shape &s,
                         const Types &t, FeaturePartialsOp partials, StringRef name) {
   auto fn = makeKernel(b, loc, name,
-                       {t.rows, t.W, t.params, t.S, t.z, t.values, t.values, t.gradRows, t.dW,
-                        t.params, t.qstat},
+                       {t.rows, t.W, t.params, t.shift, t.S, t.z, t.z, t.values, t.values,
+                        t.gradRows, t.dW, t.params, t.qstat, t.xscale},
                        T::rowThreads);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.getBody().front());
   GpuBuilder g(b, loc, component, s);
   auto arg = [&](unsigned i) { return fn.getArgument(i); };
-  Value q = arg(0), W = arg(1), params = arg(2), S = arg(3), z = arg(4), out = arg(5),
-        gout = arg(6), dq = arg(7), dW = arg(8), dparams = arg(9), qstat = arg(10);
+  Value q = arg(0), W = arg(1), params = arg(2), shiftBuf = arg(3), S = arg(4), z = arg(5),
+        zabs = arg(6), out = arg(7), gout = arg(8), dq = arg(9), dW = arg(10), dparams = arg(11),
+        qstat = arg(12), qscale = arg(13);
   RowThread r = rowThread(g, q);
-  SmallVector<Value> x = g.loadRow(q, r.bh, r.clamped, s.D);
+  SmallVector<Value> x = g.loadScaledRow(q, qscale, r.bh, r.clamped);
   SmallVector<Value> gr = g.loadRow(gout, r.bh, r.clamped, s.DV);
   SmallVector<Value> p = g.loadParams(params, r.bh);
   Value xx = g.dotRegs(x, x);
   Value gdot = g.dotRegs(gr, g.loadRow(out, r.bh, r.clamped, s.DV));
-  Value shift = maxLogit(g, W, x, xx, p);
-  Value den = g.loop(g.idx(0), g.idx(s.M), {g.f32(0)}, [&](Value i, ValueRange acc) {
-    FeatureAt f = featureAt(g, W, i, x, xx, p);
-    Value d = acc[0];
-    for (unsigned o = 0; o < s.K; ++o)
-      d = g.add(d, g.mul(g.mul(f.coeffs[o], g.exp(g.sub(f.logits[o], shift))),
-                         g.load(z, {r.bh, g.featureIndex(o, i)})));
-    return SmallVector<Value>{d};
-  })[0];
+  Value M = queryConstant(g, W, shiftBuf, r.bh, x, xx, p);
+  Value den = guardedDenominator(g, W, shiftBuf, z, zabs, r.bh, x, xx, p, M).first;
   Value rden = arith::DivFOp::create(b, loc, g.f32(1), den);
   g.ifThen(r.valid, [&] {
-    g.store(shift, qstat, {r.bh, r.row, g.idx(0)});
+    g.store(M, qstat, {r.bh, r.row, g.idx(0)});
     g.store(rden, qstat, {r.bh, r.row, g.idx(1)});
     g.store(gdot, qstat, {r.bh, r.row, g.idx(2)});
   });
@@ -540,7 +630,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, const
       for (int64_t c = 0; c < s.DV; ++c)
         Srow.push_back(g.load(S, {r.bh, fi, g.idx(c)}));
       Value da = g.mul(g.sub(g.dotRegs(gr, Srow), g.mul(gdot, g.load(z, {r.bh, fi}))), rden);
-      e.push_back(g.exp(g.sub(f.logits[o], shift)));
+      e.push_back(g.exp(g.sub(g.add(f.logits[o], keyShift(g, shiftBuf, r.bh, fi)), M)));
       a.push_back(g.select(r.valid, da, g.f32(0)));
     }
     Chained c = chain(g, partials, f, xx, p, e, a);
@@ -561,7 +651,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const S
                       const Types &t, FeaturePartialsOp partials, StringRef name) {
   auto fn = makeKernel(b, loc, name,
                        {t.rows, t.values, t.keep, t.W, t.rowscale, t.params, t.shift, t.S, t.z,
-                        t.gradRows, t.gradValues, t.dW, t.params},
+                        t.gradRows, t.gradValues, t.dW, t.params, t.xscale},
                        T::rowThreads);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(&fn.getBody().front());
@@ -569,14 +659,13 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const S
   auto arg = [&](unsigned i) { return fn.getArgument(i); };
   Value k = arg(0), v = arg(1), keep = arg(2), W = arg(3), rowscale = arg(4), params = arg(5),
         shiftBuf = arg(6), dS = arg(7), dz = arg(8), dk = arg(9), dv = arg(10), dW = arg(11),
-        dparams = arg(12), H = arg(13);
+        dparams = arg(12), kscale = arg(13), H = arg(14);
   RowThread r = rowThread(g, k);
   Value kept = keptRow(g, keep, r, H);
-  SmallVector<Value> x = g.loadRow(k, r.bh, r.clamped, s.D);
+  SmallVector<Value> x = g.loadScaledRow(k, kscale, r.bh, r.clamped);
   SmallVector<Value> vr = g.loadRow(v, r.bh, r.clamped, s.DV);
   SmallVector<Value> p = g.loadParams(params, r.bh);
   Value xx = g.dotRegs(x, x);
-  Value shift = keyShift(g, shiftBuf, r.bh);
   SmallVector<Value> init(s.D + s.DV, g.f32(0));
   SmallVector<Value> acc = g.loop(g.idx(0), g.idx(s.M), init, [&](Value i, ValueRange carried) {
     FeatureAt f = featureAt(g, W, i, x, xx, p);
@@ -586,7 +675,8 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, const S
     for (unsigned o = 0; o < s.K; ++o) {
       Value fi = g.featureIndex(o, i);
       // Masked keys: select, never multiply (their exp may overflow).
-      Value eo = g.select(kept, g.mul(g.exp(g.sub(f.logits[o], shift)), scale), g.f32(0));
+      Value eo = g.select(
+          kept, g.mul(g.exp(g.sub(f.logits[o], keyShift(g, shiftBuf, r.bh, fi))), scale), g.f32(0));
       Value phi = g.mul(f.coeffs[o], eo);
       SmallVector<Value> dSrow;
       for (int64_t c = 0; c < s.DV; ++c) {
@@ -639,35 +729,41 @@ LogicalResult mlir::spectra::buildGpuKernels(ModuleOp module, FeatureMapOp map,
   b.setInsertionPointToStart(gm.getBody());
 
   buildKeyMax(b, loc, component, s, t, base + "_key_max");
-  // kv_summary(k, v, keep, W, rowscale, params, shift, S, z, H)
+  // kv_summary(k, v, keep, W, rowscale, params, shift, S, z, zabs, kscale, H)
   SummaryRole keys;
   keys.row = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value j) {
-    Value keep = fn.getArgument(2), shiftBuf = fn.getArgument(6), H = fn.getArgument(9);
+    Value keep = fn.getArgument(2), H = fn.getArgument(fn.getFunctionType().getNumInputs() - 1);
     Value kept = arith::CmpFOp::create(g.b, g.loc, arith::CmpFPredicate::OGT,
                                        g.load(keep, {g.divui(bh, H), j}), g.f32(0));
-    return std::make_tuple(g.select(kept, g.f32(1), g.f32(0)), keyShift(g, shiftBuf, bh), g.f32(1));
+    return std::make_tuple(g.select(kept, g.f32(1), g.f32(0)), g.f32(0), g.f32(1));
   };
-  keys.feature = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value i) {
-    return g.load(fn.getArgument(4), {i});
+  keys.feature = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value i, Value f) {
+    Value c = keyShift(g, fn.getArgument(6), bh, f);
+    return std::make_pair(g.load(fn.getArgument(4), {i}),
+                          arith::NegFOp::create(g.b, g.loc, c).getResult());
   };
+  keys.absArg = 9;
   buildSummary(b, loc, component, s, t, base + "_kv_summary",
-               {t.rows, t.values, t.keep, t.W, t.rowscale, t.params, t.shift, t.S, t.z},
-               /*x=*/0, /*v=*/1, /*W=*/3, /*params=*/5, /*S=*/7, /*z=*/8, keys);
+               {t.rows, t.values, t.keep, t.W, t.rowscale, t.params, t.shift, t.S, t.z, t.z,
+                t.xscale},
+               /*x=*/0, /*v=*/1, /*W=*/3, /*params=*/5, /*S=*/7, /*z=*/8, /*scale=*/10, keys);
   buildReadout(b, loc, component, s, t, base + "_readout");
 
   buildQueryBackward(b, loc, component, s, t, *partials, base + "_query_backward");
-  // dsummary(q, gout, W, params, qstat, dS, dz, H)
+  // dsummary(q, gout, W, params, shift, qstat, dS, dz, qscale, H)
   SummaryRole queries;
   queries.row = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value j) {
-    Value qstat = fn.getArgument(4);
-    Value shift = g.load(qstat, {bh, j, g.idx(0)}), rden = g.load(qstat, {bh, j, g.idx(1)});
+    Value qstat = fn.getArgument(5);
+    Value M = g.load(qstat, {bh, j, g.idx(0)}), rden = g.load(qstat, {bh, j, g.idx(1)});
     Value gdot = g.load(qstat, {bh, j, g.idx(2)});
-    return std::make_tuple(rden, shift, arith::NegFOp::create(g.b, g.loc, gdot).getResult());
+    return std::make_tuple(rden, M, arith::NegFOp::create(g.b, g.loc, gdot).getResult());
   };
-  queries.feature = [](GpuBuilder &g, gpu::GPUFuncOp, Value) { return g.f32(1); };
+  queries.feature = [](GpuBuilder &g, gpu::GPUFuncOp fn, Value bh, Value, Value f) {
+    return std::make_pair(g.f32(1), keyShift(g, fn.getArgument(4), bh, f));
+  };
   buildSummary(b, loc, component, s, t, base + "_dsummary",
-               {t.rows, t.values, t.W, t.params, t.qstat, t.S, t.z},
-               /*x=*/0, /*v=*/1, /*W=*/2, /*params=*/3, /*S=*/5, /*z=*/6, queries);
+               {t.rows, t.values, t.W, t.params, t.shift, t.qstat, t.S, t.z, t.xscale},
+               /*x=*/0, /*v=*/1, /*W=*/2, /*params=*/3, /*S=*/6, /*z=*/7, /*scale=*/8, queries);
   buildKeyBackward(b, loc, component, s, t, *partials, base + "_key_backward");
   return success();
 }
@@ -701,12 +797,22 @@ std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelO
                   {"shared_bytes", summaryShared},
                   {"args", std::move(args)}};
   };
+  // key_max: block per 256-key chunk and batch-head, a thread per row of W (grid.z over them).
+  auto keyMaxKernel = [&](Array args) {
+    return Object{{"name", base + "_key_max"},
+                  {"block", Array{T::rowThreads, 1, 1}},
+                  {"grid", Object{{"x", Object{{"rows", "keys"}, {"per_block", T::chunkRows}}},
+                                  {"y", "batch_heads"},
+                                  {"z", (s.M + T::rowThreads - 1) / T::rowThreads}}},
+                  {"shared_bytes", 0},
+                  {"args", std::move(args)}};
+  };
   std::string elem = options.dtype;
   auto buffer = [](StringRef name, StringRef type, Array shape, StringRef init) {
     return Object{{"name", name}, {"type", type}, {"shape", std::move(shape)}, {"init", init}};
   };
   Object artifact{
-      {"version", 1},
+      {"version", 2},
       {"feature_map", base},
       {"dtype", elem},
       {"m", s.M},
@@ -726,10 +832,14 @@ std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelO
              buffer("W", "f32", Array{s.M, s.D}, "input"),
              buffer("rowscale", "f32", Array{s.M}, "input"),
              buffer("params", "f32", Array{"BH", s.P}, "input"),
-             buffer("shift", "f32", Array{"BH"}, "-inf"),
+             buffer("shift", "f32", Array{"BH", s.K * s.M}, "-inf"),
              buffer("S", "f32", Array{"BH", s.K * s.M, s.DV}, "zero"),
              buffer("z", "f32", Array{"BH", s.K * s.M}, "zero"),
+             buffer("zabs", "f32", Array{"BH", s.K * s.M}, "zero"),
              buffer("out", elem, Array{"BH", "Nq", s.DV}, "output"),
+             buffer("guarded", "f32", Array{"BH"}, "zero"),
+             buffer("qscale", "f32", Array{"BH", s.D}, "input"),
+             buffer("kscale", "f32", Array{"BH", s.D}, "input"),
              buffer("gout", elem, Array{"BH", "Nq", s.DV}, "input"),
              buffer("qstat", "f32", Array{"BH", "Nq", 3}, "scratch"),
              buffer("dS", "f32", Array{"BH", s.K * s.M, s.DV}, "zero"),
@@ -740,19 +850,23 @@ std::string mlir::spectra::describeGpuKernels(FeatureMapOp map, const GpuKernelO
              buffer("dW", "f32", Array{"BH", s.M, s.D}, "zero"),
              buffer("dparams", "f32", Array{"BH", s.P}, "zero")}},
       {"forward",
-       Array{rowKernel("key_max", "keys", Array{"k", "keep", "W", "params", "shift", "H"}),
+       Array{keyMaxKernel(Array{"k", "keep", "W", "params", "shift", "kscale", "H"}),
              summaryKernel("kv_summary", "keys",
-                           Array{"k", "v", "keep", "W", "rowscale", "params", "shift", "S", "z", "H"}),
-             rowKernel("readout", "queries", Array{"q", "W", "params", "S", "z", "out", "H"})}},
+                           Array{"k", "v", "keep", "W", "rowscale", "params", "shift", "S", "z",
+                                 "zabs", "kscale", "H"}),
+             rowKernel("readout", "queries",
+                       Array{"q", "W", "params", "shift", "S", "z", "zabs", "out", "guarded",
+                             "qscale", "H"})}},
       {"backward",
        Array{rowKernel("query_backward", "queries",
-                       Array{"q", "W", "params", "S", "z", "out", "gout", "dq", "dW", "dparams",
-                             "qstat", "H"}),
+                       Array{"q", "W", "params", "shift", "S", "z", "zabs", "out", "gout", "dq",
+                             "dW", "dparams", "qstat", "qscale", "H"}),
              summaryKernel("dsummary", "queries",
-                           Array{"q", "gout", "W", "params", "qstat", "dS", "dz", "H"}),
+                           Array{"q", "gout", "W", "params", "shift", "qstat", "dS", "dz",
+                                 "qscale", "H"}),
              rowKernel("key_backward", "keys",
                        Array{"k", "v", "keep", "W", "rowscale", "params", "shift", "dS", "dz",
-                             "dk", "dv", "dW", "dparams", "H"})}},
+                             "dk", "dv", "dW", "dparams", "kscale", "H"})}},
   };
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -6,23 +6,32 @@
 // One gpu.module per feature map holds six kernels (T = the q/k/v element
 // type: f32, bf16 or f16, always accumulated in f32; M, D, Dv are static):
 //
-//  forward
-//   key_max       thread per key: max logit over features (kept keys), warp
-//                 max, one atomic max per warp into shift[bh] (init -inf).
+//  forward (the stabiliser contract of spectra_compiler.h: a key constant per
+//  feature, a constant per query, the denominator guard)
+//   key_max       block per (256-key chunk, bh), thread per row of W: each
+//                 feature's max logit over the chunk's kept keys, one atomic
+//                 max per feature into shift[bh, f] (init -inf).
 //   kv_summary    block per (256-key chunk, bh, feature chunk): tiles of 32
 //                 keys (fewer for wide heads) and their values staged in shared memory, the phi tile
-//                 [features x keys] computed in shared memory, S += phi V and
-//                 z += phi summed in registers; one atomic add per entry per
-//                 block combines the sequence chunks without races.
-//   readout       thread per query: its own constant (max logit), then
-//                 out = phi(q)^T S / phi(q)^T z.
+//                 [features x keys] computed in shared memory (exponent l - c_f),
+//                 S += phi V, z += phi and zabs += |phi| summed in registers; one
+//                 atomic add per entry per block combines the sequence chunks.
+//   readout       thread per query: its constant M = max_f (l_f + c_f), then
+//                 out = phi(q)^T S / phi(q)^T z with the guard (counted in guarded[bh]).
 //  backward (from spectra-derive-partials; no hand-written derivative)
-//   query_backward  thread per query: per-query stats (shift, 1/den, g.out)
+//   query_backward  thread per query: per-query stats (M, 1/den, g.out)
 //                   to qstat, dq, and the query share of dW and dparams
 //                   (warp sums, one atomic per warp).
 //   dsummary      as kv_summary over queries: dS = sum phi(q)/den g^T,
 //                 dz = -sum phi(q)/den (g.out).
 //   key_backward  thread per key: dk, dv and the key share of dW, dparams.
+//
+// q and k arrive in their own dtype, unscaled: every kernel multiplies a loaded
+// row by the slice's input scale (qscale/kscale [BH, D] f32: the d^-1/4
+// normaliser times SADERF's Psi or HCEXP's A), so no scaled input is ever
+// rounded to bf16/f16 (that rounding, amplified by TrigRF's cancelling
+// normaliser, cost 0.2-0.4 relative error); dq and dk are gradients with
+// respect to the scaled rows (the runtime applies the chain rule).
 //
 // Argument layout, sizes and launch geometry are described by
 // describeGpuKernels (the KernelArtifact the runtime launches from).

@@ -24,6 +24,12 @@
 extern "C" {
 #endif
 
+/* The numerics contract every kernel and the eager reference share (runtime/Reference.h):
+ * keys are stabilised with one constant per feature, queries with one per query, and a
+ * denominator with |den| <= SPECTRA_DENOMINATOR_GUARD * T, T = sum_f |phi(q)_f| zabs_f,
+ * zabs_f = sum_j |phi(k_j)_f|, becomes den + 2 SPECTRA_DENOMINATOR_GUARD T. */
+#define SPECTRA_DENOMINATOR_GUARD 1e-3
+
 /* Version of the compiler build: part of every cache key. */
 SPECTRA_API const char *spectra_compiler_version(void);
 
@@ -50,8 +56,10 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant,
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
                                                        const char *feature_map, char **error);
 /* The kernel's C entry point: void (*)(StridedMemRef *q, *k, *v, *keep, *W,
- * *rowscale, *params, *S, *z, *out, *shift, *qstat), memrefs of f32 as MLIR lays them
- * out ({allocated, aligned, offset, sizes[R], strides[R]}). */
+ * *rowscale, *params, *S, *z, *zabs, *out, *shift, *qstat), memrefs of f32 as MLIR lays
+ * them out ({allocated, aligned, offset, sizes[R], strides[R]}); shift holds one key
+ * constant per feature, qstat [Nq, 3] each query's constant, guarded denominator and
+ * whether the guard fired. */
 SPECTRA_API void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel);
 /* The backward entry point: void (*)(q, k, v, keep, W, rowscale, params, S, z,
  * out, shift, qstat, gout, dq, dk, dv, dW, dparams, dS, dz), memrefs as above; NULL

@@ -74,6 +74,7 @@ LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
 // spectra.attention
 //===----------------------------------------------------------------------===//
 
+
 LogicalResult AttentionOp::verify() {
   auto q = llvm::cast<RankedTensorType>(getQuery().getType());
   auto k = llvm::cast<RankedTensorType>(getKey().getType());
@@ -118,6 +119,13 @@ LogicalResult AttentionOp::verify() {
       return constraintError(*this, "C6", mask)
              << "mask must be [batch, key length] = [" << q.getDimSize(0) << ", "
              << k.getDimSize(2) << "], got " << m;
+  }
+  if (Value mask = getQueryMask()) {
+    auto m = llvm::cast<RankedTensorType>(mask.getType());
+    if (conflict(m.getDimSize(0), q.getDimSize(0)) || conflict(m.getDimSize(1), q.getDimSize(2)))
+      return constraintError(*this, "C9", mask)
+             << "query mask must be [batch, query length] = [" << q.getDimSize(0) << ", "
+             << q.getDimSize(2) << "], got " << m;
   }
   SmallVector<int64_t> expected = {q.getDimSize(0), q.getDimSize(1), q.getDimSize(2),
                                    v.getDimSize(3)};

@@ -38,7 +38,7 @@ def Spectra_FeatureMapOp : Spectra_Op<"feature_map", [
 }
 
 def Spectra_AttentionOp : Spectra_Op<"attention", [
-    Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+    Pure, AttrSizedOperandSegments, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "non-causal random-feature attention phi(q)^T S / phi(q)^T z";
   let description = [{
     For q: [B, H, Nq, D], k: [B, H, Nk, D], v: [B, H, Nk, Dv] computes
@@ -46,7 +46,13 @@ def Spectra_AttentionOp : Spectra_Op<"attention", [
     and `z = sum_j phi(s k_j)` per (batch, head), `s = D^(-1/4)` unless
     `scale` is given, so that the target kernel is softmax's
     `exp(q^T k / sqrt(D))`. With `mask` (i1 [B, Nk], true = keep), the features
-    of masked keys are zero: padded keys contribute nothing.
+    of masked keys are zero: padded keys contribute nothing. With `query_mask`
+    (i1 [B, Nq], true = keep; self-attention passes the same padding), padded
+    queries are left out of the statistics the component's parameters use
+    (OPRF's A*, SADERF's Psi, HCEXP's A); their outputs are still computed.
+    Keys are stabilised with one constant per feature and queries with one
+    per query, so the result is finite wherever the estimator is (see
+    REFERENCE-NOTES and the runtime's Reference.h).
 
     Constraints:
     * C1: `feature_map` names a `spectra.feature_map`.
@@ -57,20 +63,25 @@ def Spectra_AttentionOp : Spectra_Op<"attention", [
     * C6: the mask is [B, Nk].
     * C7: the result is [B, H, Nq, Dv].
     * C8: a given `scale` is positive.
+    * C9: the query mask is [B, Nq].
 
     ```mlir
-    %o = spectra.attention %q, %k, %v mask %mask feature_map @posrf_orf
+    %o = spectra.attention %q, %k, %v mask %mask query_mask %mask feature_map @posrf_orf
         : tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>,
-          tensor<2x128xi1> -> tensor<2x4x128x32xf32>
+          tensor<2x128xi1>, tensor<2x128xi1> -> tensor<2x4x128x32xf32>
     ```
   }];
   let arguments = (ins Spectra_Activation:$query, Spectra_Activation:$key,
                        Spectra_Activation:$value, Optional<Spectra_Mask>:$mask,
+                       Optional<Spectra_Mask>:$query_mask,
                        FlatSymbolRefAttr:$feature_map, OptionalAttr<F64Attr>:$scale);
   let results = (outs Spectra_Activation:$result);
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`mask` $mask^)? `feature_map` $feature_map attr-dict
-    `:` type($query) `,` type($key) `,` type($value) (`,` type($mask)^)? `->` type($result)
+    $query `,` $key `,` $value (`mask` $mask^)? (`query_mask` $query_mask^)?
+    `feature_map` $feature_map attr-dict
+    `:` type($query) `,` type($key) `,` type($value) ``
+    custom<MaskTypes>(ref($mask), ref($query_mask), type($mask), type($query_mask))
+    `->` type($result)
   }];
   let hasVerifier = 1;
 }

@@ -117,6 +117,24 @@ def Spectra_DotOp : Spectra_Op<"dot", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Spectra_SplatOp : Spectra_Op<"splat", [Pure]> {
+  let summary = "a scalar as a per-dimension tensor (every entry equal)";
+  let description = [{
+    Combines a scalar with per-dimension statistics in a params region, where
+    arith ops need both operands of one type: the result has the head
+    dimension's length and every entry equal to the operand.
+
+    ```mlir
+    %floor = arith.constant 1.000000e-20 : f32
+    %f = spectra.splat %floor : f32 -> tensor<?xf32>
+    %sq = arith.addf %sum, %f : tensor<?xf32>
+    ```
+  }];
+  let arguments = (ins F32:$value);
+  let results = (outs Spectra_Vector:$result);
+  let assemblyFormat = "$value attr-dict `:` type($value) `->` type($result)";
+}
+
 def Spectra_OptionOp : Spectra_Op<"option", [Pure, HasParent<"ComponentOp">]> {
   let summary = "a named scalar option of a component, with its default";
   let description = [{

@@ -62,10 +62,15 @@ std::optional<int64_t> mlir::spectra::knownIndex(Value value) { return knownInde
 // custom<IndexArgsRegion> / custom<F32ArgsRegion>: `(%a, %b) { ... }`
 //===----------------------------------------------------------------------===//
 //
-// Region arguments written in the op syntax are defined inside the region's
-// isolated name scope. A `^bb0(...)` header instead lets an unresolved forward
-// reference from outside bind to a block argument, which dangles once a later
-// parse error drops the region (found by the malformed-input sweep).
+// Region arguments written in the op syntax are defined inside the region. The
+// ops using these directives (weight_recipe, component, feature_partials) are
+// IsolatedFromAbove, and their regions must be parsed as isolated name scopes
+// (`enableNameShadowing`): otherwise a forward reference left unresolved in one
+// op's region stays pending in the module's scope and binds to a value defined
+// later in another op's region (a cross-region use the verifier never sees if
+// that later op fails to parse: its region is freed while the first op still
+// uses the value, a use-after-free found by the malformed-input sweep). In an
+// isolated scope the reference is reported where it is used.
 
 static ParseResult parseArgsRegion(OpAsmParser &parser, Region &region, Type type) {
   SmallVector<OpAsmParser::Argument> args;
@@ -73,7 +78,7 @@ static ParseResult parseArgsRegion(OpAsmParser &parser, Region &region, Type typ
     return failure();
   for (OpAsmParser::Argument &arg : args)
     arg.type = type;
-  return parser.parseRegion(region, args, /*enableNameShadowing=*/false);
+  return parser.parseRegion(region, args, /*enableNameShadowing=*/true);
 }
 
 static void printArgsRegion(OpAsmPrinter &printer, Region &region) {
@@ -96,6 +101,28 @@ static ParseResult parseF32ArgsRegion(OpAsmParser &parser, Region &region) {
 }
 static void printF32ArgsRegion(OpAsmPrinter &printer, Operation *, Region &region) {
   printArgsRegion(printer, region);
+}
+
+/// custom<MaskTypes>: `, type` for each mask present, in operand order. Two optional
+/// operands of one type cannot be told apart by optional groups of the declarative
+/// format: a query mask alone would be read as the key mask's type.
+static ParseResult parseMaskTypes(OpAsmParser &parser,
+                                  std::optional<OpAsmParser::UnresolvedOperand> mask,
+                                  std::optional<OpAsmParser::UnresolvedOperand> queryMask,
+                                  Type &maskType, Type &queryMaskType) {
+  if (mask && (parser.parseComma() || parser.parseType(maskType)))
+    return failure();
+  if (queryMask && (parser.parseComma() || parser.parseType(queryMaskType)))
+    return failure();
+  return success();
+}
+
+static void printMaskTypes(OpAsmPrinter &printer, Operation *, Value mask, Value queryMask,
+                           Type maskType, Type queryMaskType) {
+  if (mask)
+    printer << ", " << maskType;
+  if (queryMask)
+    printer << ", " << queryMaskType;
 }
 
 #define GET_OP_CLASSES

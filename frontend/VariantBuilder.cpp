@@ -68,18 +68,19 @@ buildVariantModule(MLIRContext *context, const Variant &variant,
       b.getI64IntegerAttr(options.d), b.getI64IntegerAttr(options.seed),
       componentOptions.empty() ? DictionaryAttr() : componentOptions.getDictionary(context));
 
-  // func.func @attention(q, k, v, mask) -> out on [B, H, N, d] tensors.
+  // func.func @attention(q, k, v, mask, query_mask) -> out on [B, H, N, d] tensors.
   Type elt = elementType(context, options.dtype);
   int64_t dyn = ShapedType::kDynamic;
   auto act = RankedTensorType::get({dyn, dyn, dyn, options.d}, elt);
   auto mask = RankedTensorType::get({dyn, dyn}, b.getI1Type());
-  auto fnType = b.getFunctionType({act, act, act, mask}, {act});
+  auto fnType = b.getFunctionType({act, act, act, mask, mask}, {act});
   auto fn = func::FuncOp::create(b, loc, "attention", fnType);
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   auto attention = mlir::spectra::AttentionOp::create(
       b, loc, act, entry->getArgument(0), entry->getArgument(1), entry->getArgument(2),
-      entry->getArgument(3), FlatSymbolRefAttr::get(featureMap.getSymNameAttr()), FloatAttr());
+      entry->getArgument(3), entry->getArgument(4),
+      FlatSymbolRefAttr::get(featureMap.getSymNameAttr()), FloatAttr());
   func::ReturnOp::create(b, loc, attention.getResult());
 
   if (failed(mlir::spectra::linkBuiltinLibrary(*module)) || failed(verify(*module)))

@@ -93,4 +93,18 @@ torch::Tensor LraModelImpl::forward(const torch::Tensor &tokens, const torch::Te
   return head->forward(torch::cat({x0, x1, x0 * x1, x0 - x1}, -1));
 }
 
+std::pair<double, int64_t> LraModelImpl::takeGuardStats() {
+  double guarded = 0;
+  int64_t queries = 0;
+  for (const auto &module : modules(/*include_self=*/false))
+    if (auto *attention = dynamic_cast<SpectralAttentionImpl *>(module.get())) {
+      SpectralAttentionImpl::GuardStats s = attention->guardStats();
+      if (s.guarded.defined())
+        guarded += s.guarded.item<double>();
+      queries += s.queries;
+      attention->resetGuardStats();
+    }
+  return {queries ? guarded / static_cast<double>(queries) : 0.0, queries};
+}
+
 } // namespace spectra::models

@@ -53,6 +53,10 @@ public:
   /// Masked mean of the encoder's final states: [B, embed].
   torch::Tensor encode(const torch::Tensor &tokens);
   const LraConfig &config() const { return cfg; }
+  /// The share of queries whose denominator guard fired (Reference.h, kDenominatorGuard) in
+  /// every spectral attention since the last call, and the queries counted (padded ones
+  /// included); resets the counts. 0 queries for softmax. Synchronises the device once.
+  std::pair<double, int64_t> takeGuardStats();
 
 private:
   LraConfig cfg;

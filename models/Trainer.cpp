@@ -684,6 +684,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                    {"time_s", c.trainSeconds}};
     if (c.skipped > 0)
       record["skipped"] = c.skipped;
+    // The signed estimators' denominator guard (SGQ, TrigRF): the share of attention queries
+    // it replaced in this window's training steps.
+    if (auto [share, queries] = model->takeGuardStats(); queries > 0)
+      record["guarded"] = share;
     return record;
   };
   // A resumed run that had stopped (patience, divergence, time limit) stays stopped; a larger
@@ -801,6 +805,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     }
     if (c.step % o.evalEvery == 0 || c.step == o.steps || outOfTime) {
       Evaluation v = evaluate(model, data.val, o.batch, o.evalBatches, data.dualEncoder, device, dtype);
+      model->takeGuardStats();  // the guard's share is reported for training steps only
       bool better = v.accuracy > c.bestVal;
       if (better) {
         c.bestVal = v.accuracy, c.bestStep = c.step, c.badEvals = 0;

@@ -41,7 +41,7 @@ MemRef<R> view(const torch::Tensor &t) {
 
 using ForwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep, MemRef<2> *W,
                            MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S, MemRef<1> *z,
-                           MemRef<2> *out, MemRef<1> *shift, MemRef<2> *qstat);
+                           MemRef<1> *zabs, MemRef<2> *out, MemRef<1> *shift, MemRef<2> *qstat);
 using BackwardFn = void (*)(MemRef<2> *q, MemRef<2> *k, MemRef<2> *v, MemRef<1> *keep,
                             MemRef<2> *W, MemRef<1> *rowscale, MemRef<1> *params, MemRef<2> *S,
                             MemRef<1> *z, MemRef<2> *out, MemRef<1> *shift, MemRef<2> *qstat,
@@ -99,8 +99,9 @@ FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
   result.out = torch::empty({B, H, Nq, dv}, torch::kFloat32);
   result.S = torch::empty({B, H, F, dv}, torch::kFloat32);
   result.z = torch::empty({B, H, F}, torch::kFloat32);
-  result.shift = torch::empty({B, H}, torch::kFloat32);
-  result.qstat = torch::empty({B, H, Nq, 2}, torch::kFloat32);
+  result.zabs = torch::empty({B, H, F}, torch::kFloat32);
+  result.shift = torch::empty({B, H, F}, torch::kFloat32);
+  result.qstat = torch::empty({B, H, Nq, 3}, torch::kFloat32);
   auto fn = reinterpret_cast<ForwardFn>(spectra_cpu_kernel_forward(kernel.get()));
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -108,11 +109,13 @@ FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
       MemRef<2> mq = view<2>(qs[b][h]), mk = view<2>(ks[b][h]), mv = view<2>(vs[b][h]);
       MemRef<2> mw = view<2>(W), mS = view<2>(result.S[b][h]), mo = view<2>(result.out[b][h]);
       MemRef<1> mkeep = view<1>(keep[b]), mrow = view<1>(rowscale), mp = view<1>(params[b][h]);
-      MemRef<1> mz = view<1>(result.z[b][h]), mshift = view<1>(result.shift[b].slice(0, h, h + 1));
+      MemRef<1> mz = view<1>(result.z[b][h]), mzabs = view<1>(result.zabs[b][h]);
+      MemRef<1> mshift = view<1>(result.shift[b][h]);
       MemRef<2> mst = view<2>(result.qstat[b][h]);
-      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mo, &mshift, &mst);
+      fn(&mq, &mk, &mv, &mkeep, &mw, &mrow, &mp, &mS, &mz, &mzabs, &mo, &mshift, &mst);
     }
   });
+  result.guarded = result.qstat.select(3, 2).sum(2);
   return result;
 }
 
@@ -138,7 +141,7 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
       MemRef<2> mq = view<2>(qs[b][h]), mk = view<2>(ks[b][h]), mv = view<2>(vs[b][h]);
       MemRef<2> mw = view<2>(W), mS = view<2>(saved.S[b][h]), mo = view<2>(saved.out[b][h]);
       MemRef<1> mkeep = view<1>(keep[b]), mrow = view<1>(rowscale), mp = view<1>(params[b][h]);
-      MemRef<1> mz = view<1>(saved.z[b][h]), mshift = view<1>(saved.shift[b].slice(0, h, h + 1));
+      MemRef<1> mz = view<1>(saved.z[b][h]), mshift = view<1>(saved.shift[b][h]);
       MemRef<2> mg = view<2>(gout[b][h]), mdq = view<2>(dq[b][h]), mdk = view<2>(dk[b][h]);
       MemRef<2> mdv = view<2>(dv[b][h]), mdW = view<2>(dW[bh]), mdS = view<2>(dS[bh]);
       MemRef<1> mdp = view<1>(dparams[b][h]), mdz = view<1>(dz[bh]);
@@ -150,18 +153,17 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
   return {dq, dk, dv, dW.sum(0), dparams};
 }
 
-torch::Tensor FusedCpuAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
-                                           const torch::Tensor &v, const Weights &weights,
-                                           const std::optional<torch::Tensor> &keyMask,
-                                           std::optional<double> scale,
-                                           const std::optional<torch::Tensor> &queryMask) const {
+AttentionResult FusedCpuAttention::attentionWithStats(
+    const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+    const Weights &weights, const std::optional<torch::Tensor> &keyMask,
+    std::optional<double> scale, const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
                                      queryMask);
-  torch::Tensor out = FusedAttentionFunction<FusedCpuAttention>::apply(
-      p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, this);
-  return out.to(q.scalar_type());
+  auto out = FusedAttentionFunction<FusedCpuAttention>::apply(
+      p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, p.qscale, p.kscale, this);
+  return {out[0].to(q.scalar_type()), out[1]};
 }
 
 std::string FusedCpuAttention::kernelIR(const std::string &stage) const {
@@ -172,7 +174,7 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale, torch::ScalarType inputType,
-                               const std::optional<torch::Tensor> &queryMask) {
+                               const std::optional<torch::Tensor> &queryMask, bool foldScales) {
   const Descriptor &desc = reference.descriptor();
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
@@ -182,16 +184,31 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   // parameters and input transforms.
   torch::Tensor qs = q.to(torch::kFloat32) * s, ks = k.to(torch::kFloat32) * s;
   ComponentParams p = reference.params(qs, ks, keyMask, queryMask);
-  if (p.queryScale.defined()) {
-    qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
-    ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);
-  }
   std::vector<torch::Tensor> scalars;
   for (const torch::Tensor &t : p.scalars)
     scalars.push_back(t.to(torch::kFloat32));
   FusedInputs out;
-  out.qs = qs.to(inputType).contiguous();
-  out.ks = ks.to(inputType).contiguous();
+  if (foldScales) {
+    // The kernels scale rows in f32 after loading q and k in their own dtype.
+    torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
+    if (p.queryScale.defined()) {
+      qscale = qscale * p.queryScale.to(torch::kFloat32);
+      kscale = kscale * p.keyScale.to(torch::kFloat32);
+    }
+    out.qs = q.to(inputType).contiguous();
+    out.ks = k.to(inputType).contiguous();
+    out.qscale = qscale.contiguous();
+    out.kscale = kscale.contiguous();
+  } else {
+    if (p.queryScale.defined()) {
+      qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
+      ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);
+    }
+    out.qs = qs.to(inputType).contiguous();
+    out.ks = ks.to(inputType).contiguous();
+    // Empty, not undefined: autograd Function inputs must have a device.
+    out.qscale = out.kscale = torch::empty({0}, f32);
+  }
   out.vs = v.to(inputType).contiguous();
   out.W = weights.W.to(f32).contiguous();
   out.params = scalars.empty() ? torch::zeros({B, H, 1}, f32)

@@ -25,8 +25,11 @@ namespace spectra {
 /// The fused kernels' inputs: q and k normalised (d^-1/4) and transformed
 /// (SADERF/HCEXP diagonal scales), v, W in f32, the parameters [B, H, P]
 /// from the params program, the key mask as 1/0 and the row scales (m*a_i).
+/// With folded scales (the GPU kernels) qs and ks are the raw inputs and
+/// qscale/kscale [B, H, d] f32 the normaliser times the transform, applied in
+/// f32 inside the kernels; otherwise qscale/kscale are empty.
 struct FusedInputs {
-  torch::Tensor qs, ks, vs, W, params, keep, rowscale;
+  torch::Tensor qs, ks, vs, W, params, keep, rowscale, qscale, kscale;
 };
 
 /// Computes FusedInputs with LibTorch (autograd follows through the
@@ -36,15 +39,18 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale,
                                torch::ScalarType inputType = torch::kFloat32,
-                               const std::optional<torch::Tensor> &queryMask = std::nullopt);
+                               const std::optional<torch::Tensor> &queryMask = std::nullopt,
+                               bool foldScales = false);
 
-/// What the forward saves for a backward: S, z and the key stabiliser per slice.
+/// What the forward saves for a backward: S, z and the stabiliser constants.
 struct FusedForward {
-  torch::Tensor out;    ///< [B, H, Nq, dv]
-  torch::Tensor S;      ///< [B, H, outputs*m, dv]
-  torch::Tensor z;      ///< [B, H, outputs*m]
-  torch::Tensor shift;  ///< [B, H] key stabiliser constants
-  torch::Tensor qstat;  ///< [B, H, Nq, 2] each query's constant and denominator (CPU kernels)
+  torch::Tensor out;      ///< [B, H, Nq, dv]
+  torch::Tensor S;        ///< [B, H, outputs*m, dv]
+  torch::Tensor z;        ///< [B, H, outputs*m]
+  torch::Tensor shift;    ///< [B, H, outputs*m] each feature's key constant
+  torch::Tensor qstat;    ///< [B, H, Nq, 3] each query's constant, guarded denominator, guard fired
+  torch::Tensor zabs;     ///< [B, H, outputs*m] sum of |phi(k)| (the guard's scale)
+  torch::Tensor guarded;  ///< [B, H] float32: queries whose denominator the guard replaced
 };
 
 /// The fused kernels of either target as an autograd node: forward saves the
@@ -55,29 +61,39 @@ template <typename Kernels>
 class FusedAttentionFunction
     : public torch::autograd::Function<FusedAttentionFunction<Kernels>> {
 public:
-  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, torch::Tensor qs,
-                               torch::Tensor ks, torch::Tensor vs, torch::Tensor W,
-                               torch::Tensor params, torch::Tensor keep, torch::Tensor rowscale,
-                               const Kernels *self) {
+  /// Returns {out, guarded}: guarded [B, H] counts the queries whose denominator the
+  /// guard replaced (not differentiable).
+  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext *ctx,
+                                              torch::Tensor qs, torch::Tensor ks, torch::Tensor vs,
+                                              torch::Tensor W, torch::Tensor params,
+                                              torch::Tensor keep, torch::Tensor rowscale,
+                                              torch::Tensor qscale, torch::Tensor kscale,
+                                              const Kernels *self) {
     TORCH_CHECK(!rowscale.requires_grad(),
                 "spectra fused attention: learnable quadrature row weights are not supported "
                 "(their gradient is not computed); use mode 'reference'");
-    FusedForward saved = self->runForward(FusedInputs{qs, ks, vs, W, params, keep, rowscale});
+    FusedInputs in{qs, ks, vs, W, params, keep, rowscale, qscale, kscale};
+    FusedForward saved = self->runForward(in);
     // An undefined qstat (GPU: recomputed by the backward) is saved as such.
-    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, saved.S, saved.z, saved.out,
-                            saved.shift, saved.qstat});
+    ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, qscale, kscale, saved.S,
+                            saved.z, saved.out, saved.shift, saved.qstat, saved.zabs});
     ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
-    return saved.out;
+    ctx->mark_non_differentiable({saved.guarded});
+    return {saved.out, saved.guarded};
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
                                                torch::autograd::tensor_list grads) {
     auto s = ctx->get_saved_variables();
     auto *self = reinterpret_cast<const Kernels *>(ctx->saved_data["self"].toInt());
-    std::vector<torch::Tensor> g =
-        self->runBackward(FusedInputs{s[0], s[1], s[2], s[3], s[4], s[5], s[6]},
-                          FusedForward{s[9], s[7], s[8], s[10], s[11]}, grads[0]);
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
+    FusedForward saved{s[11], s[9], s[10], s[12], s[13], s[14], torch::Tensor()};
+    torch::Tensor gout = grads[0].defined() ? grads[0] : torch::zeros_like(s[11]);
+    // dq, dk, dv, dW, dparams, and with folded scales dqscale, dkscale.
+    std::vector<torch::Tensor> g = self->runBackward(in, saved, gout);
+    g.resize(7);
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), g[5], g[6],
+            torch::Tensor()};
   }
 };
 
@@ -106,7 +122,15 @@ public:
                           const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
                           std::optional<double> scale = std::nullopt,
-                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
+                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const {
+    return attentionWithStats(q, k, v, weights, keyMask, scale, queryMask).out;
+  }
+  /// attention() and the denominator guard's count per (batch, head).
+  AttentionResult attentionWithStats(const torch::Tensor &q, const torch::Tensor &k,
+                                     const torch::Tensor &v, const Weights &weights,
+                                     const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                                     std::optional<double> scale = std::nullopt,
+                                     const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
   /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
   FusedForward runForward(const FusedInputs &in) const;

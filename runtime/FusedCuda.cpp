@@ -52,7 +52,7 @@ int64_t rankOf(const std::string &buffer) {
       {"q", 3},  {"k", 3},  {"v", 3},      {"out", 3},   {"gout", 3},   {"dq", 3},
       {"dk", 3}, {"dv", 3}, {"qstat", 3},  {"S", 3},     {"dS", 3},     {"dW", 3},
       {"z", 2},  {"dz", 2}, {"keep", 2},   {"W", 2},     {"params", 2}, {"dparams", 2},
-      {"rowscale", 1},      {"shift", 1}};
+      {"zabs", 2}, {"shift", 2}, {"qscale", 2}, {"kscale", 2}, {"rowscale", 1}, {"guarded", 1}};
   auto it = ranks.find(buffer);
   if (it == ranks.end())
     badArtifact("unknown kernel argument '" + buffer + "'");
@@ -78,8 +78,8 @@ GpuArtifact GpuArtifact::fromJson(const std::string &text) {
   }
   try {
     GpuArtifact a;
-    if (root.at("version").get<int>() != 1)
-      badArtifact("version " + root.at("version").dump() + " is not 1");
+    if (root.at("version").get<int>() != 2)
+      badArtifact("version " + root.at("version").dump() + " is not 2");
     a.featureMap = root.at("feature_map").get<std::string>();
     a.target = root.at("target").get<std::string>();
     a.dtype = root.at("dtype").get<std::string>();
@@ -260,11 +260,14 @@ FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
   out.out = torch::empty({B, H, Nq, dv}, in.qs.options());
   out.S = torch::zeros({B, H, F, dv}, f32);
   out.z = torch::zeros({B, H, F}, f32);
-  out.shift = torch::full({B, H}, -std::numeric_limits<float>::infinity(), f32);
+  out.zabs = torch::zeros({B, H, F}, f32);
+  out.shift = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
+  out.guarded = torch::zeros({B, H}, f32);
   run(k, k.artifact.forward,
       {{"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W},
        {"rowscale", in.rowscale}, {"params", in.params}, {"shift", out.shift}, {"S", out.S},
-       {"z", out.z}, {"out", out.out}},
+       {"z", out.z}, {"zabs", out.zabs}, {"out", out.out}, {"guarded", out.guarded},
+       {"qscale", in.qscale}, {"kscale", in.kscale}},
       B, H, Nq, Nk, in.qs.device().index());
   return out;
 }
@@ -287,18 +290,22 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
   run(k, k.artifact.backward,
       {{"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W},
        {"rowscale", in.rowscale}, {"params", in.params}, {"shift", saved.shift}, {"S", saved.S},
-       {"z", saved.z}, {"out", saved.out}, {"gout", gout}, {"qstat", qstat}, {"dS", dS},
+       {"z", saved.z}, {"zabs", saved.zabs}, {"out", saved.out}, {"gout", gout},
+       {"qstat", qstat}, {"dS", dS}, {"qscale", in.qscale}, {"kscale", in.kscale},
        {"dz", dz}, {"dq", dq}, {"dk", dk}, {"dv", dv}, {"dW", dW}, {"dparams", dparams}},
       B, H, Nq, Nk, in.qs.device().index());
-  return {dq.to(in.qs.scalar_type()), dk.to(in.ks.scalar_type()), dv.to(in.vs.scalar_type()),
-          dW.sum(0), dparams};
+  // The kernels' dq and dk are with respect to the scaled rows x = q * qscale.
+  torch::Tensor dqscale = (dq * in.qs.to(torch::kFloat32)).sum(2),
+                dkscale = (dk * in.ks.to(torch::kFloat32)).sum(2);
+  return {(dq * in.qscale.unsqueeze(2)).to(in.qs.scalar_type()),
+          (dk * in.kscale.unsqueeze(2)).to(in.ks.scalar_type()), dv.to(in.vs.scalar_type()),
+          dW.sum(0), dparams, dqscale, dkscale};
 }
 
-torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch::Tensor &k,
-                                            const torch::Tensor &v, const Weights &weights,
-                                            const std::optional<torch::Tensor> &keyMask,
-                                            std::optional<double> scale,
-                                            const std::optional<torch::Tensor> &queryMask) const {
+AttentionResult FusedCudaAttention::attentionWithStats(
+    const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+    const Weights &weights, const std::optional<torch::Tensor> &keyMask,
+    std::optional<double> scale, const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
               q.device());
   torch::ScalarType type = q.scalar_type();
@@ -308,10 +315,11 @@ torch::Tensor FusedCudaAttention::attention(const torch::Tensor &q, const torch:
   w.W = w.W.to(q.device());
   if (w.rowWeights)
     w.rowWeights = w.rowWeights->to(q.device());
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask);
-  torch::Tensor out = FusedAttentionFunction<FusedCudaAttention>::apply(
-      in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, this);
-  return out.to(q.scalar_type());
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask,
+                                      /*foldScales=*/true);
+  auto out = FusedAttentionFunction<FusedCudaAttention>::apply(
+      in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, in.qscale, in.kscale, this);
+  return {out[0].to(q.scalar_type()), out[1]};
 }
 
 } // namespace spectra

@@ -93,7 +93,15 @@ public:
                           const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
                           std::optional<double> scale = std::nullopt,
-                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
+                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const {
+    return attentionWithStats(q, k, v, weights, keyMask, scale, queryMask).out;
+  }
+  /// attention() and the denominator guard's count per (batch, head), on the device.
+  AttentionResult attentionWithStats(const torch::Tensor &q, const torch::Tensor &k,
+                                     const torch::Tensor &v, const Weights &weights,
+                                     const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                                     std::optional<double> scale = std::nullopt,
+                                     const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
   FusedForward runForward(const FusedInputs &in) const;
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,

@@ -2,6 +2,7 @@
 
 #include "runtime/Npy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -53,9 +54,9 @@ torch::Tensor readNpy(const std::string &path) {
   if (!std::regex_search(header, match, std::regex("'descr':\\s*'([^']*)'")))
     bad(path, "header has no 'descr'");
   std::string descr = match[1];
-  if (std::regex_search(header, match, std::regex("'fortran_order':\\s*(True|False)")) &&
-      match[1] == "True")
-    bad(path, "Fortran-ordered arrays are not supported; save with np.ascontiguousarray");
+  // numpy writes Fortran order (first index fastest) for transposed arrays.
+  bool fortran = std::regex_search(header, match, std::regex("'fortran_order':\\s*(True|False)")) &&
+                 match[1] == "True";
   if (!std::regex_search(header, match, std::regex("'shape':\\s*\\(([^)]*)\\)")))
     bad(path, "header has no 'shape'");
   std::vector<int64_t> shape;
@@ -71,12 +72,21 @@ torch::Tensor readNpy(const std::string &path) {
       type = &t;
   if (!type)
     bad(path, "unsupported dtype '" + descr + "' (supported: <f2 <f4 <f8 <i4 <i8 |b1 |u1)");
-  torch::Tensor t = torch::empty(shape, type->type);
+  // Fortran order is C order of the reversed shape; the dimensions are reversed back.
+  std::vector<int64_t> stored(shape);
+  if (fortran)
+    std::reverse(stored.begin(), stored.end());
+  torch::Tensor t = torch::empty(stored, type->type);
   size_t bytes = t.numel() * t.element_size();
   if (!in.read(static_cast<char *>(t.data_ptr()), static_cast<std::streamsize>(bytes)))
     bad(path, "truncated data: expected " + std::to_string(bytes) + " bytes for shape " +
                   std::string(match[1]));
-  return t;
+  if (!fortran || t.dim() < 2)
+    return t;
+  std::vector<int64_t> reversed(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i)
+    reversed[i] = t.dim() - 1 - i;
+  return t.permute(reversed).contiguous();
 }
 
 void writeNpy(const std::string &path, const torch::Tensor &tensor) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -50,10 +51,14 @@ public:
         r = compare(op.string("predicate"), a(0), a(1));
       else if (n == "math.copysign")
         r = torch::copysign(a(0), a(1));
-      else if (n == "arith.maximumf" || n == "arith.maxnumf")
+      else if (n == "arith.maximumf")  // NaN-propagating
         r = torch::maximum(a(0), a(1));
-      else if (n == "arith.minimumf" || n == "arith.minnumf")
+      else if (n == "arith.minimumf")
         r = torch::minimum(a(0), a(1));
+      else if (n == "arith.maxnumf")  // the non-NaN operand wins, as LLVM's maxnum
+        r = torch::fmax(a(0), a(1));
+      else if (n == "arith.minnumf")
+        r = torch::fmin(a(0), a(1));
       else if (n == "math.sqrt")
         r = torch::sqrt(a(0));
       else if (n == "math.rsqrt")
@@ -252,6 +257,8 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
       eval.set(op.results.at(0), statistic(op));
     } else if (op.name == "spectra.dot") {
       eval.set(op.results.at(0), (eval.get(op.operands[0]) * eval.get(op.operands[1])).sum(-1));
+    } else if (op.name == "spectra.splat") {  // a scalar broadcasts against [B, H, d]
+      eval.set(op.results.at(0), eval.get(op.operands[0]));
     } else if (op.name == "spectra.option") {
       eval.set(op.results.at(0), torch::full({}, desc.option(op.string("name")), opts));
     } else {
@@ -270,10 +277,9 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
   return out;
 }
 
-torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &xIn, Side side,
-                                            const ComponentParams &params, const Weights &weights,
-                                            Stabilizer stabilizer,
-                                            const std::optional<torch::Tensor> &keyMask) const {
+FeatureTerms ReferenceFeatureMap::featureTerms(const torch::Tensor &xIn, Side side,
+                                              const ComponentParams &params,
+                                              const Weights &weights) const {
   checkActivation(xIn, side == Side::Queries ? "queries" : "keys", desc.d);
   const int64_t B = xIn.size(0), H = xIn.size(1), N = xIn.size(2), m = desc.m;
   torch::Tensor x = xIn;
@@ -295,39 +301,31 @@ torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &xIn, Side side,
     logits.push_back(values.logits[o].expand({B, H, N, m}));
     coeffs.push_back(values.coeffs[o].expand({B, H, N, m}));
   }
-  torch::Tensor L = torch::stack(logits, 3);  // [B, H, N, K, m]
-  torch::Tensor C = torch::stack(coeffs, 3);
-
-  std::optional<torch::Tensor> keep;
-  if (side == Side::Keys && keyMask)
-    keep = keyMask->to(torch::kBool).view({B, 1, N, 1, 1});
-  if (stabilizer == Stabilizer::Exact) {
-    torch::Tensor shift;
-    if (side == Side::Queries) {
-      shift = L.detach().amax({3, 4}, true);  // one constant per query
-    } else {
-      torch::Tensor l = L.detach();
-      if (keep)  // padded keys do not set the constant
-        l = l.masked_fill(keep->logical_not(), -std::numeric_limits<double>::infinity());
-      shift = l.amax({2, 3, 4}, true);        // one constant per (batch, head)
-      shift = torch::where(torch::isfinite(shift), shift, torch::zeros_like(shift));
-    }
-    L = L - shift;
-  }
-  torch::Tensor phi = C * torch::exp(L);
-  if (side == Side::Keys) {
-    if (weights.rowWeights)  // quadrature weights relative to the uniform 1/m
-      phi = phi * (weights.rowWeights->to(x.options()) * static_cast<double>(m)).view({1, 1, 1, 1, m});
-    if (keep)  // padded keys contribute nothing: mask phi(k), not k
-      phi = phi.masked_fill(keep->logical_not(), 0.0);
-  }
-  return phi.reshape({B, H, N, desc.component.outputs * m});
+  FeatureTerms terms{torch::stack(logits, 3), torch::stack(coeffs, 3)};  // [B, H, N, K, m]
+  if (side == Side::Keys && weights.rowWeights)  // quadrature weights relative to the uniform 1/m
+    terms.coeffs = terms.coeffs * (weights.rowWeights->to(x.options()) * static_cast<double>(m))
+                                      .view({1, 1, 1, 1, m});
+  return terms;
 }
 
-torch::Tensor ReferenceFeatureMap::attention(const torch::Tensor &q, const torch::Tensor &k,
-                                             const torch::Tensor &v, const Weights &weights,
-                                             const std::optional<torch::Tensor> &keyMask,
-                                             const AttentionOptions &options) const {
+torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &x, Side side,
+                                            const ComponentParams &params, const Weights &weights,
+                                            const std::optional<torch::Tensor> &keyMask) const {
+  FeatureTerms t = featureTerms(x, side, params, weights);
+  torch::Tensor phi = t.coeffs * torch::exp(t.logits);
+  if (side == Side::Keys && keyMask)  // padded keys contribute nothing: mask phi(k), not k
+    phi = phi.masked_fill(keyMask->to(torch::kBool).view({x.size(0), 1, x.size(2), 1, 1})
+                              .logical_not(),
+                          0.0);
+  return phi.reshape({x.size(0), x.size(1), x.size(2), desc.component.outputs * desc.m});
+}
+
+AttentionResult ReferenceFeatureMap::attentionWithStats(const torch::Tensor &q,
+                                                        const torch::Tensor &k,
+                                                        const torch::Tensor &v,
+                                                        const Weights &weights,
+                                                        const std::optional<torch::Tensor> &keyMask,
+                                                        const AttentionOptions &options) const {
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
 
   // Half precisions are computed in float32 and cast back.
@@ -338,13 +336,48 @@ torch::Tensor ReferenceFeatureMap::attention(const torch::Tensor &q, const torch
   };
   double s = options.scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
   torch::Tensor qs = work(q) * s, ks = work(k) * s, vs = work(v);
+  const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), Nk = k.size(2);
   ComponentParams p = params(qs, ks, keyMask, options.queryMask);
-  torch::Tensor phiQ = features(qs, Side::Queries, p, weights, options.stabilizer);
-  torch::Tensor phiK = features(ks, Side::Keys, p, weights, options.stabilizer, keyMask);
+  FeatureTerms tq = featureTerms(qs, Side::Queries, p, weights);
+  FeatureTerms tk = featureTerms(ks, Side::Keys, p, weights);
+  torch::Tensor Lq = tq.logits, Lk = tk.logits;  // [B, H, N, K, m]
+
+  const double inf = std::numeric_limits<double>::infinity();
+  torch::Tensor keep;  // [B, 1, Nk, 1, 1]
+  if (keyMask)
+    keep = keyMask->to(torch::kBool).view({B, 1, Nk, 1, 1});
+  // The stabiliser's constants are held constant for autograd: the output does not depend on them.
+  if (options.stabilizer != Stabilizer::None) {
+    torch::Tensor l = Lk.detach();
+    if (keep.defined())  // padded keys do not set the constants
+      l = l.masked_fill(keep.logical_not(), -inf);
+    torch::Tensor c = options.stabilizer == Stabilizer::Exact ? l.amax({2}, true)          // per feature
+                                                              : l.amax({2, 3, 4}, true);  // per slice
+    c = torch::where(torch::isfinite(c), c, torch::zeros_like(c));
+    Lk = Lk - c;
+    if (options.stabilizer == Stabilizer::Exact)
+      Lq = Lq + c;  // the query side carries each feature's key constant
+    Lq = Lq - Lq.detach().amax({3, 4}, true);  // one constant per query
+  }
+  torch::Tensor phiQ = (tq.coeffs * torch::exp(Lq)).reshape({B, H, Nq, -1});
+  // Padded keys contribute nothing: mask phi(k), not k. Their logits are masked before exp
+  // too: exp may overflow there (the constants cover kept keys only), and inf * 0 would
+  // reach the gradient as NaN.
+  if (keep.defined())
+    Lk = Lk.masked_fill(keep.logical_not(), -inf);
+  torch::Tensor phiK = tk.coeffs * torch::exp(Lk);
+  if (keep.defined())
+    phiK = phiK.masked_fill(keep.logical_not(), 0.0);
+  phiK = phiK.reshape({B, H, Nk, -1});
   torch::Tensor S = phiK.transpose(2, 3).matmul(vs);      // [B, H, F, dv]
   torch::Tensor z = phiK.sum(2).unsqueeze(-1);            // [B, H, F, 1]
-  torch::Tensor out = phiQ.matmul(S) / phiQ.matmul(z);
-  return out.to(q.scalar_type());
+  torch::Tensor den = phiQ.matmul(z);                     // [B, H, Nq, 1]
+  // The guard on signed estimators (kDenominatorGuard); T is held constant for autograd.
+  torch::Tensor T = phiQ.detach().abs().matmul(phiK.detach().abs().sum(2).unsqueeze(-1));
+  torch::Tensor fired = den.detach().abs() <= kDenominatorGuard * T;
+  den = torch::where(fired, den + 2 * kDenominatorGuard * T, den);
+  torch::Tensor out = phiQ.matmul(S) / den;
+  return {out.to(q.scalar_type()), fired.squeeze(-1).to(torch::kFloat32).sum(-1)};
 }
 
 } // namespace spectra

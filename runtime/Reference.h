@@ -10,6 +10,7 @@
 #ifndef SPECTRA_RUNTIME_REFERENCE_H
 #define SPECTRA_RUNTIME_REFERENCE_H
 
+#include "codegen/spectra_compiler.h"
 #include "runtime/Descriptor.h"
 #include "runtime/WeightFactory.h"
 
@@ -27,11 +28,28 @@ struct ComponentParams {
 
 enum class Side { Queries, Keys };
 
-/// How phi is scaled before it is returned.
+/// How attention keeps exp() representable. Every scheme here leaves the
+/// estimator unchanged in exact arithmetic; they differ in what stays finite.
 enum class Stabilizer {
-  None,       ///< phi as defined (may overflow)
-  Exact,      ///< queries: one constant per query; keys: one per (batch, head). Cancels in attention.
+  None,       ///< phi as defined (overflows and underflows in float32 for large logits)
+  /// One key constant per (batch, head) and one per query. Exact, but when logits spread over
+  /// more than float32's exp range every feature's S and z can underflow to 0 (0/0). Kept to
+  /// show what the per-feature scheme fixes (the numerics tests must fail with it).
+  PerSlice,
+  /// A key constant per feature, c_f = max over kept keys of feature f's logit, so S_f and z_f
+  /// each hold a term of exp(0); the readout weighs feature f by exp(l_q,f + c_f - M_q),
+  /// M_q = max_f (l_q,f + c_f), so the largest query term is exp(0) too. The denominator of a
+  /// positive feature is then at least its largest coefficient product (no underflow, no 0/0).
+  Exact,
 };
+
+/// The guard on signed estimators' denominators (SGQ's signed row weights, TrigRF): where
+/// |den| <= kDenominatorGuard * T, T = sum_f |phi(q)_f| sum_j |phi(k_j)_f|, den becomes
+/// den + 2 kDenominatorGuard T (Performer's additive guard, relative to T so that it does not
+/// depend on the stabiliser's scale). Then |out| <= max|v| / kDenominatorGuard. Positive
+/// features have den = T, so it never fires for them. Its gradient is that of den (T is held
+/// constant), as in Performer's code.
+constexpr double kDenominatorGuard = SPECTRA_DENOMINATOR_GUARD;
 
 struct AttentionOptions {
   Stabilizer stabilizer = Stabilizer::Exact;
@@ -42,9 +60,20 @@ struct AttentionOptions {
   std::optional<torch::Tensor> queryMask;
 };
 
+/// Attention and how often the denominator guard fired.
+struct AttentionResult {
+  torch::Tensor out;      ///< [B, H, Nq, dv] in q's dtype
+  torch::Tensor guarded;  ///< [B, H] float32: queries whose denominator the guard replaced
+};
+
 /// The outputs of a features program evaluated on broadcastable tensors.
 struct FeatureValues {
   std::vector<torch::Tensor> logits, coeffs;  ///< one per output
+};
+
+/// Stacked outputs: logits and coefficients [B, H, N, outputs, m].
+struct FeatureTerms {
+  torch::Tensor logits, coeffs;
 };
 
 /// Evaluates the component's features program elementwise on wx, xx, ww and
@@ -79,18 +108,29 @@ public:
 
   /// phi of already-normalised inputs x [B, H, N, d] as [B, H, N, outputs*m]
   /// (the input transform of `side` applied; for keys, row weights m*a_i and
-  /// the mask applied). With Stabilizer::Exact the result is phi times a
-  /// positive constant per query (queries) or per (batch, head) (keys).
+  /// the mask applied), unstabilised.
   torch::Tensor features(const torch::Tensor &x, Side side, const ComponentParams &params,
-                         const Weights &weights, Stabilizer stabilizer = Stabilizer::None,
+                         const Weights &weights,
                          const std::optional<torch::Tensor> &keyMask = std::nullopt) const;
+
+  /// phi = coeffs * exp(logits) of already-normalised inputs, each [B, H, N, outputs, m]
+  /// (input transform applied; for keys the row weights m*a_i are in the coefficients).
+  FeatureTerms featureTerms(const torch::Tensor &x, Side side, const ComponentParams &params,
+                            const Weights &weights) const;
 
   /// Non-causal attention phi(q)^T S / phi(q)^T z for q [B,H,Nq,d], k [B,H,Nk,d],
   /// v [B,H,Nk,dv], keyMask [B,Nk] bool. f16/bf16 inputs are computed in f32.
   torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                           const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
-                          const AttentionOptions &options = {}) const;
+                          const AttentionOptions &options = {}) const {
+    return attentionWithStats(q, k, v, weights, keyMask, options).out;
+  }
+  /// attention() and the guard's count per (batch, head).
+  AttentionResult attentionWithStats(const torch::Tensor &q, const torch::Tensor &k,
+                                     const torch::Tensor &v, const Weights &weights,
+                                     const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                                     const AttentionOptions &options = {}) const;
 
 private:
   Descriptor desc;

@@ -51,14 +51,22 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
     if (w.rowWeights)
       w.rowWeights = w.rowWeights->to(q.device());
   }
+  AttentionResult result;
   if (currentMode == AttentionMode::Reference) {
     AttentionOptions options;
     options.queryMask = queryMask;
-    return reference.attention(q, k, v, w, keyMask, options);
+    result = reference.attentionWithStats(q, k, v, w, keyMask, options);
+  } else if (q.is_cuda()) {
+    result = fusedCuda().attentionWithStats(q, k, v, w, keyMask, std::nullopt, queryMask);
+  } else {
+    result = fusedCpu().attentionWithStats(q, k, v, w, keyMask, std::nullopt, queryMask);
   }
-  if (q.is_cuda())
-    return fusedCuda().attention(q, k, v, w, keyMask, std::nullopt, queryMask);
-  return fusedCpu().attention(q, k, v, w, keyMask, std::nullopt, queryMask);
+  torch::Tensor fired = result.guarded.sum().detach();
+  guard.guarded = guard.guarded.defined() && guard.guarded.device() == fired.device()
+                      ? guard.guarded + fired
+                      : fired;
+  guard.queries += q.size(0) * q.size(1) * q.size(2);
+  return result.out;
 }
 
 const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {

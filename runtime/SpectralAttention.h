@@ -61,6 +61,16 @@ public:
 
   /// New weights from `seed`; the compiled kernels are kept.
   void redraw(int64_t seed);
+
+  /// How often the denominator guard (kDenominatorGuard, Reference.h) fired since the last
+  /// reset: queries guarded (a tensor on the inputs' device, so forward never synchronises;
+  /// undefined before the first call) and queries computed.
+  struct GuardStats {
+    torch::Tensor guarded;
+    int64_t queries = 0;
+  };
+  GuardStats guardStats() const { return guard; }
+  void resetGuardStats() { guard = {}; }
   void setMode(AttentionMode mode) { currentMode = mode; }
   AttentionMode mode() const { return currentMode; }
   const Descriptor &descriptor() const { return reference.descriptor(); }
@@ -78,6 +88,7 @@ private:
   std::shared_ptr<FusedCpuAttention> fused;
   std::shared_ptr<FusedCudaAttention> fusedGpu;
   std::mutex compileMutex;  ///< first-use compilation from several threads
+  GuardStats guard;
 };
 TORCH_MODULE(SpectralAttention);
 

@@ -5,19 +5,21 @@
 
 // Tests that a feature map becomes one gpu.module of six kernels with the
 // features region inlined (math.exp of the logit minus a stabiliser), the key
-// constant as one atomic max per warp, the phi tile in shared (workgroup)
-// memory only, sequence chunks combined by atomic adds, and the backward
-// built from the derived partials. No kernel allocates a global buffer.
+// constants as one atomic max per feature and block into shift [BH, features],
+// the inputs scaled in f32 after loading (qscale/kscale [BH, d]), the phi tile
+// in shared (workgroup) memory only, sequence chunks combined by atomic adds
+// (S, z and zabs), the readout's denominator guard counted per slice, and the
+// backward built from the derived partials. No kernel allocates a global buffer.
 // CHECK: module attributes {gpu.container_module}
 // CHECK: spectra.feature_partials @posrf_partials of @posrf
 // CHECK: gpu.module @posrf_orf_kernels
 // CHECK-NOT: memref.alloc
 // CHECK-LABEL: gpu.func @posrf_orf_key_max(
-// CHECK-SAME: memref<?x?x8xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<16x8xf32>
+// CHECK-SAME: memref<?x?x8xf32>, %{{.*}}: memref<?x?xf32>, %{{.*}}: memref<16x8xf32>, %{{.*}}: memref<?x1xf32>, %{{.*}}: memref<?x16xf32>, %[[KSCALE:.*]]: memref<?x8xf32>, %{{.*}}: index)
 // CHECK-SAME: kernel attributes {known_block_size = array<i32: 128, 1, 1>}
+// CHECK: memref.load %[[KSCALE]]
 // CHECK: arith.maximumf
-// CHECK: gpu.shuffle xor
-// CHECK: memref.atomic_rmw maximumf
+// CHECK: memref.atomic_rmw maximumf %{{.*}} : (f32, memref<?x16xf32>) -> f32
 // CHECK-LABEL: gpu.func @posrf_orf_kv_summary(
 // CHECK-SAME: workgroup(
 // CHECK-SAME: memref<16x33xf32, #gpu.address_space<workgroup>>
@@ -27,9 +29,12 @@
 // CHECK: memref.store %{{.*}}, %{{.*}} : memref<16x33xf32, #gpu.address_space<workgroup>>
 // CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<?x16x8xf32>) -> f32
 // CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<?x16xf32>) -> f32
+// CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<?x16xf32>) -> f32
 // CHECK-LABEL: gpu.func @posrf_orf_readout(
 // CHECK: math.exp
+// CHECK: arith.cmpf ule
 // CHECK: arith.divf
+// CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<?xf32>) -> f32
 // CHECK-LABEL: gpu.func @posrf_orf_query_backward(
 // CHECK: gpu.shuffle xor
 // CHECK: memref.atomic_rmw addf %{{.*}} : (f32, memref<?x16x8xf32>) -> f32
@@ -50,9 +55,11 @@
 // NVVM: gpu.module @posrf_orf_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
 // NVVM-NOT: scf.for
 // NVVM: llvm.func @posrf_orf_key_max(
-// NVVM: nvvm.shfl.sync bfly
+// NVVM: llvm.atomicrmw fmax
 // NVVM: llvm.func @posrf_orf_kv_summary(
 // NVVM: nvvm.barrier
+// NVVM: llvm.func @posrf_orf_query_backward(
+// NVVM: nvvm.shfl.sync bfly
 // NVVM-NOT: gpu.barrier
 
 // BAD: error: 'spectra.feature_map' op GPU kernels: unsupported dtype 'f64' (supported: f32, bf16, f16)

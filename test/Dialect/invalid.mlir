@@ -836,6 +836,16 @@ func.func @f(%q: tensor<2x1x4x8xf32>, %mask: tensor<2x5xi1>) {
 
 // -----
 
+// Tests attention C9: the query mask is [batch, query length].
+// expected-note@+1 {{offending value defined here}}
+func.func @f(%q: tensor<2x1x4x8xf32>, %k: tensor<2x1x6x8xf32>, %mask: tensor<2x6xi1>) {
+  // expected-error@+1 {{'spectra.attention' op C9: query mask must be [batch, query length] = [2, 4], got 'tensor<2x6xi1>'}}
+  %0 = spectra.attention %q, %k, %k mask %mask query_mask %mask feature_map @fm : tensor<2x1x4x8xf32>, tensor<2x1x6x8xf32>, tensor<2x1x6x8xf32>, tensor<2x6xi1>, tensor<2x6xi1> -> tensor<2x1x4x8xf32>
+  return
+}
+
+// -----
+
 // Tests attention C7: the result is [B, H, Nq, Dv].
 func.func @f(%q: tensor<2x1x4x8xf32>, %k: tensor<2x1x6x8xf32>, %v: tensor<2x1x6x3xf32>) {
   // expected-error@+1 {{'spectra.attention' op C7: result must be [B, H, Nq, Dv] = 'tensor<2x1x4x3xf32>', got 'tensor<2x1x4x8xf32>'}}

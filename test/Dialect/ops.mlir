@@ -98,7 +98,7 @@ spectra.component @everything params(%m, %d) {
 }
 
 // Tests that feature maps (with and without options) and attention (with and
-// without a mask, static and dynamic shapes, every element type) round-trip.
+// without key and query masks, static and dynamic shapes, every element type) round-trip.
 // CHECK-LABEL: spectra.feature_map @fm component @everything weights @every_block m = 64 d = 16 seed = 3 options {a = -2.000000e-01 : f32}
 // CHECK-LABEL: spectra.feature_map @plain component @everything weights @every_block m = 8 d = 16 seed = 0
 // CHECK-LABEL: func.func @attend
@@ -106,6 +106,8 @@ spectra.component @everything params(%m, %d) {
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain {scale = 5.000000e-01 : f64} : tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16> -> tensor<?x?x?x16xbf16>
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain : tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16> -> tensor<1x1x4x16xf16>
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} query_mask %{{.*}} feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} query_mask %{{.*}} feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
 spectra.feature_map @fm component @everything weights @every_block m = 64 d = 16 seed = 3 options {a = -0.2 : f32}
 spectra.feature_map @plain component @everything weights @every_block m = 8 d = 16 seed = 0
 func.func @attend(%q: tensor<2x4x128x16xf32>, %k: tensor<2x4x96x16xf32>, %v: tensor<2x4x96x8xf32>,
@@ -115,5 +117,7 @@ func.func @attend(%q: tensor<2x4x128x16xf32>, %k: tensor<2x4x96x16xf32>, %v: ten
   %1 = spectra.attention %b, %b, %b feature_map @plain {scale = 0.5 : f64} : tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16>, tensor<?x?x?x16xbf16> -> tensor<?x?x?x16xbf16>
   %2 = spectra.attention %h, %h, %h feature_map @plain : tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16>, tensor<1x1x4x16xf16> -> tensor<1x1x4x16xf16>
   %3 = spectra.attention %x, %x, %x feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
+  %4 = spectra.attention %k, %k, %v mask %mask query_mask %mask feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
+  %5 = spectra.attention %k, %k, %v query_mask %mask feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
   return
 }

@@ -232,7 +232,7 @@ int features(const Args &args) {
   ReferenceFeatureMap fm(desc);
   ComponentParams p = fm.params(q, k, mask);
   writeNpy(args.require("out-queries"), fm.features(q, Side::Queries, p, w));
-  writeNpy(args.require("out-keys"), fm.features(k, Side::Keys, p, w, Stabilizer::None, mask));
+  writeNpy(args.require("out-keys"), fm.features(k, Side::Keys, p, w, mask));
   std::cout << "wrote phi [.., " << desc.numFeatures() << "] of queries to "
             << args.get("out-queries") << " and of keys to " << args.get("out-keys") << "\n";
   return 0;
