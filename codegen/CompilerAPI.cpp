@@ -32,6 +32,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Target/TargetMachine.h"
+#include "llvm/TargetParser/Host.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
@@ -43,6 +44,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <cstring>
@@ -232,24 +234,46 @@ struct spectra_cpu_kernel {
   std::unique_ptr<ExecutionEngine> engine;  // compiled here, or
   std::unique_ptr<llvm::orc::LLJIT> jit;    // loaded from a cached object
   std::string object;                       // the relocatable object (cacheable)
-  void *forward = nullptr;
-  void *backward = nullptr;
-  std::string loopsIR, llvmIR;
+  std::map<std::string, void *> entries;    // by kind: kv, readout, query_backward, key_backward
+  std::map<std::string, std::string> stages;  // tiles, vectors, llvm
   std::string backwardError;
 };
 
-static constexpr const char *kForwardName = "spectra_forward";
-static constexpr const char *kBackwardName = "spectra_backward";
 namespace sp = mlir::spectra;
+static const char *const kKernelKinds[] = {"kv", "readout", "query_backward", "key_backward"};
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
   fail(error, message);
   return nullptr;
 }
 
-/// Builds, lowers and JIT-compiles the fused forward of the module's feature map.
+
+extern "C" const char *spectra_cpu_host_target(void) {
+  static const std::string target = llvm::sys::getProcessTriple() + "-" +
+                                    llvm::sys::getHostCPUName().str() + "-vl" +
+                                    std::to_string(sp::hostVectorWidth());
+  return target.c_str();
+}
+
+/// Looks the four kernels of `map` up in a JIT; the backward ones may be missing.
+template <typename Lookup>
+static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map, Lookup lookup) {
+  for (const char *kind : kKernelKinds) {
+    std::string symbol = "_mlir_ciface_" + map.str() + "_" + kind;
+    if (void *address = lookup(symbol))
+      kernel.entries[kind] = address;
+    else if (llvm::StringRef(kind).ends_with("backward"))
+      continue;
+    else
+      return "the compiled kernels lack " + symbol;
+  }
+  return "";
+}
+
+/// Runs spectra-cpu-pipeline on the module's feature map, stage by stage (keeping
+/// each stage's IR), and JIT-compiles the result.
 static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char *featureMap,
-                                      char **error) {
+                                      int64_t dv, char **error) {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
@@ -262,33 +286,34 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     if (!featureMap || fm.getSymName() == featureMap)
       map = map ? map : fm;
   if (!map)
-    return failKernel(error, "no spectra.feature_map to compile");
-  auto component = SymbolTable::lookupNearestSymbolFrom<sp::ComponentOp>(
-      map, map.getComponentAttr());
-  if (!component)
-    return failKernel(error, "feature map '" + map.getSymName().str() + "' has no component");
+    return failKernel(error, featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
+                                        : std::string("no spectra.feature_map to compile"));
+  std::string mapName = map.getSymName().str();
+  // One feature map per kernel object: the others are dropped before the pipeline.
+  for (auto fm : llvm::to_vector(source.getOps<sp::FeatureMapOp>()))
+    if (fm != map)
+      fm.erase();
 
-  OwningOpRef<ModuleOp> kernel = ModuleOp::create(UnknownLoc::get(&ctx.context));
-  if (failed(sp::buildCpuForwardKernel(*kernel, component, kForwardName)))
-    return failKernel(error, "building the CPU kernel failed:\n" + ctx.diagnostics);
-  // The backward needs derivatives the compiler can derive; without them the
-  // forward still works and the backward reports why it is missing.
-  bool withBackward = succeeded(sp::buildCpuBackwardKernel(*kernel, component, kBackwardName));
-  std::string backwardError = ctx.diagnostics;
   auto result = std::make_unique<spectra_cpu_kernel>();
-  {
-    llvm::raw_string_ostream os(result->loopsIR);
-    kernel->print(os);
+  // spectra-cpu-pipeline's options: this host's vector width, the requested value dim.
+  sp::CpuPipelineOptions options;
+  options.valueDim = dv;
+  options.vectorWidth = sp::hostVectorWidth();
+  for (auto [stage, name] : {std::pair{sp::CpuStage::Tiles, "tiles"},
+                             {sp::CpuStage::Vectors, "vectors"}, {sp::CpuStage::LLVM, "llvm"}}) {
+    PassManager pm(&ctx.context);
+    sp::buildCpuStage(pm, options, stage);
+    size_t before = ctx.diagnostics.size();
+    if (failed(pm.run(source)))
+      return failKernel(error, std::string("compiling the CPU kernels failed (stage ") + name +
+                                   "):\n" + ctx.diagnostics);
+    // The tile stage warns when the backward cannot be derived; the forward still works.
+    if (stage == sp::CpuStage::Tiles && ctx.diagnostics.size() > before)
+      result->backwardError = ctx.diagnostics.substr(before);
+    llvm::raw_string_ostream os(result->stages[name]);
+    source.print(os);
   }
-  PassManager pm(&ctx.context);
-  sp::buildCpuLoweringPipeline(pm);
-  if (failed(pm.run(*kernel)))
-    return failKernel(error, "lowering the CPU kernel failed:\n" + ctx.diagnostics);
-  {
-    llvm::raw_string_ostream os(result->llvmIR);
-    kernel->print(os);
-  }
-  ExecutionEngineOptions options;
+  ExecutionEngineOptions engineOptions;
   // The host's target machine gives the optimiser vector widths (loop vectorisation).
   std::unique_ptr<llvm::TargetMachine> host;
   if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost())
@@ -306,28 +331,28 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     return optimise(module);
   };
   // A function_ref: `transform` must outlive ExecutionEngine::create below.
-  options.transformer = transform;
-  options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  engineOptions.transformer = transform;
+  engineOptions.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   // Debian's LLVM writes jitdump files for every JIT unless told not to.
-  options.enablePerfNotificationListener = false;
-  options.enableGDBNotificationListener = false;
+  engineOptions.enablePerfNotificationListener = false;
+  engineOptions.enableGDBNotificationListener = false;
   // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
-  options.enableObjectDump = true;
-  auto engine = ExecutionEngine::create(*kernel, options);
+  engineOptions.enableObjectDump = true;
+  auto engine = ExecutionEngine::create(source, engineOptions);
   if (!engine)
     return failKernel(error, "JIT compilation failed: " + llvm::toString(engine.takeError()));
-  auto symbol = (*engine)->lookup(std::string("_mlir_ciface_") + kForwardName);
-  if (!symbol)
-    return failKernel(error, "JIT lookup failed: " + llvm::toString(symbol.takeError()));
-  result->forward = *symbol;
-  if (withBackward) {
-    auto back = (*engine)->lookup(std::string("_mlir_ciface_") + kBackwardName);
-    if (!back)
-      return failKernel(error, "JIT lookup failed: " + llvm::toString(back.takeError()));
-    result->backward = *back;
-  } else {
-    result->backwardError = backwardError;
-  }
+  std::string missing = lookupEntries(*result, mapName, [&](const std::string &symbol) -> void * {
+    auto address = (*engine)->lookup(symbol);
+    if (!address) {
+      llvm::consumeError(address.takeError());
+      return nullptr;
+    }
+    return *address;
+  });
+  if (!missing.empty())
+    return failKernel(error, missing);
+  if (!result->entries.count("query_backward") && result->backwardError.empty())
+    result->backwardError = "the backward kernels were not built";
   result->engine = std::move(*engine);
   // ExecutionEngine writes its object only to a file: go through a temporary one.
   llvm::SmallString<128> path;
@@ -342,40 +367,43 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
                                                            int64_t d, int64_t seed,
-                                                           const char *options, char **error) {
+                                                           const char *options, int64_t dv,
+                                                           char **error) {
   Context ctx;
   std::string why;
   OwningOpRef<ModuleOp> module =
       variantModule(ctx, "spectra_cpu_compile_variant", variant, m, d, seed, options, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, nullptr, error);
+  return compileCpu(ctx, *module, nullptr, dv, error);
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
-                                                      const char *featureMap, char **error) {
+                                                      const char *featureMap, int64_t dv,
+                                                      char **error) {
   Context ctx;
   std::string why;
   OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_cpu_compile_ir", ir, sourceName, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, featureMap, error);
+  return compileCpu(ctx, *module, featureMap, dv, error);
 }
 
-extern "C" void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel) {
-  return kernel ? kernel->forward : nullptr;
-}
-
-extern "C" void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const char **why) {
+extern "C" void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
+                                          const char **why) {
   if (why)
     *why = kernel ? kernel->backwardError.c_str() : "no kernel";
-  return kernel ? kernel->backward : nullptr;
+  if (!kernel || !kind)
+    return nullptr;
+  auto it = kernel->entries.find(kind);
+  return it == kernel->entries.end() ? nullptr : it->second;
 }
 
 extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage) {
   if (!kernel || !stage)
     return "";
-  return std::string(stage) == "llvm" ? kernel->llvmIR.c_str() : kernel->loopsIR.c_str();
+  auto it = kernel->stages.find(stage);
+  return it == kernel->stages.end() ? "" : it->second.c_str();
 }
 
 extern "C" void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel) { delete kernel; }
@@ -387,15 +415,16 @@ extern "C" const char *spectra_cpu_kernel_object(spectra_cpu_kernel *kernel, siz
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t size,
-                                                       const char *loopsIR, const char *llvmIR,
-                                                       char **error) {
+                                                       const char *featureMap,
+                                                       const char *tilesIR, const char *vectorsIR,
+                                                       const char *llvmIR, char **error) {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
   });
-  if (!data || size == 0)
-    return failKernel(error, "spectra_cpu_load_object: no object");
+  if (!data || size == 0 || !featureMap)
+    return failKernel(error, "spectra_cpu_load_object: no object or feature map name");
   auto jit = llvm::orc::LLJITBuilder().create();
   if (!jit)
     return failKernel(error, "creating the JIT failed: " + llvm::toString(jit.takeError()));
@@ -410,19 +439,21 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
           result->object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
     return failKernel(error, "the cached object does not load: " + llvm::toString(std::move(e)));
-  auto forward = (*jit)->lookup(std::string("_mlir_ciface_") + kForwardName);
-  if (!forward)
-    return failKernel(error, "the cached object has no forward kernel: " +
-                                 llvm::toString(forward.takeError()));
-  result->forward = forward->toPtr<void *>();
-  if (auto backward = (*jit)->lookup(std::string("_mlir_ciface_") + kBackwardName))
-    result->backward = backward->toPtr<void *>();
-  else {
-    llvm::consumeError(backward.takeError());
+  std::string missing = lookupEntries(*result, featureMap, [&](const std::string &symbol) -> void * {
+    auto address = (*jit)->lookup(symbol);
+    if (!address) {
+      llvm::consumeError(address.takeError());
+      return nullptr;
+    }
+    return address->toPtr<void *>();
+  });
+  if (!missing.empty())
+    return failKernel(error, "the cached object is incomplete: " + missing);
+  if (!result->entries.count("query_backward"))
     result->backwardError = "the cached kernel has no backward";
-  }
-  result->loopsIR = loopsIR ? loopsIR : "";
-  result->llvmIR = llvmIR ? llvmIR : "";
+  result->stages = {{"tiles", tilesIR ? tilesIR : ""},
+                    {"vectors", vectorsIR ? vectorsIR : ""},
+                    {"llvm", llvmIR ? llvmIR : ""}};
   result->jit = std::move(*jit);
   return result.release();
 }

@@ -1,22 +1,14 @@
-//===- CpuKernel.h - the fused CPU forward kernel --------------------------===//
+//===- CpuKernel.h - the CPU pipeline: tiles -> vectors -> LLVM -----------===//
 //
-// One (batch, head) slice of random-feature attention as loops with the
-// component's features region inlined, so phi is never stored: the key pass
-// accumulates S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) and zabs = sum_j
-// |phi(k_j)| with one stabiliser constant per feature, and the readout
-// computes phi(q_n)^T S / phi(q_n)^T z with one constant per query and the
-// denominator guard (spectra_compiler.h: SPECTRA_DENOMINATOR_GUARD).
-//
-// Signature (all f32, llvm.emit_c_interface):
-//   forward(q [Nq,d], k [Nk,d], v [Nk,dv], keep [Nk] (1 or 0), W [m,d],
-//           rowscale [m], params [P], S [K*m,dv], z [K*m], zabs [K*m],
-//           out [Nq,dv], shift [K*m], qstat [Nq,3])
-// q and k arrive normalised and transformed (diag scales applied);
-// rowscale is m*a_i for quadrature weights, else 1; S, z, shift (each
-// feature's key constant) and qstat (each query's constant, guarded
-// denominator, and 1 where the guard fired) are saved for the backward.
-// Both stabilisers are online (flash attention's rescaling): one pass over
-// the keys and one over each query's features.
+// The CPU target of the tile kernels (TileKernels.h). One registered pipeline,
+// `spectra-cpu-pipeline`, takes spectra IR to the LLVM dialect; spectra-opt
+// registers it, spectra-compile's --emit stages and the C API
+// (libspectra-compiler's JIT) run prefixes of it, so a dumped stage replays
+// exactly:
+//   tiles    spectra-input-pipeline, spectra-build-tile-kernels,
+//            spectra-keep-kernels, canonicalize, cse
+//   vectors  + spectra-vectorize-tiles, canonicalize, cse
+//   llvm     + spectra-polynomial-exp and the lowering to the LLVM dialect
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,34 +17,50 @@
 
 #include "dialect/SpectraDialect.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
 
 namespace mlir::spectra {
 
-/// Adds `func.func @<name>` (the fused forward of `component`) to `module`.
-FailureOr<func::FuncOp> buildCpuForwardKernel(ModuleOp module, ComponentOp component,
-                                              StringRef name);
+/// The options of spectra-cpu-pipeline.
+struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
+  Option<int64_t> valueDim{*this, "value-dim",
+                           llvm::cl::desc("value head dimension (0: the feature map's d)"),
+                           llvm::cl::init(0)};
+  Option<int64_t> tileRows{*this, "tile-rows", llvm::cl::desc("rows of q or k per tile"),
+                           llvm::cl::init(32)};
+  Option<int64_t> vectorWidth{*this, "vector-width",
+                              llvm::cl::desc("f32 lanes per vector (8: AVX2, 16: AVX-512)"),
+                              llvm::cl::init(8)};
+  Option<int64_t> registerRows{*this, "register-rows",
+                               llvm::cl::desc("rows of a contraction's register tile"),
+                               llvm::cl::init(4)};
+  Option<int64_t> registerVectors{*this, "register-vectors",
+                                  llvm::cl::desc("vectors per row of a register tile"),
+                                  llvm::cl::init(2)};
+};
 
-/// Adds `func.func @<name>`, the fused backward of `component` for one slice,
-/// built from the compiler-derived partials (spectra-derive-partials):
-///   backward(q, k, v, keep, W, rowscale, params, S, z, out, shift [K*m], qstat,
-///            gout, dq, dk, dv, dW, dparams, dS, dz)
-/// q, k are the forward's normalised, transformed inputs; S, z, out, shift,
-/// qstat what the forward saved; gout = dL/dout. Outputs dq, dk, dv, dW (this
-/// slice's share), dparams; dS, dz are scratch [outputs*m, dv], [outputs*m].
-/// The stabiliser constants cancel in the output, so they get no gradient.
-FailureOr<func::FuncOp> buildCpuBackwardKernel(ModuleOp module, ComponentOp component,
-                                               StringRef name);
+/// The stages of the CPU pipeline (--emit=tiles|vectors|llvm).
+enum class CpuStage { Tiles, Vectors, LLVM };
+
+/// Adds the CPU pipeline up to and including `until` to `pm` (a module pass manager).
+void buildCpuPipeline(OpPassManager &pm, const CpuPipelineOptions &options,
+                      CpuStage until = CpuStage::LLVM);
+
+/// The passes of one stage alone (the stage after `from`): what turns a dumped
+/// `from` stage into the next. Applied in order, the stages are the pipeline.
+void buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &options, CpuStage stage);
+
+/// The f32 lanes of the host's widest vector unit (16 with AVX-512F, else 8).
+int64_t hostVectorWidth();
 
 /// Registers the dialects the CPU kernels use and their convert-to-llvm
-/// interfaces; every tool that runs buildCpuLoweringPipeline needs them.
+/// interfaces; every tool that runs the CPU pipeline needs them.
 void registerCpuLoweringDialects(DialectRegistry &registry);
 
-/// Lowers the kernel module to the LLVM dialect (scf, arith, math, memref,
-/// func to LLVM). Registered in spectra-opt as spectra-cpu-lowering.
-void buildCpuLoweringPipeline(OpPassManager &pm);
+/// Registers spectra-cpu-pipeline (and the spectra-cpu-lowering tail) with spectra-opt.
+void registerCpuPipelines();
 
 } // namespace mlir::spectra
 

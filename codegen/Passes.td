@@ -5,26 +5,81 @@
 
 include "mlir/Pass/PassBase.td"
 
-def SpectraBuildCpuKernels : Pass<"spectra-build-cpu-kernels", "::mlir::ModuleOp"> {
-  let summary = "emit the fused CPU forward and backward kernels of every feature map";
+def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::ModuleOp"> {
+  let summary = "emit every feature map's fused kernels as linalg on static tiles";
   let description = [{
-    For each `spectra.feature_map @f` adds `func.func @f_forward`, one
-    (batch, head) slice of the attention as scf loops over memrefs with the
-    component's features region inlined: a pre-pass for the key stabiliser
-    (one constant per slice), the key pass accumulating S and z, and the
-    readout with one constant per query. phi is never stored: the kernel
-    allocates nothing but a stack array of the m row norms. Also adds
-    `@f_backward`, built from the compiler-derived partials
-    (spectra-derive-partials). See codegen/CpuKernel.h for the arguments.
+    For each `spectra.feature_map @f` adds four functions (codegen/TileKernels.h):
+    `@f_kv` (S, z and the per-feature key constants over a range of keys),
+    `@f_readout` (the outputs, with the query constants and the denominator
+    guard), `@f_query_backward` and `@f_key_backward` (built from the
+    compiler-derived partials). Each is scf loops over row tiles whose body
+    is linalg.generic on static memref tiles: the contractions (L = X W^T,
+    S += phi^T V, out = phi S, ...) with a reduction dimension, the
+    component's features region and partials as elementwise bodies, the
+    stabiliser maxima and the sums as reductions. phi lives in a tile buffer
+    of `tile-rows` rows, never in memory of the sequence's size. The kernels
+    are specialised on m, d and the value dimension (`value-dim`, 0 = d).
 
     ```mlir
-    // spectra.feature_map @posrf_orf ... becomes, besides itself,
-    // func.func @posrf_orf_forward(%q: memref<?x?xf32>, ...) attributes {llvm.emit_c_interface}
+    // spectra.feature_map @posrf_orf ... gains, besides itself,
+    // func.func @posrf_orf_kv(%k: memref<?x32xf32>, ...) attributes {llvm.emit_c_interface}
+    //   scf.for %r0 = %c0 to %n step %c32 {
+    //     linalg.generic {iterator_types = ["parallel", "parallel", "reduction"]}
+    //       ins(%kt, %wt : memref<32x32xf32>, memref<32x128xf32>) outs(%l : memref<32x128xf32>)
+    //     ...
     ```
   }];
+  let options = [
+    Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
+           "value head dimension (0: the feature map's d)">,
+    Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32", "rows of q or k per tile">,
+  ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
-                           "::mlir::math::MathDialect"];
+                           "::mlir::math::MathDialect", "::mlir::linalg::LinalgDialect"];
+}
+
+def SpectraKeepKernels : Pass<"spectra-keep-kernels", "::mlir::ModuleOp"> {
+  let summary = "drop everything but the kernel functions (before lowering to LLVM)";
+  let description = [{
+    Erases every top-level op that is not a `func.func` marked
+    `llvm.emit_c_interface` (the feature maps, components, recipes and the
+    attention function they came from), so the module lowers to LLVM alone.
+
+    ```mlir
+    // Before: spectra.component @posrf ..., spectra.feature_map ..., func.func @posrf_orf_kv ...
+    // After:  func.func @posrf_orf_kv ...
+    ```
+  }];
+}
+
+def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncOp"> {
+  let summary = "map linalg on static tiles to register-tiled vector code (CPU)";
+  let description = [{
+    Lowers every linalg.generic and linalg.fill on static memref tiles to
+    scf loops of 1-D vector code: contractions to register tiles of
+    `register-rows` x `register-vectors` vectors of `vector-width` lanes
+    (loop-carried accumulators, one vector.fma per accumulator and k),
+    elementwise generics (the component's features region) along their
+    innermost dimension with the body cloned on vectors, reductions with
+    vector accumulators. The CPU pipeline picks the width from the host
+    (8 for AVX2, 16 for AVX-512).
+
+    ```mlir
+    // linalg.generic (contraction) on memref<32x32xf32>, memref<32x128xf32> -> memref<32x128xf32>
+    // becomes scf.for loops around
+    //   %acc = scf.for %k ... iter_args(...) { vector.load; vector.broadcast; vector.fma x8 }
+    ```
+  }];
+  let options = [
+    Option<"vectorWidth", "vector-width", "int64_t", /*default=*/"8", "f32 lanes per vector">,
+    Option<"registerRows", "register-rows", "int64_t", /*default=*/"4",
+           "rows of a contraction's register tile">,
+    Option<"registerVectors", "register-vectors", "int64_t", /*default=*/"2",
+           "vectors per row of a contraction's register tile">,
+  ];
+  let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
 }
 
 def SpectraBuildGpuKernels : Pass<"spectra-build-gpu-kernels", "::mlir::ModuleOp"> {

@@ -46,35 +46,39 @@ SPECTRA_API char *spectra_describe_ir(const char *ir, const char *source_name, c
 
 SPECTRA_API void spectra_free(void *pointer);
 
-/* A JIT-compiled fused CPU forward kernel for one (batch, head) slice; see
- * codegen/CpuKernel.h for its arguments. The same inputs as the describe
- * functions; NULL and *error on failure. */
+/* The fused CPU kernels of a feature map (codegen/TileKernels.h: kv, readout,
+ * query_backward, key_backward), compiled by spectra-cpu-pipeline for this host
+ * and JIT-compiled. Specialised on m, d and the value dimension `dv` (0: d). The
+ * same inputs as the describe functions; NULL and *error on failure. */
 typedef struct spectra_cpu_kernel spectra_cpu_kernel;
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
                                                             int64_t d, int64_t seed,
-                                                            const char *options, char **error);
+                                                            const char *options, int64_t dv,
+                                                            char **error);
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
-                                                       const char *feature_map, char **error);
-/* The kernel's C entry point: void (*)(StridedMemRef *q, *k, *v, *keep, *W,
- * *rowscale, *params, *S, *z, *zabs, *out, *shift, *qstat), memrefs of f32 as MLIR lays
- * them out ({allocated, aligned, offset, sizes[R], strides[R]}); shift holds one key
- * constant per feature, qstat [Nq, 3] each query's constant, guarded denominator and
- * whether the guard fired. */
-SPECTRA_API void *spectra_cpu_kernel_forward(spectra_cpu_kernel *kernel);
-/* The backward entry point: void (*)(q, k, v, keep, W, rowscale, params, S, z,
- * out, shift, qstat, gout, dq, dk, dv, dW, dparams, dS, dz), memrefs as above; NULL
- * (and *why set) when the component could not be differentiated. */
-SPECTRA_API void *spectra_cpu_kernel_backward(spectra_cpu_kernel *kernel, const char **why);
-/* The kernel's IR at a stage: "loops" (before lowering) or "llvm" (after). */
+                                                       const char *feature_map, int64_t dv,
+                                                       char **error);
+/* A kernel's C entry point by kind ("kv", "readout", "query_backward",
+ * "key_backward"): void (*)(StridedMemRef *...) in the argument order of
+ * codegen/TileKernels.h, memrefs of f32 as MLIR lays them out ({allocated,
+ * aligned, offset, sizes[R], strides[R]}). NULL when missing; *why then says
+ * why (a component that could not be differentiated has no backward). */
+SPECTRA_API void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
+                                           const char **why);
+/* The kernel's IR at a stage of spectra-cpu-pipeline: "tiles", "vectors" or "llvm". */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
+/* What the JIT compiles for: triple, host CPU and vector width (part of cache keys). */
+SPECTRA_API const char *spectra_cpu_host_target(void);
 SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
 /* The kernel's relocatable object (owned by the kernel; *size bytes), for a
- * disk cache; and a kernel loaded from such an object (plus the IR stages
- * stored with it), without compiling. */
+ * disk cache; and the kernels of `feature_map` loaded from such an object
+ * (plus the IR stages stored with it), without compiling. */
 SPECTRA_API const char *spectra_cpu_kernel_object(spectra_cpu_kernel *kernel, size_t *size);
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t size,
-                                                        const char *loops_ir, const char *llvm_ir,
-                                                        char **error);
+                                                        const char *feature_map,
+                                                        const char *tiles_ir,
+                                                        const char *vectors_ir,
+                                                        const char *llvm_ir, char **error);
 
 /* Lower-case hex SHA-256 of `size` bytes (cache keys and entry checksums). */
 SPECTRA_API char *spectra_sha256_hex(const void *data, size_t size);

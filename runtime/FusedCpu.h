@@ -1,10 +1,11 @@
-//===- FusedCpu.h - the JIT-compiled fused CPU forward ---------------------===//
+//===- FusedCpu.h - the JIT-compiled fused CPU kernels ---------------------===//
 //
-// Calls the kernel libspectra-compiler JIT-compiles (codegen/CpuKernel.h) on
-// every (batch, head) slice with at::parallel_for. The component parameters
-// come from the params program over the data statistics (evaluated with
-// LibTorch here; a compiled statistics prologue is the next step), the
-// features themselves are computed inside the kernel and never stored.
+// Calls the kernels libspectra-compiler JIT-compiles (codegen/TileKernels.h,
+// spectra-cpu-pipeline) on (batch, head, row chunk) tasks with
+// at::parallel_for. The component parameters come from the params program
+// over the data statistics (evaluated with LibTorch here), the features
+// themselves are computed inside the kernels, a tile at a time, and never
+// stored.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,7 +17,10 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 
 struct spectra_cpu_kernel;
 
@@ -97,11 +101,21 @@ public:
   }
 };
 
+/// The fused CPU kernels (codegen/TileKernels.h), JIT-compiled by
+/// libspectra-compiler for this host and run over (batch, head, row chunk)
+/// tasks with at::parallel_for: row chunks of kChunkRows keys or queries, so
+/// small batch-head counts still keep every thread busy; key chunks' S, z and
+/// constants are merged in a fixed order (the result does not depend on the
+/// thread count).
 class FusedCpuAttention {
 public:
-  /// JIT-compiles the kernel of a named variant.
+  /// Rows of q or k per task.
+  static constexpr int64_t kChunkRows = 1024;
+
+  /// JIT-compiles the kernels of a named variant (for dv = d; other value
+  /// dimensions compile on first use).
   FusedCpuAttention(const std::string &variant, const VariantConfig &config = {});
-  /// JIT-compiles the kernel of a feature map declared in IR.
+  /// JIT-compiles the kernels of a feature map declared in IR.
   static FusedCpuAttention fromIR(const std::string &ir, const std::string &sourceName = "<ir>",
                                   const std::string &featureMap = "");
 
@@ -113,9 +127,9 @@ public:
                        const std::optional<torch::Tensor> &keyMask = std::nullopt,
                        std::optional<double> scale = std::nullopt) const;
 
-  /// Fused attention with autograd: the forward kernel runs in a
+  /// Fused attention with autograd: the forward kernels run in a
   /// torch::autograd::Function whose backward is the compiler-built backward
-  /// kernel (dq, dk, dv, dW and the parameters' gradient); LibTorch autograd
+  /// kernels (dq, dk, dv, dW and the parameters' gradient); LibTorch autograd
   /// carries these on through the normaliser, the input transforms, the
   /// statistics and W's learnable factors. Computed in float32.
   torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
@@ -138,14 +152,23 @@ public:
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 
-  /// The kernel's IR at "loops" or "llvm".
-  std::string kernelIR(const std::string &stage) const;
+  /// The kernels' IR at a stage of spectra-cpu-pipeline ("tiles", "vectors", "llvm") for
+  /// value dimension dv (0: d).
+  std::string kernelIR(const std::string &stage, int64_t dv = 0) const;
 
 private:
-  FusedCpuAttention(Descriptor desc, std::shared_ptr<spectra_cpu_kernel> kernel);
+  using Compile = std::function<spectra_cpu_kernel *(int64_t dv)>;
+  FusedCpuAttention(Descriptor desc, Compile compile);
+  /// The kernels for value dimension dv (through the KernelCache, once per dv).
+  spectra_cpu_kernel *kernelsFor(int64_t dv) const;
 
+  struct Compiled {
+    std::mutex mutex;
+    std::map<int64_t, std::shared_ptr<spectra_cpu_kernel>> byValueDim;
+  };
   ReferenceFeatureMap reference;
-  std::shared_ptr<spectra_cpu_kernel> kernel;
+  Compile compile;
+  std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
 };
 
 } // namespace spectra

@@ -199,10 +199,12 @@ void KernelCache::dump(const std::string &name, const std::string &key, const Ca
 }
 
 std::shared_ptr<spectra_cpu_kernel>
-KernelCache::cpu(const std::string &canonical, const std::string &name,
+KernelCache::cpu(const std::string &canonical, const std::string &name, const std::string &options,
                  const std::function<spectra_cpu_kernel *()> &compile) {
   std::lock_guard<std::mutex> lock(mutex);
-  std::string k = key(spectra_compiler_version(), canonical, "cpu", "");
+  // The object is native code for this host: its CPU and vector width are part of the key.
+  std::string target = std::string("cpu ") + spectra_cpu_host_target();
+  std::string k = key(spectra_compiler_version(), canonical, target, options);
   if (auto it = cpuKernels.find(k); it != cpuKernels.end()) {
     ++counters.memoryHits;
     return it->second;
@@ -213,8 +215,12 @@ KernelCache::cpu(const std::string &canonical, const std::string &name,
   if (!path.empty() && readEntry(path, entry)) {
     const std::string &object = entry["object"];
     char *error = nullptr;
+    // The object's symbols carry the name of the feature map it was compiled for; any map
+    // with this component and these sizes shares it.
+    std::string compiledFor = entry.count("map.txt") ? entry["map.txt"] : name;
     spectra_cpu_kernel *loaded = spectra_cpu_load_object(
-        object.data(), object.size(), entry["loops.mlir"].c_str(), entry["llvm.mlir"].c_str(), &error);
+        object.data(), object.size(), compiledFor.c_str(), entry["tiles.mlir"].c_str(),
+        entry["vectors.mlir"].c_str(), entry["llvm.mlir"].c_str(), &error);
     if (loaded) {
       ++counters.diskHits;
       auto kernel = std::shared_ptr<spectra_cpu_kernel>(loaded, spectra_cpu_kernel_free);
@@ -231,9 +237,11 @@ KernelCache::cpu(const std::string &canonical, const std::string &name,
   size_t size = 0;
   const char *object = spectra_cpu_kernel_object(kernel.get(), &size);
   entry = {{"object", std::string(object ? object : "", size)},
-           {"loops.mlir", spectra_cpu_kernel_ir(kernel.get(), "loops")},
+           {"tiles.mlir", spectra_cpu_kernel_ir(kernel.get(), "tiles")},
+           {"vectors.mlir", spectra_cpu_kernel_ir(kernel.get(), "vectors")},
            {"llvm.mlir", spectra_cpu_kernel_ir(kernel.get(), "llvm")},
-           {"key.txt", canonical}};
+           {"map.txt", name},
+           {"key.txt", canonical + "\n" + target + " " + options}};
   if (!path.empty() && size > 0)
     writeEntry(path, entry);
   dump(name, k, entry);

@@ -6,7 +6,7 @@
 // libspectra-compiler only on a miss. Keys are sha256 over the compiler build
 // id, the canonical feature-map text (the descriptor's component program and
 // options), the target and the options. An entry holds every stage
-// (loops/llvm IR and the object for the CPU; the artifact with its PTX for
+// (tiles/vectors/llvm IR and the object for the CPU; the artifact with its PTX for
 // GPUs) in checksummed sections; writes go to a temporary file renamed into
 // place, so concurrent compilers of one kernel both succeed and a reader never
 // sees half an entry. A truncated or corrupt entry is reported and rebuilt.
@@ -55,9 +55,11 @@ public:
   static std::string key(const std::string &compilerId, const std::string &canonical,
                          const std::string &target, const std::string &options);
 
-  /// The CPU kernels for `canonical`; `compile` runs on a miss and must return a kernel
-  /// or throw. The kernel stays alive as long as any holder (and the cache) keeps it.
+  /// The CPU kernels of feature map `name` for `canonical` with `options` (m, d, dv),
+  /// compiled for this host; `compile` runs on a miss and must return a kernel or throw.
+  /// The kernel stays alive as long as any holder (and the cache) keeps it.
   std::shared_ptr<spectra_cpu_kernel> cpu(const std::string &canonical, const std::string &name,
+                                          const std::string &options,
                                           const std::function<spectra_cpu_kernel *()> &compile);
 
   /// The GPU artifact (JSON with PTX) for `canonical` on `target` with `options`.

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 using namespace spectra;
 
 namespace {
@@ -87,16 +89,20 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
   )mlir";
   FusedCpuAttention fused = FusedCpuAttention::fromIR(ir, "tempered.mlir");
   expectMatchesReference(fused, makeCase(0.8, 4), 1e-4, "user-declared tempered feature");
-  // Fusion: neither kernel allocates a buffer for phi; each has one stack buffer (the m row norms).
-  std::string loops = fused.kernelIR("loops");
-  EXPECT_EQ(loops.find("memref.alloc("), std::string::npos) << loops;
-  size_t allocas = 0;
-  for (size_t at = loops.find("memref.alloca("); at != std::string::npos;
-       at = loops.find("memref.alloca(", at + 1))
-    ++allocas;
-  EXPECT_EQ(allocas, 2u) << "one stack buffer in the forward and one in the backward";
-  EXPECT_NE(loops.find("func.func @spectra_backward("), std::string::npos);
-  EXPECT_NE(loops.find("math.tanh"), std::string::npos);
+  // Fusion: phi lives in tile buffers of 32 rows; no kernel allocates on the heap or
+  // sizes a buffer by the sequence.
+  std::string tiles = fused.kernelIR("tiles");
+  EXPECT_EQ(tiles.find("memref.alloc("), std::string::npos) << tiles;
+  EXPECT_EQ(tiles.find("memref.alloca(%"), std::string::npos) << "a buffer sized by the sequence";
+  std::regex stackBuffer(R"(memref.alloca\(\) : memref<(\d+)x?(\d*)xf32>)");
+  for (auto it = std::sregex_iterator(tiles.begin(), tiles.end(), stackBuffer); it != std::sregex_iterator(); ++it)
+    EXPECT_LE(std::stoll((*it)[1]), 32) << "a buffer larger than a tile: " << it->str();
+  for (const char *kernel : {"kv", "readout", "query_backward", "key_backward"})
+    EXPECT_NE(tiles.find(std::string("func.func @tempered_orf_") + kernel + "("), std::string::npos)
+        << kernel;
+  EXPECT_NE(tiles.find("math.tanh"), std::string::npos);
+  // The vector stage: register-tiled contractions.
+  EXPECT_NE(fused.kernelIR("vectors").find("vector.fma"), std::string::npos);
 }
 
 TEST(FusedCpu, BadInputsAreReported) {

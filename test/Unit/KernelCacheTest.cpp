@@ -62,11 +62,11 @@ private:
   std::optional<std::string> previous;
 };
 
-/// Runs the fused forward of `fused` on fixed inputs.
-torch::Tensor runOnce(const FusedCpuAttention &fused) {
+/// Runs the fused forward of `fused` on fixed inputs (value dimension dv).
+torch::Tensor runOnce(const FusedCpuAttention &fused, int64_t dv = 8) {
   torch::manual_seed(3);
   torch::Tensor q = torch::randn({1, 2, 9, 8}), k = torch::randn({1, 2, 7, 8}),
-                v = torch::randn({1, 2, 7, 4});
+                v = torch::randn({1, 2, 7, dv});
   const Descriptor &d = fused.descriptor();
   return fused.forward(q, k, v, WeightFactory(d).draw(d.seed, torch::kFloat32)).out;
 }
@@ -97,13 +97,20 @@ TEST(KernelCache, ColdCompileThenMemoryHitThenDiskHit) {
   EXPECT_EQ(cache.stats().compiles, 1);
   EXPECT_EQ(cache.stats().diskHits, 1);
   EXPECT_TRUE(torch::equal(runOnce(fromDisk), expected)) << "the cached object computes the same";
-  EXPECT_NE(fromDisk.kernelIR("loops").find("func.func @spectra_forward"), std::string::npos)
-      << "the stages are stored with the object";
+  for (const char *stage : {"tiles", "vectors", "llvm"})
+    EXPECT_NE(fromDisk.kernelIR(stage).find("posrf_orf_kv"), std::string::npos)
+        << "the " << stage << " stage is stored with the object";
+  EXPECT_NE(fromDisk.kernelIR("tiles").find("linalg.generic"), std::string::npos);
+  EXPECT_NE(fromDisk.kernelIR("vectors").find("vector.fma"), std::string::npos);
 
   // A different component is a different key.
   FusedCpuAttention other("oprf-orf", small());
   EXPECT_EQ(cache.stats().compiles, 2);
   EXPECT_EQ(dir.entries().size(), 2u);
+  // So is another value dimension (the kernels are specialised on it), compiled on first use.
+  runOnce(fromDisk, 4);
+  EXPECT_EQ(cache.stats().compiles, 3);
+  EXPECT_EQ(dir.entries().size(), 3u);
 }
 
 TEST(KernelCache, CorruptOrTruncatedEntriesAreRecompiled) {
@@ -138,7 +145,7 @@ TEST(KernelCache, CorruptOrTruncatedEntriesAreRecompiled) {
 }
 
 TEST(KernelCache, EntriesDetectEveryTruncation) {
-  CacheEntry entry{{"object", std::string("\x7f" "ELF\0\1\2", 7)}, {"loops.mlir", "func.func"}};
+  CacheEntry entry{{"object", std::string("\x7f" "ELF\0\1\2", 7)}, {"tiles.mlir", "func.func"}};
   std::string bytes = encodeCacheEntry(entry);
   CacheEntry back;
   std::string why;
@@ -197,7 +204,7 @@ TEST(KernelCache, DumpDirectoryReceivesEveryStage) {
   for (const std::string &f : files)
     suffixes.insert(f.substr(f.rfind('.') + 1));
   EXPECT_EQ(suffixes, (std::set<std::string>{"mlir", "object", "txt"}));
-  EXPECT_EQ(files.size(), 4u) << "loops.mlir, llvm.mlir, object, key.txt";
+  EXPECT_EQ(files.size(), 6u) << "tiles.mlir, vectors.mlir, llvm.mlir, object, map.txt, key.txt";
   removeTree(dump);
 }
 

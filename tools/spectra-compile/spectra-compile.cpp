@@ -6,7 +6,9 @@
 //
 // Stages follow the lowering: spectra (the input IR, library linked),
 // descriptor (the JSON the runtime reads), then per target:
-//   cpu:           loops (the fused kernels as scf loops), llvm (lowered)
+//   cpu:           tiles (the kernels as linalg on static tiles), vectors
+//                  (register-tiled vector code), llvm (lowered); each a prefix
+//                  of spectra-cpu-pipeline, the pipeline the JIT runs
 //   sm_80, sm_90a: gpu (the gpu.module of kernels), llvm (NVVM), ptx,
 //                  artifact (launch description + PTX as JSON)
 //
@@ -63,15 +65,22 @@ static cl::list<std::string> componentOptions(
     cl::cat(category));
 static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "
-                                          "the runtime reads); --target cpu: loops (the fused "
-                                          "kernels), llvm (lowered); --target sm_80|sm_90a: gpu "
+                                          "the runtime reads); --target cpu: tiles (the kernels "
+                                          "as linalg on tiles), vectors (register-tiled vector "
+                                          "code), llvm (lowered); --target sm_80|sm_90a: gpu "
                                           "(the kernels' gpu.module), llvm (NVVM), ptx, artifact "
                                           "(launch description and PTX as JSON)"),
                                  cl::init("spectra"), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or sm_90a"),
                                    cl::init("cpu"), cl::cat(category));
-static cl::opt<int64_t> valueDim("dv", cl::desc("value head dimension of the GPU kernels (default: d)"),
+static cl::opt<int64_t> valueDim("dv", cl::desc("value head dimension of the kernels (default: d)"),
                                  cl::init(0), cl::cat(category));
+static cl::opt<int64_t> tileRows("tile-rows", cl::desc("CPU: rows of q or k per tile (default 32)"),
+                                 cl::init(32), cl::cat(category));
+static cl::opt<int64_t> vectorWidth("vector-width",
+                                    cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
+                                             "with AVX2, 16 with AVX-512)"),
+                                    cl::init(0), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("output file (default: stdout)"),
                                        cl::value_desc("file"), cl::init("-"), cl::cat(category));
 static cl::opt<bool> list("list", cl::desc("list the variants and exit"), cl::init(false),
@@ -112,20 +121,20 @@ int main(int argc, char **argv) {
     printVariants(llvm::outs());
     return 0;
   }
-  static const std::vector<std::string> stages = {"spectra", "descriptor", "loops", "gpu",
-                                                  "llvm",    "ptx",        "artifact"};
+  static const std::vector<std::string> stages = {"spectra", "descriptor", "tiles", "vectors",
+                                                  "gpu",     "llvm",       "ptx",   "artifact"};
   if (!llvm::is_contained(stages, emit.getValue()))
     return fail("unknown --emit stage '" + emit + "'; stages: " + llvm::join(stages, ", "));
   static const std::vector<std::string> targets = {"cpu", "sm_80", "sm_90a"};
   if (!llvm::is_contained(targets, target.getValue()))
     return fail("unknown --target '" + target + "'; targets: cpu, sm_80, sm_90a");
   bool gpuTarget = target != "cpu";
-  bool cpuStage = !gpuTarget && (emit == "loops" || emit == "llvm");
+  bool cpuStage = !gpuTarget && (emit == "tiles" || emit == "vectors" || emit == "llvm");
   bool gpuStage = gpuTarget && (emit == "gpu" || emit == "llvm" || emit == "ptx" || emit == "artifact");
   if (!gpuTarget && (emit == "gpu" || emit == "ptx" || emit == "artifact"))
     return fail("--emit=" + emit + " is a GPU stage: add --target sm_80 or --target sm_90a");
-  if (gpuTarget && emit == "loops")
-    return fail("--emit=loops is the CPU stage: use --target cpu (GPU stages: gpu, llvm, ptx, "
+  if (gpuTarget && (emit == "tiles" || emit == "vectors"))
+    return fail("--emit=" + emit + " is a CPU stage: use --target cpu (GPU stages: gpu, llvm, ptx, "
                 "artifact)");
   if (gpuTarget && emit != "spectra" && emit != "descriptor" && !gpuStage)
     return fail("--emit=" + emit + " is not a stage of --target " + target);
@@ -192,23 +201,18 @@ int main(int argc, char **argv) {
 
   if (!printLibrary) {
     PassManager pm(&context);
-    mlir::spectra::buildSpectraInputPipeline(pm);
     if (cpuStage) {
-      pm.addPass(mlir::spectra::createSpectraBuildCpuKernels());
-      pm.addPass(createCanonicalizerPass());
-      pm.addPass(createCSEPass());
-    }
-    if (cpuStage && emit == "llvm") {
-      // Keep only the kernels, so the stage is a module mlir-translate accepts.
-      if (failed(pm.run(*module)))
-        return 1;
-      for (Operation &op : llvm::make_early_inc_range(module->getBody()->getOperations())) {
-        auto fn = llvm::dyn_cast<func::FuncOp>(op);
-        if (!fn || !fn->hasAttr("llvm.emit_c_interface"))
-          op.erase();
-      }
-      pm.clear();
-      mlir::spectra::buildCpuLoweringPipeline(pm);
+      // A prefix of spectra-cpu-pipeline, with the options the JIT uses.
+      mlir::spectra::CpuPipelineOptions options;
+      options.valueDim = valueDim;
+      options.tileRows = tileRows;
+      options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
+      mlir::spectra::buildCpuPipeline(pm, options,
+                                      emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
+                                      : emit == "vectors" ? mlir::spectra::CpuStage::Vectors
+                                                          : mlir::spectra::CpuStage::LLVM);
+    } else {
+      mlir::spectra::buildSpectraInputPipeline(pm);
     }
     if (gpuStage) {
       mlir::spectra::SpectraBuildGpuKernelsOptions gpuOptions;

@@ -1,0 +1,45 @@
+//===- BuildTileKernels.cpp - the spectra-build-tile-kernels pass ---------===//
+
+#include "codegen/CpuKernel.h"
+#include "codegen/Passes.h"
+#include "codegen/TileKernels.h"
+#include "dialect/BuiltinLibrary.h"
+
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#define DEBUG_TYPE "spectra-build-tile-kernels"
+
+namespace mlir::spectra {
+void registerGpuLoweringPipeline();
+
+#define GEN_PASS_DEF_SPECTRABUILDTILEKERNELS
+#include "codegen/Passes.h.inc"
+
+namespace {
+struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernelsPass> {
+  using SpectraBuildTileKernelsBase::SpectraBuildTileKernelsBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (failed(linkBuiltinLibrary(module)))
+      return signalPassFailure();
+    TileKernelOptions options;
+    options.valueDim = valueDim;
+    options.tileRows = tileRows;
+    for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
+      std::string backwardError;
+      if (failed(buildTileKernels(module, map, options, &backwardError)))
+        return signalPassFailure();
+      if (!backwardError.empty())
+        map.emitWarning() << "no backward kernels: " << backwardError;
+    }
+  }
+};
+} // namespace
+
+void registerSpectraCodegenPassesAndPipelines() {
+  registerSpectraCodegenPasses();
+  registerCpuPipelines();
+  registerGpuLoweringPipeline();
+}
+} // namespace mlir::spectra

@@ -1,0 +1,733 @@
+//===- TileKernels.cpp - the fused kernels as linalg on static tiles ------===//
+
+#include "codegen/TileKernels.h"
+#include "codegen/KernelBuilder.h"
+#include "codegen/spectra_compiler.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/SymbolTable.h"
+
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+namespace {
+
+/// The static sizes of one feature map's kernels.
+struct Dims {
+  int64_t T, D, DV, M, K, F, P;
+};
+
+/// Where an operand of a two-dimensional iteration space (i, j) is read.
+enum class At { Full, Row, Col };
+struct Operand {
+  Value buffer;
+  At at = At::Full;
+};
+using Body = function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>;
+
+/// Emits linalg on static f32 tiles; `b` always points where the next op goes.
+class TileBuilder : public KernelBuilder {
+public:
+  TileBuilder(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, Block *entry)
+      : KernelBuilder(b, loc, component), s(s), entry(entry) {}
+
+  Type f32Type() { return b.getF32Type(); }
+  Value negInf() { return f32(-std::numeric_limits<float>::infinity()); }
+
+  /// A static buffer on the stack, allocated once at function entry.
+  Value buffer(ArrayRef<int64_t> shape) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(entry);
+    return memref::AllocaOp::create(b, loc, MemRefType::get(shape, f32Type()));
+  }
+  void fill(Value buf, double value) {
+    linalg::FillOp::create(b, loc, ValueRange{f32(value)}, ValueRange{buf});
+  }
+  /// A static window of a buffer (offsets and sizes per dimension, unit strides).
+  Value window(Value buf, ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
+    SmallVector<OpFoldResult> o, z, st;
+    for (auto [off, size] : llvm::zip(offsets, sizes)) {
+      o.push_back(b.getIndexAttr(off));
+      z.push_back(b.getIndexAttr(size));
+      st.push_back(b.getIndexAttr(1));
+    }
+    return memref::SubViewOp::create(b, loc, buf, o, z, st);
+  }
+  /// Row `row` (dynamic) of a [N, W] buffer as a [1, W] window.
+  Value rowOf(Value buf, Value row, int64_t width) {
+    SmallVector<OpFoldResult> o = {row, b.getIndexAttr(0)}, z = {b.getIndexAttr(1), b.getIndexAttr(width)},
+                              st = {b.getIndexAttr(1), b.getIndexAttr(1)};
+    return memref::SubViewOp::create(b, loc, buf, o, z, st);
+  }
+
+  /// linalg.generic over the iteration space of `rank` dims with the given iterators.
+  void generic(ArrayRef<Operand> ins, ArrayRef<Operand> outs,
+               ArrayRef<utils::IteratorType> iterators, Body body) {
+    unsigned rank = iterators.size();
+    auto mapOf = [&](At at) {
+      if (rank == 1)
+        return AffineMap::getMultiDimIdentityMap(1, b.getContext());
+      AffineExpr i = b.getAffineDimExpr(0), j = b.getAffineDimExpr(1);
+      SmallVector<AffineExpr> results = at == At::Full  ? SmallVector<AffineExpr>{i, j}
+                                        : at == At::Row ? SmallVector<AffineExpr>{i}
+                                                        : SmallVector<AffineExpr>{j};
+      return AffineMap::get(2, 0, results, b.getContext());
+    };
+    SmallVector<Value> inputs, outputs;
+    SmallVector<AffineMap> maps;
+    for (const Operand &in : ins) {
+      inputs.push_back(in.buffer);
+      maps.push_back(mapOf(in.at));
+    }
+    for (const Operand &out : outs) {
+      outputs.push_back(out.buffer);
+      maps.push_back(mapOf(out.at));
+    }
+    linalg::GenericOp::create(b, loc, TypeRange{}, inputs, outputs, maps, iterators, "", "",
+                              [&](OpBuilder &nb, Location l, ValueRange args) {
+                                linalg::YieldOp::create(nb, l, body(nb, l, args));
+                              });
+  }
+  /// Elementwise over the shape of outs (rank 1 or 2, all Full).
+  void elementwise(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    auto rank = llvm::cast<MemRefType>(outs[0].getType()).getRank();
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Full});
+    generic(ins, o, SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel), body);
+  }
+  /// Reduces over j into outs indexed by i.
+  void reduceRows(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Row});
+    generic(ins, o, {utils::IteratorType::parallel, utils::IteratorType::reduction}, body);
+  }
+  /// Reduces over i into outs indexed by j.
+  void reduceCols(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Col});
+    generic(ins, o, {utils::IteratorType::reduction, utils::IteratorType::parallel}, body);
+  }
+  /// C[m, n] += sum_k A[m, k] B[k, n] (A read as A[k, m] when `transposeA`).
+  void matmul(Value A, Value B, Value C, bool transposeA = false) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1), k = b.getAffineDimExpr(2);
+    SmallVector<AffineMap> maps = {
+        AffineMap::get(3, 0, transposeA ? ArrayRef<AffineExpr>{k, m} : ArrayRef<AffineExpr>{m, k}, ctx),
+        AffineMap::get(3, 0, {k, n}, ctx), AffineMap::get(3, 0, {m, n}, ctx)};
+    linalg::GenericOp::create(
+        b, loc, TypeRange{}, ValueRange{A, B}, ValueRange{C}, maps,
+        {utils::IteratorType::parallel, utils::IteratorType::parallel, utils::IteratorType::reduction},
+        "", "", [](OpBuilder &nb, Location l, ValueRange args) {
+          Value prod = arith::MulFOp::create(nb, l, args[0], args[1]);
+          linalg::YieldOp::create(nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod)});
+        });
+  }
+
+  /// for (r0 = 0; r0 < n; r0 += T) body(r0, rows = min(T, n - r0)).
+  void forTiles(Value n, function_ref<void(Value, Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, idx(0), n, idx(s.T));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value r0 = loop.getInductionVar();
+    Value rows = arith::MinSIOp::create(b, loc, idx(s.T), arith::SubIOp::create(b, loc, n, r0));
+    body(r0, rows);
+  }
+  void forRange(Value lb, Value ub, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, lb, ub, idx(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  }
+
+  /// Rows [r0, r0 + rows) of src [N, W] into tile [T, W], zeros below them.
+  void stage(Value src, Value r0, Value rows, Value tile, int64_t width) {
+    fill(tile, 0);
+    forRange(idx(0), rows, [&](Value i) {
+      Value from = rowOf(src, arith::AddIOp::create(b, loc, r0, i), width), to = rowOf(tile, i, width);
+      elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return SmallVector<Value>{a[0]}; });
+    });
+  }
+  /// The first `rows` rows of tile [T, W] into dst [N, W] from row r0.
+  void unstage(Value tile, Value r0, Value rows, Value dst, int64_t width) {
+    forRange(idx(0), rows, [&](Value i) {
+      Value from = rowOf(tile, i, width), to = rowOf(dst, arith::AddIOp::create(b, loc, r0, i), width);
+      elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return SmallVector<Value>{a[0]}; });
+    });
+  }
+  /// kept[i] = keep[r0 + i] for i < rows (keep: 1 kept, 0 masked; nullptr: all kept), else 0.
+  void stageMask(Value keep, Value r0, Value rows, Value kept) {
+    fill(kept, 0);
+    forRange(idx(0), rows, [&](Value i) {
+      store(keep ? load(keep, {arith::AddIOp::create(b, loc, r0, i)}) : f32(1), kept, {i});
+    });
+  }
+
+  /// L = X W^T and xx = ||x||^2 of a staged tile.
+  void logits(Value X, Value Wt, Value L, Value xx) {
+    fill(L, 0);
+    matmul(X, Wt, L);
+    fill(xx, 0);
+    reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
+    });
+  }
+
+  /// Feature f's window of a [F] or [F, W] buffer for output o.
+  Value outputRows(Value buf, unsigned o) {
+    auto type = llvm::cast<MemRefType>(buf.getType());
+    if (type.getRank() == 1)
+      return window(buf, {o * s.M}, {s.M});
+    return window(buf, {o * s.M, 0}, {s.M, type.getDimSize(1)});
+  }
+  /// Output o's columns of a [W, F] buffer.
+  Value outputCols(Value buf, unsigned o) {
+    int64_t rows = llvm::cast<MemRefType>(buf.getType()).getDimSize(0);
+    return window(buf, {0, o * s.M}, {rows, s.M});
+  }
+
+  const Dims &s;
+  Block *entry;
+};
+
+/// Scalar arithmetic inside a generic's body.
+struct Scalar {
+  OpBuilder &b;
+  Location l;
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, l, x, y); }
+  Value sub(Value x, Value y) { return arith::SubFOp::create(b, l, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, l, x, y); }
+  Value div(Value x, Value y) { return arith::DivFOp::create(b, l, x, y); }
+  Value exp(Value x) { return math::ExpOp::create(b, l, x); }
+  Value abs(Value x) { return math::AbsFOp::create(b, l, x); }
+  Value max(Value x, Value y) { return arith::MaximumFOp::create(b, l, x, y); }
+  Value c(double v) { return arith::ConstantOp::create(b, l, b.getF32FloatAttr(static_cast<float>(v))); }
+  Value select(Value cond, Value x, Value y) { return arith::SelectOp::create(b, l, cond, x, y); }
+  Value cmp(arith::CmpFPredicate p, Value x, Value y) { return arith::CmpFOp::create(b, l, p, x, y); }
+  Value positive(Value x) { return cmp(arith::CmpFPredicate::OGT, x, c(0)); }
+};
+
+/// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
+/// phi' = phi dlogit + e dcoeff with e = phi / coeff (the shifted, scaled exponential).
+struct Chained {
+  Value dwx, dxx, dww;
+  SmallVector<Value> dparams;
+};
+Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, Value wx, Value xx, Value ww,
+              ArrayRef<Value> params, ArrayRef<Value> coeffs, ArrayRef<Value> e, ArrayRef<Value> a) {
+  SmallVector<Value> pv = kb.partials(partials, wx, xx, ww, params);
+  unsigned args = 3 + params.size();
+  Chained c{x.c(0), x.c(0), x.c(0), SmallVector<Value>(params.size(), x.c(0))};
+  for (unsigned o = 0; o < e.size(); ++o) {
+    Value phi = x.mul(coeffs[o], e[o]);
+    auto dphi = [&](unsigned v) {
+      return x.add(x.mul(phi, pv[2 * (o * args + v)]), x.mul(e[o], pv[2 * (o * args + v) + 1]));
+    };
+    c.dwx = x.add(c.dwx, x.mul(a[o], dphi(0)));
+    c.dxx = x.add(c.dxx, x.mul(a[o], dphi(1)));
+    c.dww = x.add(c.dww, x.mul(a[o], dphi(2)));
+    for (unsigned p = 0; p < params.size(); ++p)
+      c.dparams[p] = x.add(c.dparams[p], x.mul(a[o], dphi(3 + p)));
+  }
+  return c;
+}
+
+/// A kernel function: arguments, entry block, and the loaded parameters.
+struct Kernel {
+  func::FuncOp fn;
+  Block *entry;
+  SmallVector<Value> params;
+  Value arg(unsigned i) { return entry->getArgument(i); }
+};
+
+Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> args,
+                  unsigned paramsArg, unsigned numParams) {
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
+  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  Kernel k{fn, fn.addEntryBlock(), {}};
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  for (unsigned i = 0; i < numParams; ++i)
+    k.params.push_back(memref::LoadOp::create(
+        b, loc, k.arg(paramsArg), ValueRange{arith::ConstantIndexOp::create(b, loc, i)}));
+  return k;
+}
+
+/// Memref types of the kernel arguments.
+struct Types {
+  MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat;
+  Types(MLIRContext *ctx, const Dims &s) {
+    Type f32 = Float32Type::get(ctx);
+    int64_t dyn = ShapedType::kDynamic;
+    rows = MemRefType::get({dyn, s.D}, f32);
+    values = MemRefType::get({dyn, s.DV}, f32);
+    mask = MemRefType::get({dyn}, f32);
+    Wt = MemRefType::get({s.D, s.M}, f32);
+    W = MemRefType::get({s.M, s.D}, f32);
+    ww = MemRefType::get({s.M}, f32);
+    params = MemRefType::get({s.P}, f32);
+    S = MemRefType::get({s.F, s.DV}, f32);
+    St = MemRefType::get({s.DV, s.F}, f32);
+    f = MemRefType::get({s.F}, f32);
+    qstat = MemRefType::get({dyn, 3}, f32);
+  }
+};
+
+void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, const Types &t,
+             StringRef name, unsigned numParams) {
+  // k, v, keep, Wt, ww, rowscale, params, S, z, zabs, c
+  Kernel k = makeKernel(b, loc, name,
+                        {t.rows, t.values, t.mask, t.Wt, t.ww, t.ww, t.params, t.S, t.f, t.f, t.f},
+                        6, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), ww = k.arg(4),
+        rowscale = k.arg(5), S = k.arg(7), z = k.arg(8), zabs = k.arg(9), c = k.arg(10);
+  tb.fill(S, 0);
+  tb.fill(z, 0);
+  tb.fill(zabs, 0);
+  tb.fill(c, -std::numeric_limits<double>::infinity());
+  Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T});
+  Value L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), tmax = tb.buffer({s.M}),
+        r = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
+  SmallVector<Value> logit, coeff;
+  for (int64_t o = 0; o < s.K; ++o) {
+    logit.push_back(tb.buffer({s.T, s.M}));
+    coeff.push_back(tb.buffer({s.T, s.M}));
+  }
+  tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
+    tb.stage(K, r0, rows, Kt, s.D);
+    tb.stage(V, r0, rows, Vt, s.DV);
+    tb.stageMask(keep, r0, rows, kept);
+    tb.logits(Kt, Wt, L, xx);
+    // The features of the tile; masked (and padded) keys' logits become -inf.
+    SmallVector<Value> outs;
+    for (int64_t o = 0; o < s.K; ++o)
+      outs.append({logit[o], coeff[o]});
+    tb.elementwise({{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}}, outs,
+                   [&](OpBuilder &nb, Location l, ValueRange a) {
+                     KernelBuilder kb(nb, l, component);
+                     Scalar x{nb, l};
+                     auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
+                     SmallVector<Value> y;
+                     for (int64_t o = 0; o < s.K; ++o)
+                       y.append({x.select(x.positive(a[3]), logits[o], x.c(-INFINITY)), coeffs[o]});
+                     return y;
+                   });
+    for (int64_t o = 0; o < s.K; ++o) {
+      Value So = tb.outputRows(S, o), zo = tb.outputRows(z, o), zabso = tb.outputRows(zabs, o),
+            co = tb.outputRows(c, o);
+      // Raise each feature's constant to the tile's largest logit; what was accumulated
+      // relative to the old constant is rescaled by r = exp(old - new) (1 where unchanged).
+      tb.fill(tmax, -std::numeric_limits<double>::infinity());
+      tb.reduceCols({{logit[o]}}, {tmax}, [](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{arith::MaximumFOp::create(nb, l, a[0], a[1])};
+      });
+      tb.elementwise({{tmax}}, {co, r}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        Value raised = x.max(a[1], a[0]);
+        Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], raised);
+        return SmallVector<Value>{raised, x.select(same, x.c(1), x.exp(x.sub(a[1], raised)))};
+      });
+      tb.elementwise({{r, At::Row}}, {So}, [](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{arith::MulFOp::create(nb, l, a[1], a[0])};
+      });
+      tb.elementwise({{r}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        return SmallVector<Value>{x.mul(a[1], a[0]), x.mul(a[2], a[0])};
+      });
+      // phi = coeff exp(l - c_f) rowscale, selected (never multiplied) to 0 where l = -inf.
+      tb.elementwise({{logit[o]}, {coeff[o]}, {co, At::Col}, {rowscale, At::Col}}, {phi},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+                       Value p = x.mul(x.mul(a[1], x.exp(x.sub(a[0], a[2]))), a[3]);
+                       return SmallVector<Value>{x.select(live, p, x.c(0))};
+                     });
+      tb.matmul(phi, Vt, So, /*transposeA=*/true);
+      tb.reduceCols({{phi}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        return SmallVector<Value>{x.add(a[1], a[0]), x.add(a[2], x.abs(a[0]))};
+      });
+    }
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                  const Types &t, StringRef name, unsigned numParams) {
+  // q, Wt, ww, params, S, z, zabs, c, out, qstat
+  Kernel k = makeKernel(b, loc, name,
+                        {t.rows, t.Wt, t.ww, t.params, t.S, t.f, t.f, t.f, t.values, t.qstat}, 3,
+                        numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Q = k.arg(0), Wt = k.arg(1), ww = k.arg(2), S = k.arg(4), z = k.arg(5), zabs = k.arg(6),
+        c = k.arg(7), out = k.arg(8), qstat = k.arg(9);
+  Value Qt = tb.buffer({s.T, s.D}), L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}),
+        Mq = tb.buffer({s.T}), acc = tb.buffer({s.T, s.DV}), den = tb.buffer({s.T}),
+        total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
+  SmallVector<Value> logit, coeff, phi;
+  for (int64_t o = 0; o < s.K; ++o) {
+    logit.push_back(tb.buffer({s.T, s.M}));
+    coeff.push_back(tb.buffer({s.T, s.M}));
+    phi.push_back(tb.buffer({s.T, s.M}));
+  }
+  tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
+    tb.stage(Q, r0, rows, Qt, s.D);
+    tb.logits(Qt, Wt, L, xx);
+    // Feature f's query logit carries its key constant: l + c_f.
+    SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}};
+    SmallVector<Value> outs;
+    for (int64_t o = 0; o < s.K; ++o) {
+      ins.push_back({tb.outputRows(c, o), At::Col});
+      outs.append({logit[o], coeff[o]});
+    }
+    tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
+      KernelBuilder kb(nb, l, component);
+      Scalar x{nb, l};
+      auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
+      SmallVector<Value> y;
+      for (int64_t o = 0; o < s.K; ++o)
+        y.append({x.add(logits[o], a[3 + o]), coeffs[o]});
+      return y;
+    });
+    // The query constant M = max over features and outputs, then phi = coeff exp(l - M).
+    tb.fill(Mq, -std::numeric_limits<double>::infinity());
+    for (int64_t o = 0; o < s.K; ++o)
+      tb.reduceRows({{logit[o]}}, {Mq}, [](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{arith::MaximumFOp::create(nb, l, a[0], a[1])};
+      });
+    tb.fill(acc, 0);
+    tb.fill(den, 0);
+    tb.fill(total, 0);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.elementwise({{logit[o]}, {coeff[o]}, {Mq, At::Row}}, {phi[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       return SmallVector<Value>{x.mul(a[1], x.exp(x.sub(a[0], a[2])))};
+                     });
+      tb.matmul(phi[o], tb.outputRows(S, o), acc);
+      tb.reduceRows({{phi[o]}, {tb.outputRows(z, o), At::Col}, {tb.outputRows(zabs, o), At::Col}},
+                    {den, total}, [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return SmallVector<Value>{x.add(a[3], x.mul(a[0], a[1])),
+                                                x.add(a[4], x.mul(x.abs(a[0]), a[2]))};
+                    });
+    }
+    // The denominator guard (SPECTRA_DENOMINATOR_GUARD): fires unless |den| > guard * T
+    // (an unordered compare fires it for NaN too).
+    tb.elementwise({{den}, {total}}, {guarded, fired}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      Value eps = x.mul(x.c(SPECTRA_DENOMINATOR_GUARD), a[1]);
+      Value fire = x.cmp(arith::CmpFPredicate::ULE, x.abs(a[0]), eps);
+      return SmallVector<Value>{x.select(fire, x.add(a[0], x.mul(x.c(2), eps)), a[0]),
+                                x.select(fire, x.c(1), x.c(0))};
+    });
+    tb.elementwise({{guarded, At::Row}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::DivFOp::create(nb, l, a[1], a[0])};
+    });
+    tb.unstage(acc, r0, rows, out, s.DV);
+    tb.forRange(tb.idx(0), rows, [&](Value i) {
+      Value n = arith::AddIOp::create(b, loc, r0, i);
+      tb.store(tb.load(Mq, {i}), qstat, {n, tb.idx(0)});
+      tb.store(tb.load(guarded, {i}), qstat, {n, tb.idx(1)});
+      tb.store(tb.load(fired, {i}), qstat, {n, tb.idx(2)});
+    });
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+/// Buffers both backward kernels share: the partial-derivative tiles and the
+/// accumulators of dW's ||w||^2 term and of dparams.
+struct GradientTiles {
+  Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
+  SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
+};
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, unsigned numParams) {
+  GradientTiles g;
+  g.dwx = tb.buffer({s.T, s.M});
+  g.dxx = tb.buffer({s.T, s.M});
+  g.dww = tb.buffer({s.T, s.M});
+  g.dxxRow = tb.buffer({s.T});
+  g.dwwAcc = tb.buffer({s.M});
+  g.dx = tb.buffer({s.T, s.D});
+  tb.fill(g.dwwAcc, 0);
+  for (unsigned p = 0; p < numParams; ++p) {
+    g.dp.push_back(tb.buffer({s.T, s.M}));
+    g.dpAcc.push_back(tb.buffer({s.M}));
+    tb.fill(g.dpAcc.back(), 0);
+  }
+  return g;
+}
+
+/// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`),
+/// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.
+void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
+                         Value dW) {
+  tb.fill(g.dxxRow, 0);
+  tb.reduceRows({{g.dxx}}, {g.dxxRow}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+  });
+  tb.fill(g.dx, 0);
+  tb.matmul(g.dwx, W, g.dx);
+  tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[1]), a[0]))};
+  });
+  tb.matmul(g.dwx, X, dW, /*transposeA=*/true);
+  auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
+    return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+  };
+  tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
+  for (unsigned p = 0; p < g.dp.size(); ++p)
+    tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
+}
+
+/// dW += 2 ww-term W and dparams = the accumulated sums (once per call).
+void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
+                     Value dparams) {
+  tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+  });
+  tb.fill(dparams, 0);
+  for (unsigned p = 0; p < g.dp.size(); ++p)
+    tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
+      Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(g.dpAcc[p], {j}));
+      tb.store(sum, dparams, {tb.idx(p)});
+    });
+}
+
+void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
+                        const Dims &s, const Types &t, StringRef name, unsigned numParams) {
+  // q, Wt, W, ww, params, S, St, z, c, out, gout, qstat | dq, dS, dz, dW, dparams
+  Kernel k = makeKernel(b, loc, name,
+                        {t.rows, t.Wt, t.W, t.ww, t.params, t.S, t.St, t.f, t.f, t.values, t.values,
+                         t.qstat, t.rows, t.S, t.f, t.W, t.params},
+                        4, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Q = k.arg(0), Wt = k.arg(1), W = k.arg(2), ww = k.arg(3), St = k.arg(6), z = k.arg(7),
+        c = k.arg(8), out = k.arg(9), gout = k.arg(10), qstat = k.arg(11), dq = k.arg(12),
+        dS = k.arg(13), dz = k.arg(14), dW = k.arg(15), dparams = k.arg(16);
+  tb.fill(dS, 0);
+  tb.fill(dz, 0);
+  tb.fill(dW, 0);
+  Value Qt = tb.buffer({s.T, s.D}), Gt = tb.buffer({s.T, s.DV}), Ot = tb.buffer({s.T, s.DV}),
+        L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), Mq = tb.buffer({s.T}),
+        rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), valid = tb.buffer({s.T});
+  SmallVector<Value> gS, P, Qd;
+  for (int64_t o = 0; o < s.K; ++o) {
+    gS.push_back(tb.buffer({s.T, s.M}));
+    P.push_back(tb.buffer({s.T, s.M}));
+    Qd.push_back(tb.buffer({s.T, s.M}));
+  }
+  GradientTiles g = gradientTiles(tb, s, numParams);
+  tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
+    tb.stage(Q, r0, rows, Qt, s.D);
+    tb.stage(gout, r0, rows, Gt, s.DV);
+    tb.stage(out, r0, rows, Ot, s.DV);
+    tb.stageMask(Value(), r0, rows, valid);
+    // The forward's constant M and guarded denominator per query (1/den; 0 past the rows).
+    tb.fill(Mq, 0);
+    tb.fill(rden, 0);
+    tb.forRange(tb.idx(0), rows, [&](Value i) {
+      Value n = arith::AddIOp::create(b, loc, r0, i);
+      tb.store(tb.load(qstat, {n, tb.idx(0)}), Mq, {i});
+      tb.store(arith::DivFOp::create(b, loc, tb.f32(1), tb.load(qstat, {n, tb.idx(1)})), rden, {i});
+    });
+    tb.logits(Qt, Wt, L, xx);
+    tb.fill(gdot, 0);
+    tb.reduceRows({{Gt}, {Ot}}, {gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[2], x.mul(a[0], a[1]))};
+    });
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.fill(gS[o], 0);
+      tb.matmul(Gt, tb.outputCols(St, o), gS[o]);
+    }
+    // dL/dphi_f = (g.S_f - (g.out) z_f) / den, chained through the derived partials.
+    SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}, {Mq, At::Row},
+                                {rden, At::Row}, {gdot, At::Row}, {valid, At::Row}};
+    for (int64_t o = 0; o < s.K; ++o)
+      ins.append({{tb.outputRows(c, o), At::Col}, {gS[o]}, {tb.outputRows(z, o), At::Col}});
+    SmallVector<Value> outs = {g.dwx, g.dxx, g.dww};
+    outs.append(g.dp.begin(), g.dp.end());
+    for (int64_t o = 0; o < s.K; ++o)
+      outs.append({P[o], Qd[o]});
+    tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
+      KernelBuilder kb(nb, l, component);
+      Scalar x{nb, l};
+      Value wx = a[0], xxv = a[1], wwv = a[2], M = a[3], rd = a[4], gd = a[5];
+      Value live = x.positive(a[6]);
+      auto [logits, coeffs] = kb.features(wx, xxv, wwv, k.params);
+      SmallVector<Value> e, da, y;
+      for (int64_t o = 0; o < s.K; ++o) {
+        Value co = a[7 + 3 * o], gSo = a[8 + 3 * o], zo = a[9 + 3 * o];
+        e.push_back(x.exp(x.sub(x.add(logits[o], co), M)));
+        da.push_back(x.mul(x.sub(gSo, x.mul(gd, zo)), rd));
+      }
+      Chained ch = chain(kb, x, partials, wx, xxv, wwv, k.params, coeffs, e, da);
+      // Rows past the end (zero queries) contribute nothing: selected away.
+      auto keep = [&](Value v) { return x.select(live, v, x.c(0)); };
+      y = {keep(ch.dwx), keep(ch.dxx), keep(ch.dww)};
+      for (Value p : ch.dparams)
+        y.push_back(keep(p));
+      for (int64_t o = 0; o < s.K; ++o) {
+        Value scaled = x.mul(x.mul(coeffs[o], e[o]), rd);
+        y.append({keep(scaled), keep(x.mul(scaled, gd))});
+      }
+      return y;
+    });
+    accumulateGradients(tb, s, g, Qt, W, dW);
+    tb.unstage(g.dx, r0, rows, dq, s.D);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.matmul(P[o], Gt, tb.outputRows(dS, o), /*transposeA=*/true);
+      tb.reduceCols({{Qd[o]}}, {tb.outputRows(dz, o)}, [](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{arith::SubFOp::create(nb, l, a[1], a[0])};
+      });
+    }
+  });
+  finishGradients(tb, s, g, W, dW, dparams);
+  func::ReturnOp::create(b, loc);
+}
+
+void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
+                      const Dims &s, const Types &t, StringRef name, unsigned numParams) {
+  // k, v, keep, Wt, W, ww, rowscale, params, c, dS, dSt, dz | dk, dv, dW, dparams
+  Kernel k = makeKernel(b, loc, name,
+                        {t.rows, t.values, t.mask, t.Wt, t.W, t.ww, t.ww, t.params, t.f, t.S, t.St,
+                         t.f, t.rows, t.values, t.W, t.params},
+                        7, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), W = k.arg(4), ww = k.arg(5),
+        rowscale = k.arg(6), c = k.arg(8), dS = k.arg(9), dSt = k.arg(10), dz = k.arg(11),
+        dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15);
+  tb.fill(dW, 0);
+  Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T}),
+        L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), dVt = tb.buffer({s.T, s.DV});
+  SmallVector<Value> B, phi;
+  for (int64_t o = 0; o < s.K; ++o) {
+    B.push_back(tb.buffer({s.T, s.M}));
+    phi.push_back(tb.buffer({s.T, s.M}));
+  }
+  GradientTiles g = gradientTiles(tb, s, numParams);
+  tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
+    tb.stage(K, r0, rows, Kt, s.D);
+    tb.stage(V, r0, rows, Vt, s.DV);
+    tb.stageMask(keep, r0, rows, kept);
+    tb.logits(Kt, Wt, L, xx);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.fill(B[o], 0);
+      tb.matmul(Vt, tb.outputCols(dSt, o), B[o]);
+    }
+    // dL/dphi(k_j)_f = v_j . dS_f + dz_f for kept keys; masked keys are selected away
+    // (their exp may overflow: the constants cover kept keys only).
+    SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row},
+                                {rowscale, At::Col}};
+    for (int64_t o = 0; o < s.K; ++o)
+      ins.append({{tb.outputRows(c, o), At::Col}, {B[o]}, {tb.outputRows(dz, o), At::Col}});
+    SmallVector<Value> outs = {g.dwx, g.dxx, g.dww};
+    outs.append(g.dp.begin(), g.dp.end());
+    outs.append(phi.begin(), phi.end());
+    tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
+      KernelBuilder kb(nb, l, component);
+      Scalar x{nb, l};
+      Value wx = a[0], xxv = a[1], wwv = a[2], live = x.positive(a[3]), rs = a[4];
+      auto [logits, coeffs] = kb.features(wx, xxv, wwv, k.params);
+      SmallVector<Value> e, da, y;
+      for (int64_t o = 0; o < s.K; ++o) {
+        Value co = a[5 + 3 * o], Bo = a[6 + 3 * o], dzo = a[7 + 3 * o];
+        e.push_back(x.select(live, x.mul(x.exp(x.sub(logits[o], co)), rs), x.c(0)));
+        da.push_back(x.select(live, x.add(Bo, dzo), x.c(0)));
+      }
+      Chained ch = chain(kb, x, partials, wx, xxv, wwv, k.params, coeffs, e, da);
+      auto keepv = [&](Value v) { return x.select(live, v, x.c(0)); };
+      y = {keepv(ch.dwx), keepv(ch.dxx), keepv(ch.dww)};
+      for (Value p : ch.dparams)
+        y.push_back(keepv(p));
+      for (int64_t o = 0; o < s.K; ++o)
+        y.push_back(keepv(x.mul(coeffs[o], e[o])));
+      return y;
+    });
+    accumulateGradients(tb, s, g, Kt, W, dW);
+    tb.unstage(g.dx, r0, rows, dk, s.D);
+    tb.fill(dVt, 0);
+    for (int64_t o = 0; o < s.K; ++o)
+      tb.matmul(phi[o], tb.outputRows(dS, o), dVt);
+    tb.unstage(dVt, r0, rows, dv, s.DV);
+  });
+  finishGradients(tb, s, g, W, dW, dparams);
+  func::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+SmallVector<std::string, 4> mlir::spectra::tileKernelNames(StringRef map) {
+  return {(map + "_kv").str(), (map + "_readout").str(), (map + "_query_backward").str(),
+          (map + "_key_backward").str()};
+}
+
+LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
+                                              const TileKernelOptions &options,
+                                              std::string *backwardError) {
+  MLIRContext *ctx = module.getContext();
+  ctx->loadDialect<func::FuncDialect, scf::SCFDialect, memref::MemRefDialect, arith::ArithDialect,
+                   math::MathDialect, linalg::LinalgDialect>();
+  auto component = SymbolTable::lookupNearestSymbolFrom<ComponentOp>(map, map.getComponentAttr());
+  if (!component)
+    return map.emitOpError() << "component '" << map.getComponent() << "' is not defined";
+  if (options.tileRows < 1 || options.valueDim < 0)
+    return map.emitOpError() << "tile kernels: tile-rows must be positive and value-dim "
+                                "non-negative, got "
+                             << options.tileRows << " and " << options.valueDim;
+  unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
+  Dims s;
+  s.T = options.tileRows;
+  s.D = map.getD();
+  s.DV = options.valueDim > 0 ? options.valueDim : s.D;
+  s.M = map.getM();
+  s.K = component.getNumOutputs();
+  s.F = s.K * s.M;
+  s.P = std::max<unsigned>(1, numParams);
+  Types t(ctx, s);
+  OpBuilder b(ctx);
+  b.setInsertionPointAfter(map);
+  Location loc = map.getLoc();
+  SmallVector<std::string, 4> names = tileKernelNames(map.getSymName());
+  buildKv(b, loc, component, s, t, names[0], numParams);
+  buildReadout(b, loc, component, s, t, names[1], numParams);
+  // The backward needs derivatives the compiler can derive; without them the
+  // forward still works and the error says why the backward is missing.
+  std::string why;
+  FailureOr<FeaturePartialsOp> partials = failure();
+  {
+    ScopedDiagnosticHandler capture(ctx, [&](Diagnostic &diag) {
+      llvm::raw_string_ostream os(why);
+      os << diag;
+      return success();
+    });
+    partials = lookupOrDerivePartials(component);
+  }
+  if (failed(partials)) {
+    if (backwardError)
+      *backwardError = why.empty() ? "the component could not be differentiated" : why;
+    return success();
+  }
+  buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
+  buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+  return success();
+}

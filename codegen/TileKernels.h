@@ -1,0 +1,73 @@
+//===- TileKernels.h - the fused kernels as contractions on tiles ---------===//
+//
+// The kernel layer. Random-feature attention is three contractions with
+// elementwise work between them:
+//   keys:    L = K W^T, phi = c exp(l - c_f)      ->  S += phi^T V, z += phi^T 1
+//   queries: L = Q W^T, phi = c exp(l + c_f - M)  ->  out = phi S / phi z
+// and the same shapes again in the backward (gS = G S^T, dq = A W, dW += A^T Q,
+// dS += P^T G, b = V dS^T, dv = phi dS). These builders write each kernel as
+// scf loops over row tiles (`tileRows` rows of q or k staged into a static
+// buffer) whose body is upstream linalg on static memref tiles:
+//   - contractions as linalg.generic with a reduction dimension (matmul, or
+//     matmul with the first operand transposed);
+//   - the component's features region (and its compiler-derived partials) as
+//     the body of an elementwise linalg.generic over [rows x m], with ||x||^2
+//     broadcast along features and ||w||^2 along rows;
+//   - the stabiliser's maxima, the denominators and column sums as reduction
+//     generics.
+// Nothing here is target-specific: spectra-vectorize-tiles maps the generics
+// to register-tiled vector code for the CPU (a GPU pipeline can map the same
+// contractions to tensor cores). All kernels are specialised on m, d, dv and
+// the component; rows are dynamic.
+//
+// One (batch, head) slice and a range of rows per call; every buffer f32:
+//   <map>_kv(k [N,D], v [N,DV], keep [N], Wt [D,M], ww [M], rowscale [M],
+//            params [P], S [F,DV], z [F], zabs [F], c [F])
+//       S, z, zabs over the given keys relative to the per-feature key
+//       constants c (-inf for a feature no kept key reached); the runtime
+//       merges row chunks (c = max, the rest rescaled by exp(c_chunk - c)).
+//   <map>_readout(q [N,D], Wt, ww, params, S, z, zabs, c, out [N,DV],
+//            qstat [N,3])
+//       out with the query constants and the denominator guard; qstat is
+//       (M, guarded denominator, 1 if the guard fired) per query.
+//   <map>_query_backward(q, Wt, W [M,D], ww, params, S, St [DV,F], z, c, out,
+//            gout [N,DV], qstat, dq [N,D], dS [F,DV], dz [F], dW [M,D], dparams [P])
+//   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
+//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams)
+//       dS, dz, dW and dparams are this call's share (zeroed first).
+// F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_TILEKERNELS_H
+#define SPECTRA_CODEGEN_TILEKERNELS_H
+
+#include "dialect/SpectraDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+
+namespace mlir::spectra {
+
+/// What the tile kernels are specialised on besides the feature map.
+struct TileKernelOptions {
+  /// Value head dimension; 0 means the feature map's d.
+  int64_t valueDim = 0;
+  /// Rows of q or k per tile.
+  int64_t tileRows = 32;
+};
+
+/// The names of the four kernels of `map`, in the order of TileKernels.h.
+SmallVector<std::string, 4> tileKernelNames(StringRef map);
+
+/// Adds the four tile kernels of `map` to `module` (next to it, so the
+/// component and its derived partials resolve). Errors name the unsupported
+/// option or the op that could not be differentiated (then only the forward
+/// kernels are built and `backwardError` says why).
+LogicalResult buildTileKernels(ModuleOp module, FeatureMapOp map, const TileKernelOptions &options,
+                               std::string *backwardError = nullptr);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_TILEKERNELS_H

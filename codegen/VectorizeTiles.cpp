@@ -1,0 +1,453 @@
+//===- VectorizeTiles.cpp - linalg on static tiles to register-tiled vectors ===//
+//
+// The CPU mapping of the tile kernels (TileKernels.h). Every linalg op on
+// static memref tiles becomes loops of 1-D vector code:
+//  - contractions C[m, n] += A[m, k] B[k, n] (A possibly read transposed)
+//    become register tiles of `register-rows` x (`register-vectors` x
+//    `vector-width`) accumulators held in loop-carried vectors across k:
+//    per k one load of B's row segment, one broadcast of A per row, and
+//    register-rows x register-vectors vector.fma (the outer-product form of
+//    an FMA micro-kernel); C is read and written once per tile;
+//  - elementwise generics (the component's features region, the stabiliser
+//    and guard arithmetic) run along their innermost dimension in vectors:
+//    operands indexed by it are loaded as vectors, the others broadcast, and
+//    the body is cloned with vector types;
+//  - reductions along the innermost dimension keep a vector accumulator and
+//    reduce it horizontally once per row; reductions along the outer
+//    dimension accumulate whole vectors;
+//  - linalg.fill becomes vector stores.
+// Tails narrower than the vector width use narrower vectors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Passes.h"
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/IRMapping.h"
+
+#define DEBUG_TYPE "spectra-vectorize-tiles"
+
+namespace mlir::spectra {
+#define GEN_PASS_DEF_SPECTRAVECTORIZETILES
+#include "codegen/Passes.h.inc"
+} // namespace mlir::spectra
+
+using namespace mlir;
+
+namespace {
+
+class Vectorizer {
+public:
+  Vectorizer(OpBuilder &b, Location loc, int64_t vl, int64_t mr, int64_t nv)
+      : b(b), loc(loc), VL(vl), MR(mr), NV(nv) {}
+
+  LogicalResult lower(Operation *op) {
+    if (auto fill = dyn_cast<linalg::FillOp>(op))
+      return lowerFill(fill);
+    auto generic = cast<linalg::GenericOp>(op);
+    for (Value v : generic->getOperands()) {
+      auto type = dyn_cast<MemRefType>(v.getType());
+      if (!type || !type.hasStaticShape())
+        return op->emitOpError("spectra-vectorize-tiles: operands must be memrefs of static shape");
+    }
+    SmallVector<utils::IteratorType> iters = generic.getIteratorTypesArray();
+    if (iters.size() == 3)
+      return lowerContraction(generic);
+    int reductions = llvm::count(iters, utils::IteratorType::reduction);
+    if (reductions == 0 && iters.size() <= 2)
+      return lowerElementwise(generic);
+    if (reductions == 1 && iters.size() == 2)
+      return iters[1] == utils::IteratorType::reduction ? lowerRowReduction(generic)
+                                                        : lowerColumnReduction(generic);
+    return op->emitOpError("spectra-vectorize-tiles: unsupported iteration space");
+  }
+
+private:
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  VectorType vec(int64_t w, Type elt) { return VectorType::get({w}, elt); }
+  Value splat(Value scalar, int64_t w) {
+    return vector::BroadcastOp::create(b, loc, vec(w, scalar.getType()), scalar);
+  }
+  Value vload(Value mem, ValueRange at, int64_t w) {
+    return vector::LoadOp::create(b, loc, vec(w, cast<MemRefType>(mem.getType()).getElementType()),
+                                  mem, at);
+  }
+  void vstore(Value v, Value mem, ValueRange at) { vector::StoreOp::create(b, loc, v, mem, at); }
+
+  /// Vector widths covering n: full vectors, then one narrower tail.
+  SmallVector<int64_t> widths(int64_t n, int64_t per) {
+    SmallVector<int64_t> w(n / per, per);
+    if (n % per)
+      w.push_back(n % per);
+    return w;
+  }
+
+  /// for (iv = lb; iv < ub; iv += step) body(iv, carried) -> next carried.
+  SmallVector<Value> loop(int64_t lb, int64_t ub, int64_t step, ValueRange init,
+                          function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto op = scf::ForOp::create(b, loc, idx(lb), idx(ub), idx(step), init);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(op.getBody());
+    SmallVector<Value> next = body(op.getInductionVar(), op.getRegionIterArgs());
+    // Without loop-carried values the builder has added the terminator itself.
+    if (!init.empty())
+      scf::YieldOp::create(b, loc, next);
+    return SmallVector<Value>(op.getResults());
+  }
+  /// Runs body(j0, w) over [0, n) in chunks of the vector width: a loop over the
+  /// full chunks, then the tail once.
+  void chunks(int64_t n, function_ref<void(Value, int64_t)> body) {
+    if (n >= VL)
+      loop(0, n - n % VL, VL, {}, [&](Value j0, ValueRange) {
+        body(j0, VL);
+        return SmallVector<Value>();
+      });
+    if (n % VL)
+      body(idx(n - n % VL), n % VL);
+  }
+
+  /// The indices of an operand at loop position `ivs` (one value per loop dim).
+  SmallVector<Value> indices(AffineMap map, ArrayRef<Value> ivs) {
+    SmallVector<Value> at;
+    for (AffineExpr e : map.getResults())
+      at.push_back(ivs[cast<AffineDimExpr>(e).getPosition()]);
+    return at;
+  }
+  /// Whether the operand's innermost index is the loop dim `dim` (vector loads along it).
+  static bool alongDim(AffineMap map, unsigned dim) {
+    return map.getNumResults() > 0 && map.getResults().back() == getAffineDimExpr(dim, map.getContext());
+  }
+  static LogicalResult checkMaps(linalg::GenericOp op, unsigned dim) {
+    for (AffineMap map : op.getIndexingMapsArray()) {
+      for (AffineExpr e : map.getResults())
+        if (!isa<AffineDimExpr>(e))
+          return op.emitOpError("spectra-vectorize-tiles: indexing maps must be projections");
+      // A vector dim that is not innermost would need a gather.
+      for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
+        if (map.getResult(r) == getAffineDimExpr(dim, map.getContext()))
+          return op.emitOpError("spectra-vectorize-tiles: the vector dimension must be innermost "
+                                "in every operand");
+    }
+    return success();
+  }
+  /// Operand `i` of the generic at `ivs` as a vector of width w along `dim`
+  /// (loaded, or a loaded scalar broadcast).
+  Value operandAt(linalg::GenericOp op, unsigned i, ArrayRef<Value> ivs, unsigned dim, int64_t w) {
+    AffineMap map = op.getIndexingMapsArray()[i];
+    Value mem = op->getOperand(i);
+    if (alongDim(map, dim))
+      return vload(mem, indices(map, ivs), w);
+    return splat(memref::LoadOp::create(b, loc, mem, indices(map, ivs)), w);
+  }
+
+  /// Clones the generic's body with every value a vector of width w; `args` map
+  /// the block arguments; values defined above the body are broadcast.
+  SmallVector<Value> cloneBody(linalg::GenericOp op, ArrayRef<Value> args, int64_t w) {
+    Block &body = op.getRegion().front();
+    IRMapping map;
+    for (auto [arg, v] : llvm::zip(body.getArguments(), args))
+      if (v)
+        map.map(arg, v);
+    auto lookup = [&](Value v) {
+      if (Value m = map.lookupOrNull(v))
+        return m;
+      Value s = splat(v, w);
+      map.map(v, s);
+      return s;
+    };
+    for (Operation &inner : body.without_terminator()) {
+      if (auto cst = dyn_cast<arith::ConstantOp>(inner)) {
+        auto type = vec(w, cst.getType());
+        map.map(cst.getResult(),
+                arith::ConstantOp::create(b, loc, type,
+                                          DenseElementsAttr::get(type, cst.getValue())));
+        continue;
+      }
+      for (Value operand : inner.getOperands())
+        lookup(operand);
+      Operation *clone = b.clone(inner, map);
+      for (Value r : clone->getResults())
+        r.setType(vec(w, r.getType()));
+    }
+    SmallVector<Value> yields;
+    for (Value y : body.getTerminator()->getOperands())
+      yields.push_back(lookup(y));
+    return yields;
+  }
+  LogicalResult checkBody(linalg::GenericOp op) {
+    for (Operation &inner : op.getRegion().front().without_terminator())
+      if (inner.getNumRegions() != 0 ||
+          !llvm::isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
+          !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
+        return inner.emitOpError("spectra-vectorize-tiles: cannot vectorise this op of a tile body");
+    return success();
+  }
+
+  LogicalResult lowerFill(linalg::FillOp op) {
+    Value out = op.getOutputs()[0];
+    auto type = dyn_cast<MemRefType>(out.getType());
+    if (!type || !type.hasStaticShape() || type.getRank() > 2 || type.getRank() == 0)
+      return op.emitOpError("spectra-vectorize-tiles: fill of a static rank-1 or rank-2 memref only");
+    ArrayRef<int64_t> shape = type.getShape();
+    auto rows = [&](function_ref<void(Value)> body) {
+      if (shape.size() == 1)
+        return body(Value());
+      loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
+        body(i);
+        return SmallVector<Value>();
+      });
+    };
+    Value value = op.getInputs()[0];
+    rows([&](Value i) {
+      chunks(shape.back(), [&](Value j0, int64_t w) {
+        vstore(splat(value, w), out, i ? ValueRange{i, j0} : ValueRange{j0});
+      });
+    });
+    return success();
+  }
+
+  LogicalResult lowerElementwise(linalg::GenericOp op) {
+    SmallVector<int64_t> shape = op.getStaticLoopRanges();
+    unsigned last = shape.size() - 1;
+    if (failed(checkMaps(op, last)) || failed(checkBody(op)))
+      return failure();
+    unsigned numIns = op.getNumDpsInputs();
+    Block &body = op.getRegion().front();
+    auto chunk = [&](Value i, Value j0, int64_t w) {
+      SmallVector<Value> ivs = shape.size() == 2 ? SmallVector<Value>{i, j0} : SmallVector<Value>{j0};
+      SmallVector<Value> args;
+      for (unsigned a = 0; a < op->getNumOperands(); ++a)
+        args.push_back(a < numIns || !body.getArgument(a).use_empty() ? operandAt(op, a, ivs, last, w)
+                                                                      : Value());
+      SmallVector<Value> yields = cloneBody(op, args, w);
+      for (auto [k, y] : llvm::enumerate(yields)) {
+        unsigned o = numIns + k;
+        vstore(y, op->getOperand(o), indices(op.getIndexingMapsArray()[o], ivs));
+      }
+    };
+    if (shape.size() == 1) {
+      chunks(shape[0], [&](Value j0, int64_t w) { chunk(Value(), j0, w); });
+      return success();
+    }
+    loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
+      chunks(shape[1], [&](Value j0, int64_t w) { chunk(i, j0, w); });
+      return SmallVector<Value>();
+    });
+    return success();
+  }
+
+  /// The combiner of output k of a row reduction: yield k = combiner(x, out_k).
+  FailureOr<vector::CombiningKind> combiner(linalg::GenericOp op, unsigned k) {
+    Block &body = op.getRegion().front();
+    BlockArgument acc = body.getArgument(op.getNumDpsInputs() + k);
+    Operation *def = body.getTerminator()->getOperand(k).getDefiningOp();
+    if (!def || !acc.hasOneUse() || !llvm::is_contained(def->getOperands(), acc))
+      return op.emitOpError("spectra-vectorize-tiles: a row reduction must yield combiner(x, acc)");
+    if (isa<arith::AddFOp>(def))
+      return vector::CombiningKind::ADD;
+    if (isa<arith::MaximumFOp>(def))
+      return vector::CombiningKind::MAXIMUMF;
+    return op.emitOpError("spectra-vectorize-tiles: row reductions combine with addf or maximumf");
+  }
+
+  LogicalResult lowerRowReduction(linalg::GenericOp op) {
+    SmallVector<int64_t> shape = op.getStaticLoopRanges();
+    if (failed(checkMaps(op, 1)) || failed(checkBody(op)))
+      return failure();
+    unsigned numIns = op.getNumDpsInputs(), numOuts = op.getNumDpsInits();
+    SmallVector<vector::CombiningKind> kinds;
+    for (unsigned k = 0; k < numOuts; ++k) {
+      FailureOr<vector::CombiningKind> kind = combiner(op, k);
+      if (failed(kind))
+        return failure();
+      kinds.push_back(*kind);
+    }
+    auto identity = [&](vector::CombiningKind kind) {
+      double v = kind == vector::CombiningKind::ADD ? 0.0 : -std::numeric_limits<double>::infinity();
+      return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v))).getResult();
+    };
+    auto combine = [&](vector::CombiningKind kind, Value x, Value y) -> Value {
+      if (kind == vector::CombiningKind::ADD)
+        return arith::AddFOp::create(b, loc, x, y);
+      return arith::MaximumFOp::create(b, loc, x, y);
+    };
+    // Reduces the chunk at column j0 of width w into vector accumulators.
+    auto step = [&](Value i, Value j0, int64_t w, ValueRange acc) {
+      SmallVector<Value> args;
+      for (unsigned a = 0; a < numIns; ++a)
+        args.push_back(operandAt(op, a, {i, j0}, 1, w));
+      args.append(acc.begin(), acc.end());
+      return cloneBody(op, args, w);
+    };
+    loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
+      int64_t n = shape[1], full = n - n % VL;
+      SmallVector<Value> sums;
+      for (vector::CombiningKind kind : kinds)
+        sums.push_back(identity(kind));
+      if (full > 0) {
+        SmallVector<Value> init;
+        for (vector::CombiningKind kind : kinds)
+          init.push_back(splat(identity(kind), VL));
+        SmallVector<Value> acc = loop(0, full, VL, init, [&](Value j0, ValueRange carried) {
+          return step(i, j0, VL, carried);
+        });
+        for (unsigned k = 0; k < numOuts; ++k)
+          sums[k] = vector::ReductionOp::create(b, loc, kinds[k], acc[k]);
+      }
+      if (n % VL) {
+        SmallVector<Value> init;
+        for (vector::CombiningKind kind : kinds)
+          init.push_back(splat(identity(kind), n % VL));
+        SmallVector<Value> tail = step(i, idx(full), n % VL, init);
+        for (unsigned k = 0; k < numOuts; ++k)
+          sums[k] = combine(kinds[k], sums[k],
+                            vector::ReductionOp::create(b, loc, kinds[k], tail[k]));
+      }
+      for (unsigned k = 0; k < numOuts; ++k) {
+        Value out = op->getOperand(numIns + k);
+        SmallVector<Value> at = indices(op.getIndexingMapsArray()[numIns + k], {i, Value()});
+        Value old = memref::LoadOp::create(b, loc, out, at);
+        memref::StoreOp::create(b, loc, combine(kinds[k], old, sums[k]), out, at);
+      }
+      return SmallVector<Value>();
+    });
+    return success();
+  }
+
+  LogicalResult lowerColumnReduction(linalg::GenericOp op) {
+    SmallVector<int64_t> shape = op.getStaticLoopRanges();
+    if (failed(checkMaps(op, 1)) || failed(checkBody(op)))
+      return failure();
+    unsigned numIns = op.getNumDpsInputs(), numOuts = op.getNumDpsInits();
+    chunks(shape[1], [&](Value j0, int64_t w) {
+      SmallVector<Value> init;
+      for (unsigned k = 0; k < numOuts; ++k)
+        init.push_back(operandAt(op, numIns + k, {Value(), j0}, 1, w));
+      SmallVector<Value> acc = loop(0, shape[0], 1, init, [&](Value i, ValueRange carried) {
+        SmallVector<Value> args;
+        for (unsigned a = 0; a < numIns; ++a)
+          args.push_back(operandAt(op, a, {i, j0}, 1, w));
+        args.append(carried.begin(), carried.end());
+        return cloneBody(op, args, w);
+      });
+      for (unsigned k = 0; k < numOuts; ++k)
+        vstore(acc[k], op->getOperand(numIns + k),
+               indices(op.getIndexingMapsArray()[numIns + k], {Value(), j0}));
+    });
+    return success();
+  }
+
+  LogicalResult lowerContraction(linalg::GenericOp op) {
+    MLIRContext *ctx = op.getContext();
+    SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+    AffineExpr m = getAffineDimExpr(0, ctx), n = getAffineDimExpr(1, ctx), k = getAffineDimExpr(2, ctx);
+    bool plainA = maps[0] == AffineMap::get(3, 0, {m, k}, ctx);
+    bool transposedA = maps[0] == AffineMap::get(3, 0, {k, m}, ctx);
+    SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
+    if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 || (!plainA && !transposedA) ||
+        maps[1] != AffineMap::get(3, 0, {k, n}, ctx) || maps[2] != AffineMap::get(3, 0, {m, n}, ctx) ||
+        iters[0] != utils::IteratorType::parallel || iters[1] != utils::IteratorType::parallel ||
+        iters[2] != utils::IteratorType::reduction)
+      return op.emitOpError("spectra-vectorize-tiles: contractions must be C[m,n] += A[m,k] B[k,n] "
+                            "(A possibly transposed)");
+    Block &body = op.getRegion().front();
+    auto add = dyn_cast_or_null<arith::AddFOp>(body.getTerminator()->getOperand(0).getDefiningOp());
+    auto mul = add ? dyn_cast_or_null<arith::MulFOp>(
+                         (add.getLhs() == body.getArgument(2) ? add.getRhs() : add.getLhs()).getDefiningOp())
+                   : arith::MulFOp();
+    if (!add || !mul || !llvm::is_contained(add->getOperands(), body.getArgument(2)))
+      return op.emitOpError("spectra-vectorize-tiles: a contraction's body must be acc + a * b");
+    Value A = op->getOperand(0), B = op->getOperand(1), C = op->getOperand(2);
+    SmallVector<int64_t> shape = op.getStaticLoopRanges();
+    int64_t M = shape[0], N = shape[1], K = shape[2], NR = NV * VL;
+
+    // One register tile: `rows` x widths accumulators, loop-carried across k.
+    auto tile = [&](Value row0, int64_t rows, Value col0, ArrayRef<int64_t> ws) {
+      SmallVector<Value> colAt, rowAt;
+      int64_t offset = 0;
+      for (int64_t w : ws) {
+        colAt.push_back(arith::AddIOp::create(b, loc, col0, idx(offset)));
+        offset += w;
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        rowAt.push_back(arith::AddIOp::create(b, loc, row0, idx(r)));
+      SmallVector<Value> init;
+      for (int64_t r = 0; r < rows; ++r)
+        for (auto [v, w] : llvm::enumerate(ws))
+          init.push_back(vload(C, {rowAt[r], colAt[v]}, w));
+      SmallVector<Value> acc = loop(0, K, 1, init, [&](Value kk, ValueRange carried) {
+        SmallVector<Value> bv, next(carried.begin(), carried.end());
+        for (auto [v, w] : llvm::enumerate(ws))
+          bv.push_back(vload(B, {kk, colAt[v]}, w));
+        for (int64_t r = 0; r < rows; ++r) {
+          Value a = memref::LoadOp::create(b, loc, A,
+                                           transposedA ? ValueRange{kk, rowAt[r]} : ValueRange{rowAt[r], kk});
+          std::map<int64_t, Value> broadcasts;
+          for (auto [v, w] : llvm::enumerate(ws)) {
+            Value &ab = broadcasts[w];
+            if (!ab)
+              ab = splat(a, w);
+            size_t at = r * ws.size() + v;
+            next[at] = vector::FMAOp::create(b, loc, ab, bv[v], next[at]);
+          }
+        }
+        return next;
+      });
+      for (int64_t r = 0; r < rows; ++r)
+        for (auto [v, w] : llvm::enumerate(ws))
+          vstore(acc[r * ws.size() + v], C, {rowAt[r], colAt[v]});
+    };
+    // Full column blocks of NR in a loop, the remaining columns once (full vectors and a tail).
+    auto rowBlock = [&](Value row0, int64_t rows) {
+      int64_t fullCols = N - N % NR;
+      if (fullCols > 0)
+        loop(0, fullCols, NR, {}, [&](Value col0, ValueRange) {
+          tile(row0, rows, col0, SmallVector<int64_t>(NV, VL));
+          return SmallVector<Value>();
+        });
+      if (N % NR)
+        tile(row0, rows, idx(fullCols), widths(N % NR, VL));
+    };
+    int64_t fullRows = M - M % MR;
+    if (fullRows > 0)
+      loop(0, fullRows, MR, {}, [&](Value row0, ValueRange) {
+        rowBlock(row0, MR);
+        return SmallVector<Value>();
+      });
+    if (M % MR)
+      rowBlock(idx(fullRows), M % MR);
+    return success();
+  }
+
+  OpBuilder &b;
+  Location loc;
+  int64_t VL, MR, NV;
+};
+
+struct VectorizeTilesPass
+    : mlir::spectra::impl::SpectraVectorizeTilesBase<VectorizeTilesPass> {
+  using SpectraVectorizeTilesBase::SpectraVectorizeTilesBase;
+  void runOnOperation() override {
+    if (vectorWidth < 1 || registerRows < 1 || registerVectors < 1) {
+      getOperation().emitError("spectra-vectorize-tiles: vector-width, register-rows and "
+                               "register-vectors must be positive");
+      return signalPassFailure();
+    }
+    SmallVector<Operation *> ops;
+    getOperation().walk([&](Operation *op) {
+      if (isa<linalg::FillOp, linalg::GenericOp>(op))
+        ops.push_back(op);
+    });
+    OpBuilder b(&getContext());
+    for (Operation *op : ops) {
+      b.setInsertionPoint(op);
+      Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
+      if (failed(v.lower(op)))
+        return signalPassFailure();
+      op->erase();
+    }
+  }
+};
+
+} // namespace
