@@ -26,7 +26,11 @@ message(STATUS "Spectra: LibTorch ${Torch_VERSION} from ${Torch_DIR}")
 
 
 # Torch's flags, not LLVM's: LLVM builds with -fno-rtti/-fno-exceptions, LibTorch needs both.
+# at::parallel_for is header code: with torch's OpenMP backend (AT_PARALLEL_OPENMP) it is a
+# `#pragma omp parallel` compiled into our objects, so they need -fopenmp; without it every
+# parallel_for silently runs on one thread. libgomp resolves by soname to torch's own copy.
 function(spectra_torch_target target)
   target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
-  target_compile_options(${target} PRIVATE -frtti -fexceptions)
+  target_compile_options(${target} PRIVATE -frtti -fexceptions -fopenmp)
+  target_link_options(${target} PUBLIC -fopenmp)
 endfunction()

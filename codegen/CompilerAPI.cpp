@@ -333,8 +333,10 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   // A function_ref: `transform` must outlive ExecutionEngine::create below.
   engineOptions.transformer = transform;
   engineOptions.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
-  // Debian's LLVM writes jitdump files for every JIT unless told not to.
-  engineOptions.enablePerfNotificationListener = false;
+  // Debian's LLVM writes jitdump files for every JIT unless told not to; SPECTRA_PERF=1 asks
+  // for them (perf then names the kernels' symbols).
+  const char *perf = std::getenv("SPECTRA_PERF");
+  engineOptions.enablePerfNotificationListener = perf && std::string(perf) == "1";
   engineOptions.enableGDBNotificationListener = false;
   // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
   engineOptions.enableObjectDump = true;
