@@ -146,19 +146,29 @@ public:
     body(loop.getInductionVar());
   }
 
-  /// Rows [r0, r0 + rows) of src [N, W] into tile [T, W], zeros below them.
-  void stage(Value src, Value r0, Value rows, Value tile, int64_t width) {
+  /// Rows [r0, r0 + rows) of src [N, W] into tile [T, W], zeros below them; times
+  /// `scale` [W] per column when given (q and k arrive unscaled).
+  void stage(Value src, Value r0, Value rows, Value tile, int64_t width, Value scale = Value()) {
     fill(tile, 0);
     forRange(idx(0), rows, [&](Value i) {
       Value from = rowOf(src, arith::AddIOp::create(b, loc, r0, i), width), to = rowOf(tile, i, width);
-      elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return SmallVector<Value>{a[0]}; });
+      copyRow(from, to, scale);
     });
   }
-  /// The first `rows` rows of tile [T, W] into dst [N, W] from row r0.
-  void unstage(Value tile, Value r0, Value rows, Value dst, int64_t width) {
+  /// The first `rows` rows of tile [T, W] into dst [N, W] from row r0, times `scale`.
+  void unstage(Value tile, Value r0, Value rows, Value dst, int64_t width, Value scale = Value()) {
     forRange(idx(0), rows, [&](Value i) {
       Value from = rowOf(tile, i, width), to = rowOf(dst, arith::AddIOp::create(b, loc, r0, i), width);
+      copyRow(from, to, scale);
+    });
+  }
+  void copyRow(Value from, Value to, Value scale) {
+    if (!scale) {
       elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return SmallVector<Value>{a[0]}; });
+      return;
+    }
+    elementwise({{from}, {scale, At::Col}}, {to}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::MulFOp::create(nb, l, a[0], a[1])};
     });
   }
   /// kept[i] = keep[r0 + i] for i < rows (keep: 1 kept, 0 masked; nullptr: all kept), else 0.
@@ -262,7 +272,7 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> arg
 
 /// Memref types of the kernel arguments.
 struct Types {
-  MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat;
+  MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat, scale;
   Types(MLIRContext *ctx, const Dims &s) {
     Type f32 = Float32Type::get(ctx);
     int64_t dyn = ShapedType::kDynamic;
@@ -277,20 +287,23 @@ struct Types {
     St = MemRefType::get({s.DV, s.F}, f32);
     f = MemRefType::get({s.F}, f32);
     qstat = MemRefType::get({dyn, 3}, f32);
+    scale = MemRefType::get({s.D}, f32);
   }
 };
 
 void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, const Types &t,
              StringRef name, unsigned numParams) {
-  // k, v, keep, Wt, ww, rowscale, params, S, z, zabs, c
+  // k, v, keep, Wt, ww, rowscale, params, S, z, zabs, c, kscale
   Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.values, t.mask, t.Wt, t.ww, t.ww, t.params, t.S, t.f, t.f, t.f},
+                        {t.rows, t.values, t.mask, t.Wt, t.ww, t.ww, t.params, t.S, t.f, t.f, t.f,
+                         t.scale},
                         6, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), ww = k.arg(4),
-        rowscale = k.arg(5), S = k.arg(7), z = k.arg(8), zabs = k.arg(9), c = k.arg(10);
+        rowscale = k.arg(5), S = k.arg(7), z = k.arg(8), zabs = k.arg(9), c = k.arg(10),
+        kscale = k.arg(11);
   tb.fill(S, 0);
   tb.fill(z, 0);
   tb.fill(zabs, 0);
@@ -304,7 +317,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
     coeff.push_back(tb.buffer({s.T, s.M}));
   }
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
-    tb.stage(K, r0, rows, Kt, s.D);
+    tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);
     tb.stageMask(keep, r0, rows, kept);
     tb.logits(Kt, Wt, L, xx);
@@ -364,15 +377,15 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
 
 void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                   const Types &t, StringRef name, unsigned numParams) {
-  // q, Wt, ww, params, S, z, zabs, c, out, qstat
+  // q, Wt, ww, params, S, z, zabs, c, out, qstat, qscale
   Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.Wt, t.ww, t.params, t.S, t.f, t.f, t.f, t.values, t.qstat}, 3,
-                        numParams);
+                        {t.rows, t.Wt, t.ww, t.params, t.S, t.f, t.f, t.f, t.values, t.qstat, t.scale},
+                        3, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value Q = k.arg(0), Wt = k.arg(1), ww = k.arg(2), S = k.arg(4), z = k.arg(5), zabs = k.arg(6),
-        c = k.arg(7), out = k.arg(8), qstat = k.arg(9);
+        c = k.arg(7), out = k.arg(8), qstat = k.arg(9), qscale = k.arg(10);
   Value Qt = tb.buffer({s.T, s.D}), L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}),
         Mq = tb.buffer({s.T}), acc = tb.buffer({s.T, s.DV}), den = tb.buffer({s.T}),
         total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
@@ -383,7 +396,7 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     phi.push_back(tb.buffer({s.T, s.M}));
   }
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
-    tb.stage(Q, r0, rows, Qt, s.D);
+    tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.logits(Qt, Wt, L, xx);
     // Feature f's query logit carries its key constant: l + c_f.
     SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}};
@@ -510,17 +523,17 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
 
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                         const Dims &s, const Types &t, StringRef name, unsigned numParams) {
-  // q, Wt, W, ww, params, S, St, z, c, out, gout, qstat | dq, dS, dz, dW, dparams
+  // q, Wt, W, ww, params, S, St, z, c, out, gout, qstat | dq, dS, dz, dW, dparams | qscale
   Kernel k = makeKernel(b, loc, name,
                         {t.rows, t.Wt, t.W, t.ww, t.params, t.S, t.St, t.f, t.f, t.values, t.values,
-                         t.qstat, t.rows, t.S, t.f, t.W, t.params},
+                         t.qstat, t.rows, t.S, t.f, t.W, t.params, t.scale},
                         4, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value Q = k.arg(0), Wt = k.arg(1), W = k.arg(2), ww = k.arg(3), St = k.arg(6), z = k.arg(7),
         c = k.arg(8), out = k.arg(9), gout = k.arg(10), qstat = k.arg(11), dq = k.arg(12),
-        dS = k.arg(13), dz = k.arg(14), dW = k.arg(15), dparams = k.arg(16);
+        dS = k.arg(13), dz = k.arg(14), dW = k.arg(15), dparams = k.arg(16), qscale = k.arg(17);
   tb.fill(dS, 0);
   tb.fill(dz, 0);
   tb.fill(dW, 0);
@@ -535,7 +548,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
   }
   GradientTiles g = gradientTiles(tb, s, numParams);
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
-    tb.stage(Q, r0, rows, Qt, s.D);
+    tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.stage(gout, r0, rows, Gt, s.DV);
     tb.stage(out, r0, rows, Ot, s.DV);
     tb.stageMask(Value(), r0, rows, valid);
@@ -591,7 +604,8 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
       return y;
     });
     accumulateGradients(tb, s, g, Qt, W, dW);
-    tb.unstage(g.dx, r0, rows, dq, s.D);
+    // dq with respect to the unscaled queries.
+    tb.unstage(g.dx, r0, rows, dq, s.D, qscale);
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(P[o], Gt, tb.outputRows(dS, o), /*transposeA=*/true);
       tb.reduceCols({{Qd[o]}}, {tb.outputRows(dz, o)}, [](OpBuilder &nb, Location l, ValueRange a) {
@@ -605,17 +619,17 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
 
 void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                       const Dims &s, const Types &t, StringRef name, unsigned numParams) {
-  // k, v, keep, Wt, W, ww, rowscale, params, c, dS, dSt, dz | dk, dv, dW, dparams
+  // k, v, keep, Wt, W, ww, rowscale, params, c, dS, dSt, dz | dk, dv, dW, dparams | kscale
   Kernel k = makeKernel(b, loc, name,
                         {t.rows, t.values, t.mask, t.Wt, t.W, t.ww, t.ww, t.params, t.f, t.S, t.St,
-                         t.f, t.rows, t.values, t.W, t.params},
+                         t.f, t.rows, t.values, t.W, t.params, t.scale},
                         7, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), W = k.arg(4), ww = k.arg(5),
         rowscale = k.arg(6), c = k.arg(8), dS = k.arg(9), dSt = k.arg(10), dz = k.arg(11),
-        dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15);
+        dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15), kscale = k.arg(16);
   tb.fill(dW, 0);
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T}),
         L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), dVt = tb.buffer({s.T, s.DV});
@@ -626,7 +640,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
   }
   GradientTiles g = gradientTiles(tb, s, numParams);
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
-    tb.stage(K, r0, rows, Kt, s.D);
+    tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);
     tb.stageMask(keep, r0, rows, kept);
     tb.logits(Kt, Wt, L, xx);
@@ -664,7 +678,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
       return y;
     });
     accumulateGradients(tb, s, g, Kt, W, dW);
-    tb.unstage(g.dx, r0, rows, dk, s.D);
+    tb.unstage(g.dx, r0, rows, dk, s.D, kscale);
     tb.fill(dVt, 0);
     for (int64_t o = 0; o < s.K; ++o)
       tb.matmul(phi[o], tb.outputRows(dS, o), dVt);

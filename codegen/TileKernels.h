@@ -20,20 +20,24 @@
 // contractions to tensor cores). All kernels are specialised on m, d, dv and
 // the component; rows are dynamic.
 //
-// One (batch, head) slice and a range of rows per call; every buffer f32:
+// One (batch, head) slice and a range of rows per call; every buffer f32. q and k
+// arrive unscaled: qscale/kscale [D] (the d^-1/4 normaliser times SADERF's Psi or
+// HCEXP's A) multiply each staged row, and dq, dk are written with respect to
+// the unscaled rows.
 //   <map>_kv(k [N,D], v [N,DV], keep [N], Wt [D,M], ww [M], rowscale [M],
-//            params [P], S [F,DV], z [F], zabs [F], c [F])
+//            params [P], S [F,DV], z [F], zabs [F], c [F], kscale [D])
 //       S, z, zabs over the given keys relative to the per-feature key
 //       constants c (-inf for a feature no kept key reached); the runtime
 //       merges row chunks (c = max, the rest rescaled by exp(c_chunk - c)).
 //   <map>_readout(q [N,D], Wt, ww, params, S, z, zabs, c, out [N,DV],
-//            qstat [N,3])
+//            qstat [N,3], qscale [D])
 //       out with the query constants and the denominator guard; qstat is
 //       (M, guarded denominator, 1 if the guard fired) per query.
 //   <map>_query_backward(q, Wt, W [M,D], ww, params, S, St [DV,F], z, c, out,
-//            gout [N,DV], qstat, dq [N,D], dS [F,DV], dz [F], dW [M,D], dparams [P])
+//            gout [N,DV], qstat, dq [N,D], dS [F,DV], dz [F], dW [M,D], dparams [P],
+//            qscale)
 //   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
-//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams)
+//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale)
 //       dS, dz, dW and dparams are this call's share (zeroed first).
 // F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2.
 //

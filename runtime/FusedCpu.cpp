@@ -44,14 +44,15 @@ using M1 = MemRef<1> *;
 using M2 = MemRef<2> *;
 // The kernels' C interfaces, in the argument order of codegen/TileKernels.h.
 using KvFn = void (*)(M2 k, M2 v, M1 keep, M2 Wt, M1 ww, M1 rowscale, M1 params, M2 S, M1 z,
-                      M1 zabs, M1 c);
+                      M1 zabs, M1 c, M1 kscale);
 using ReadoutFn = void (*)(M2 q, M2 Wt, M1 ww, M1 params, M2 S, M1 z, M1 zabs, M1 c, M2 out,
-                           M2 qstat);
+                           M2 qstat, M1 qscale);
 using QueryBackwardFn = void (*)(M2 q, M2 Wt, M2 W, M1 ww, M1 params, M2 S, M2 St, M1 z, M1 c,
                                  M2 out, M2 gout, M2 qstat, M2 dq, M2 dS, M1 dz, M2 dW,
-                                 M1 dparams);
+                                 M1 dparams, M1 qscale);
 using KeyBackwardFn = void (*)(M2 k, M2 v, M1 keep, M2 Wt, M2 W, M1 ww, M1 rowscale, M1 params,
-                               M1 c, M2 dS, M2 dSt, M1 dz, M2 dk, M2 dv, M2 dW, M1 dparams);
+                               M1 c, M2 dS, M2 dSt, M1 dz, M2 dk, M2 dv, M2 dW, M1 dparams,
+                               M1 kscale);
 
 spectra_cpu_kernel *check(spectra_cpu_kernel *kernel, char *error) {
   if (!kernel) {
@@ -156,7 +157,8 @@ FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
     MemRef<1> mkeep = view<1>(keep[b].narrow(0, first, rows)), mww = view<1>(ww),
               mrow = view<1>(rowscale), mp = view<1>(params[b][h]), mz = view<1>(zp[b][h][c]),
               mzabs = view<1>(zabsp[b][h][c]), mc = view<1>(cp[b][h][c]);
-    kv(&mk, &mv, &mkeep, &mWt, &mww, &mrow, &mp, &mS, &mz, &mzabs, &mc);
+    MemRef<1> mscale = view<1>(in.kscale[b][h]);
+    kv(&mk, &mv, &mkeep, &mWt, &mww, &mrow, &mp, &mS, &mz, &mzabs, &mc, &mscale);
   });
   FusedForward result;
   if (keys.count == 1) {
@@ -192,7 +194,8 @@ FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
               mst = view<2>(result.qstat[b][h].narrow(0, first, rows));
     MemRef<1> mww = view<1>(ww), mp = view<1>(params[b][h]), mz = view<1>(result.z[b][h]),
               mzabs = view<1>(result.zabs[b][h]), mc = view<1>(result.shift[b][h]);
-    readout(&mq, &mWt, &mww, &mp, &mS, &mz, &mzabs, &mc, &mo, &mst);
+    MemRef<1> mscale = view<1>(in.qscale[b][h]);
+    readout(&mq, &mWt, &mww, &mp, &mS, &mz, &mzabs, &mc, &mo, &mst, &mscale);
   });
   result.guarded = result.qstat.select(3, 2).sum(2);
   return result;
@@ -237,8 +240,9 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
     MemRef<1> mww = view<1>(ww), mp = view<1>(params[b][h]), mz = view<1>(saved.z[b][h]),
               mc = view<1>(saved.shift[b][h]), mdz = view<1>(dzp[b][h][c]),
               mdp = view<1>(dpq[b][h][c]);
+    MemRef<1> mscale = view<1>(in.qscale[b][h]);
     queryBackward(&mq, &mWt, &mW, &mww, &mp, &mS, &mSt, &mz, &mc, &mo, &mg, &mst, &mdq, &mdS, &mdz,
-                  &mdW, &mdp);
+                  &mdW, &mdp, &mscale);
   });
   torch::Tensor dS = dSp.sum(2), dz = dzp.sum(2).contiguous();
   torch::Tensor dSt = dS.transpose(-1, -2).contiguous();
@@ -258,8 +262,9 @@ std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
     MemRef<1> mkeep = view<1>(keep[b].narrow(0, first, rows)), mww = view<1>(ww),
               mrow = view<1>(rowscale), mp = view<1>(params[b][h]), mc = view<1>(saved.shift[b][h]),
               mdz = view<1>(dz[b][h]), mdp = view<1>(dpk[b][h][c]);
+    MemRef<1> mscale = view<1>(in.kscale[b][h]);
     keyBackward(&mk, &mv, &mkeep, &mWt, &mW, &mww, &mrow, &mp, &mc, &mdS, &mdSt, &mdz, &mdk, &mdv,
-                &mdW, &mdp);
+                &mdW, &mdp, &mscale);
   });
   torch::Tensor dW = dWq.sum({0, 1, 2}) + dWk.sum({0, 1, 2});
   torch::Tensor dparams = dpq.sum(2) + dpk.sum(2);
@@ -283,41 +288,30 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale, torch::ScalarType inputType,
-                               const std::optional<torch::Tensor> &queryMask, bool foldScales) {
+                               const std::optional<torch::Tensor> &queryMask) {
   const Descriptor &desc = reference.descriptor();
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
-  // With grad mode on, autograd follows these LibTorch ops: normaliser, statistics,
-  // parameters and input transforms.
-  torch::Tensor qs = q.to(torch::kFloat32) * s, ks = k.to(torch::kFloat32) * s;
-  ComponentParams p = reference.params(qs, ks, keyMask, queryMask);
+  // With grad mode on, autograd follows these LibTorch ops: statistics, parameters and input
+  // transforms (the normaliser enters the statistics; no scaled copy of q or k is made).
+  ComponentParams p = reference.params(q.to(torch::kFloat32), k.to(torch::kFloat32), keyMask,
+                                       queryMask, s);
   std::vector<torch::Tensor> scalars;
   for (const torch::Tensor &t : p.scalars)
     scalars.push_back(t.to(torch::kFloat32));
   FusedInputs out;
-  if (foldScales) {
-    // The kernels scale rows in f32 after loading q and k in their own dtype.
-    torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
-    if (p.queryScale.defined()) {
-      qscale = qscale * p.queryScale.to(torch::kFloat32);
-      kscale = kscale * p.keyScale.to(torch::kFloat32);
-    }
-    out.qs = q.to(inputType).contiguous();
-    out.ks = k.to(inputType).contiguous();
-    out.qscale = qscale.contiguous();
-    out.kscale = kscale.contiguous();
-  } else {
-    if (p.queryScale.defined()) {
-      qs = qs * p.queryScale.to(torch::kFloat32).unsqueeze(2);
-      ks = ks * p.keyScale.to(torch::kFloat32).unsqueeze(2);
-    }
-    out.qs = qs.to(inputType).contiguous();
-    out.ks = ks.to(inputType).contiguous();
-    // Empty, not undefined: autograd Function inputs must have a device.
-    out.qscale = out.kscale = torch::empty({0}, f32);
+  // The kernels scale rows in f32 after loading q and k in their own dtype.
+  torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
+  if (p.queryScale.defined()) {
+    qscale = qscale * p.queryScale.to(torch::kFloat32);
+    kscale = kscale * p.keyScale.to(torch::kFloat32);
   }
+  out.qs = q.to(inputType).contiguous();
+  out.ks = k.to(inputType).contiguous();
+  out.qscale = qscale.contiguous();
+  out.kscale = kscale.contiguous();
   out.vs = v.to(inputType).contiguous();
   out.W = weights.W.to(f32).contiguous();
   out.params = scalars.empty() ? torch::zeros({B, H, 1}, f32)

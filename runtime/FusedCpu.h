@@ -26,12 +26,11 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
-/// The fused kernels' inputs: q and k normalised (d^-1/4) and transformed
-/// (SADERF/HCEXP diagonal scales), v, W in f32, the parameters [B, H, P]
-/// from the params program, the key mask as 1/0 and the row scales (m*a_i).
-/// With folded scales (the GPU kernels) qs and ks are the raw inputs and
-/// qscale/kscale [B, H, d] f32 the normaliser times the transform, applied in
-/// f32 inside the kernels; otherwise qscale/kscale are empty.
+/// The fused kernels' inputs: q, k, v unscaled in the kernels' dtype, W in f32,
+/// the parameters [B, H, P] from the params program, the key mask as 1/0, the
+/// row scales (m*a_i), and qscale/kscale [B, H, d] f32: the d^-1/4 normaliser
+/// times SADERF's Psi or HCEXP's A, which the kernels apply in f32 to each row
+/// they load (no scaled copy of q or k is made, and none is rounded to bf16).
 struct FusedInputs {
   torch::Tensor qs, ks, vs, W, params, keep, rowscale, qscale, kscale;
 };
@@ -43,8 +42,7 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale,
                                torch::ScalarType inputType = torch::kFloat32,
-                               const std::optional<torch::Tensor> &queryMask = std::nullopt,
-                               bool foldScales = false);
+                               const std::optional<torch::Tensor> &queryMask = std::nullopt);
 
 /// What the forward saves for a backward: S, z and the stabiliser constants.
 struct FusedForward {
@@ -93,10 +91,17 @@ public:
     FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
     FusedForward saved{s[11], s[9], s[10], s[12], s[13], s[14], torch::Tensor()};
     torch::Tensor gout = grads[0].defined() ? grads[0] : torch::zeros_like(s[11]);
-    // dq, dk, dv, dW, dparams, and with folded scales dqscale, dkscale.
+    // dq, dk (with respect to the unscaled inputs), dv, dW, dparams.
     std::vector<torch::Tensor> g = self->runBackward(in, saved, gout);
-    g.resize(7);
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), g[5], g[6],
+    // The input scales' gradient (SADERF's Psi, HCEXP's A carry the statistics' gradient):
+    // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale, and dL/dq = dL/dx scale.
+    auto scaleGrad = [&](const torch::Tensor &dRaw, const torch::Tensor &raw,
+                         const torch::Tensor &scale) {
+      return (dRaw.to(torch::kFloat32) * raw.to(torch::kFloat32)).sum(2) / scale;
+    };
+    torch::Tensor dqscale = ctx->needs_input_grad(7) ? scaleGrad(g[0], s[0], s[7]) : torch::Tensor();
+    torch::Tensor dkscale = ctx->needs_input_grad(8) ? scaleGrad(g[1], s[1], s[8]) : torch::Tensor();
+    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), dqscale, dkscale,
             torch::Tensor()};
   }
 };

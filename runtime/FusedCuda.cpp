@@ -295,11 +295,9 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
        {"dz", dz}, {"dq", dq}, {"dk", dk}, {"dv", dv}, {"dW", dW}, {"dparams", dparams}},
       B, H, Nq, Nk, in.qs.device().index());
   // The kernels' dq and dk are with respect to the scaled rows x = q * qscale.
-  torch::Tensor dqscale = (dq * in.qs.to(torch::kFloat32)).sum(2),
-                dkscale = (dk * in.ks.to(torch::kFloat32)).sum(2);
   return {(dq * in.qscale.unsqueeze(2)).to(in.qs.scalar_type()),
           (dk * in.kscale.unsqueeze(2)).to(in.ks.scalar_type()), dv.to(in.vs.scalar_type()),
-          dW.sum(0), dparams, dqscale, dkscale};
+          dW.sum(0), dparams};
 }
 
 AttentionResult FusedCudaAttention::attentionWithStats(
@@ -315,8 +313,7 @@ AttentionResult FusedCudaAttention::attentionWithStats(
   w.W = w.W.to(q.device());
   if (w.rowWeights)
     w.rowWeights = w.rowWeights->to(q.device());
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask,
-                                      /*foldScales=*/true);
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask);
   auto out = FusedAttentionFunction<FusedCudaAttention>::apply(
       in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, in.qscale, in.kscale, this);
   return {out[0].to(q.scalar_type()), out[1]};

@@ -203,8 +203,13 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
     TORCH_CHECK(keyMask->any(1).all().item<bool>(),
                 "spectra attention: every sequence needs at least one unmasked key");
   }
-  TORCH_CHECK(torch::isfinite(q).all().item<bool>() && torch::isfinite(k).all().item<bool>() &&
-                  torch::isfinite(v).all().item<bool>(),
+  // One pass per tensor (min and max propagate NaN and show an inf) and one synchronisation.
+  auto [qlo, qhi] = torch::aminmax(q.detach());
+  auto [klo, khi] = torch::aminmax(k.detach());
+  auto [vlo, vhi] = torch::aminmax(v.detach());
+  TORCH_CHECK(torch::isfinite(torch::stack({qlo, qhi, klo, khi, vlo, vhi}).to(torch::kFloat32))
+                  .all()
+                  .item<bool>(),
               "spectra attention: q, k and v must be finite (found inf or nan)");
 
 }
@@ -213,7 +218,8 @@ ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move
 
 ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch::Tensor &k,
                                             const std::optional<torch::Tensor> &keyMask,
-                                            const std::optional<torch::Tensor> &queryMask) const {
+                                            const std::optional<torch::Tensor> &queryMask,
+                                            double inputScale) const {
   const int64_t B = q.size(0), H = q.size(1);
   torch::TensorOptions opts = q.options();
   // Statistics: the masks' weights (1 for every row without a mask).
@@ -234,14 +240,15 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
     torch::Tensor w = keys ? keyWeight : queryWeight;
     torch::Tensor count = w.sum(2).expand({B, H, 1});  // [B, H, 1]
     std::string kind = op.string("kind");
+    const double s = inputScale, s2 = inputScale * inputScale;
     if (kind == "mean")
-      return (x * w).sum(2) / count;
+      return (x * w).sum(2) * (s / count);
     if (kind == "mean_square")
-      return (x.square() * w).sum(2) / count;
+      return (x.square() * w).sum(2) * (s2 / count);
     if (kind == "sum_square")
-      return (x.square() * w).sum(2);
+      return (x.square() * w).sum(2) * s2;
     if (kind == "mean_sq_norm")
-      return ((x.square().sum(3, true) * w).sum(2) / count).squeeze(-1);
+      return ((x.square().sum(3, true) * w).sum(2) * (s2 / count)).squeeze(-1);
     if (kind == "count")
       return count.squeeze(-1);
     throw std::invalid_argument("component '" + desc.component.name + "': unknown statistic '" +

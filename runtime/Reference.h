@@ -100,11 +100,14 @@ public:
 
   const Descriptor &descriptor() const { return desc; }
 
-  /// Evaluates the params program on already-normalised q, k: [B, H, N, d];
-  /// `keyMask` [B, Nk] (true = keep) restricts key statistics to kept keys.
+  /// Evaluates the params program on the statistics of inputScale * q and
+  /// inputScale * k ([B, H, N, d]; the scale enters the statistics, no scaled
+  /// copy is made); `keyMask` [B, Nk] (true = keep) restricts key statistics to
+  /// kept keys, `queryMask` likewise.
   ComponentParams params(const torch::Tensor &q, const torch::Tensor &k,
                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
-                         const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
+                         const std::optional<torch::Tensor> &queryMask = std::nullopt,
+                         double inputScale = 1.0) const;
 
   /// phi of already-normalised inputs x [B, H, N, d] as [B, H, N, outputs*m]
   /// (the input transform of `side` applied; for keys, row weights m*a_i and

@@ -2,16 +2,27 @@
 //
 //   spectra-bench [--variant posrf-mm] [--batch 4 --heads 2 --length 4096 --dim 32 --m 128]
 //                 [--repeats 5] [--device cpu|cuda] [--dtype f32|bf16|f16]
+//   spectra-bench --sweep DIR [--variant V] [--batch B --heads H] [--lengths 1024,...,65536]
+//                 [--shapes 32x128,64x256] [--dtypes f32,bf16] [--max-seconds S]
 //
 // Through SpectralAttention (what a model calls), in one run:
 //  - the JIT: cold compile into an empty cache directory, then a warm disk hit
 //    (memory cache cleared) and an in-memory hit;
-//  - median forward time and forward+backward time of the fused kernels and
-//    of the eager reference (which materialises phi), with ratios;
-//  - peak memory of forward+backward for each mode: the CUDA allocator's peak
-//    on a GPU; on the CPU the growth of the peak resident set of a child
-//    process that runs one mode alone;
-//  - the largest difference between the two modes' outputs.
+//  - median forward time and forward+backward time of the fused kernels, of
+//    the eager reference (which materialises phi), of torch's
+//    scaled_dot_product_attention (softmax, quadratic) and of a linear
+//    attention written by hand in torch (PosRF features, then the two
+//    contractions as matmuls), with ratios, achieved FLOP/s (the
+//    contractions' multiply-adds) and bandwidth (q, k, v, out and, in the
+//    backward, their gradients);
+//  - peak memory of forward+backward for fused and reference: the CUDA
+//    allocator's peak on a GPU; on the CPU the growth of the peak resident set
+//    of a child process that runs one mode alone;
+//  - the largest difference between fused and reference outputs.
+// --sweep runs every length x shape x dtype x pass and writes DIR/bench.csv
+// and DIR/bench.png (time against length per method; matplotlib). Methods
+// whose previous length took longer than --max-seconds are skipped at the
+// longer ones (quadratic SDPA on a CPU).
 //
 //===----------------------------------------------------------------------===//
 
@@ -159,18 +170,194 @@ std::string mib(int64_t bytes) {
   os << std::fixed << std::setprecision(1) << bytes / 1048576.0 << " MiB";
   return bytes < 0 ? "n/a" : os.str();
 }
+
+/// The methods compared: the fused kernels, the eager reference, torch's softmax SDPA, and a
+/// linear attention a user writes by hand in torch (PosRF features, two matmuls).
+enum class Method { Fused, Reference, Sdpa, TorchLinear };
+const char *methodName(Method m) {
+  switch (m) {
+  case Method::Fused: return "fused";
+  case Method::Reference: return "reference";
+  case Method::Sdpa: return "sdpa";
+  case Method::TorchLinear: return "torch-linear";
+  }
+  return "";
+}
+
+/// PosRF linear attention as a user writes it in torch: phi materialised, S and z by matmul,
+/// one stabiliser constant per query and per (batch, head).
+torch::Tensor torchLinear(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                          const torch::Tensor &W) {
+  double s = std::pow(static_cast<double>(q.size(3)), -0.25);
+  torch::Tensor qs = q * s, ks = k * s, Wt = W.t().to(q.scalar_type());
+  torch::Tensor lq = qs.matmul(Wt) - qs.square().sum(-1, true) / 2;
+  torch::Tensor lk = ks.matmul(Wt) - ks.square().sum(-1, true) / 2;
+  torch::Tensor pq = (lq - lq.amax(-1, true).detach()).exp();
+  torch::Tensor pk = (lk - lk.amax({-2, -1}, true).detach()).exp();
+  torch::Tensor S = pk.transpose(-2, -1).matmul(v), z = pk.sum(-2, true);
+  return pq.matmul(S) / (pq * z).sum(-1, true);
+}
+
+/// Multiply-adds x 2 of one pass: the linear methods' contractions (forward: X W^T for q
+/// and k, phi^T V and phi S; the backward adds gS, dq, dW twice, dS, b and dv), or
+/// softmax attention's QK^T and PV (backward 2.5x the forward).
+double flops(Method method, const Setup &s, int64_t m, int64_t features, bool backward) {
+  double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features;
+  if (method == Method::Sdpa) {
+    double forward = 4 * N * N * d * BH;
+    return backward ? 3.5 * forward : forward;
+  }
+  double forward = 4 * N * (m * d + F * dv) * BH;
+  double backwardOnly = 4 * N * m * d + 8 * N * F * dv + 8 * N * F * d;
+  return backward ? forward + backwardOnly * BH : forward;
+}
+/// Bytes every method must move: q, k, v and out (backward: also gout, dq, dk, dv, reading
+/// q, k, v and out again).
+double bytes(const Setup &s, bool backward) {
+  double element = s.dtype == torch::kFloat32 ? 4 : 2;
+  double forward = double(s.B) * s.H * s.N * 4 * s.d * element;
+  return backward ? 3 * forward : forward;
+}
+
+/// The median time of one pass of `method` on s's inputs.
+double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAttention &reference,
+                  bool backward) {
+  torch::Tensor W = fused->weights->weights().W.to(s.device).detach();
+  auto run = [&](const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v) {
+    switch (method) {
+    case Method::Fused: return fused->forward(q, k, v);
+    case Method::Reference: return reference->forward(q, k, v);
+    case Method::Sdpa: return at::scaled_dot_product_attention(q, k, v);
+    case Method::TorchLinear: return torchLinear(q, k, v, W);
+    }
+    return torch::Tensor();
+  };
+  if (!backward) {
+    torch::NoGradGuard g;
+    return median(s.repeats, s.device, [&] { run(s.q, s.k, s.v); });
+  }
+  return median(s.repeats, s.device, [&] {
+    torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
+                  v = s.v.detach().requires_grad_();
+    run(q, k, v).sum().backward();
+  });
+}
+
+std::vector<int64_t> numbers(const std::string &list) {
+  std::vector<int64_t> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    out.push_back(std::stoll(item));
+  return out;
+}
+
+/// --sweep: every shape x dtype x length x method x pass into DIR/bench.csv and DIR/bench.png.
+int sweep(const std::map<std::string, std::string> &opt, const std::string &dir, Setup base,
+          const char *self) {
+  (void)std::system(("mkdir -p '" + dir + "'").c_str());
+  std::string csvPath = dir + "/bench.csv";
+  std::ofstream csv(csvPath);
+  if (!csv)
+    throw std::invalid_argument("cannot write " + csvPath);
+  csv << "variant,device,dtype,batch,heads,length,d,m,method,pass,seconds,gflops_per_s,gbytes_per_s,threads\n";
+  double maxSeconds = std::stod(opt.at("max-seconds"));
+  std::vector<std::string> dtypes;
+  {
+    std::stringstream ss(opt.at("dtypes"));
+    for (std::string t; std::getline(ss, t, ',');)
+      dtypes.push_back(t);
+  }
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  {
+    std::stringstream ss(opt.at("shapes"));
+    for (std::string t; std::getline(ss, t, ',');) {
+      size_t x = t.find('x');
+      if (x == std::string::npos)
+        throw std::invalid_argument("--shapes takes DxM pairs (32x128,64x256), got '" + t + "'");
+      shapes.push_back({std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1))});
+    }
+  }
+  std::vector<int64_t> lengths = numbers(opt.at("lengths"));
+  int threads = base.device.is_cuda() ? 0 : torch::get_num_threads();
+  for (auto [d, m] : shapes)
+    for (const std::string &dtype : dtypes) {
+      Setup s = base;
+      s.d = d;
+      s.options.config.d = d;
+      s.options.config.m = m;
+      s.dtype = dtype == "bf16"  ? torch::kBFloat16
+                : dtype == "f16" ? torch::kHalf
+                : dtype == "f32" ? torch::kFloat32
+                                 : throw std::invalid_argument("--dtypes takes f32, bf16, f16");
+      SpectralAttention fused = makeModule(s, AttentionMode::Fused),
+                        reference = makeModule(s, AttentionMode::Reference);
+      int64_t features = fused->descriptor().numFeatures();
+      std::map<std::pair<int, bool>, bool> skipped;
+      for (int64_t N : lengths) {
+        s.N = N;
+        torch::manual_seed(0);
+        auto o = torch::TensorOptions().dtype(s.dtype).device(s.device);
+        s.q = torch::randn({s.B, s.H, N, d}, o);
+        s.k = torch::randn({s.B, s.H, N, d}, o);
+        s.v = torch::randn({s.B, s.H, N, d}, o);
+        for (Method method : {Method::Fused, Method::Reference, Method::Sdpa, Method::TorchLinear})
+          for (bool backward : {false, true}) {
+            bool &skip = skipped[{static_cast<int>(method), backward}];
+            double seconds = NAN;
+            if (!skip) {
+              try {
+                seconds = timeMethod(method, s, fused, reference, backward);
+              } catch (const std::exception &e) {
+                std::cerr << "spectra-bench: " << methodName(method) << " at N=" << N
+                          << " failed (" << e.what() << "); skipped from here on\n";
+              }
+              skip = !(seconds <= maxSeconds);
+            }
+            csv << opt.at("variant") << "," << opt.at("device") << "," << dtype << "," << s.B << ","
+                << s.H << "," << N << "," << d << "," << m << "," << methodName(method) << ","
+                << (backward ? "forward+backward" : "forward") << ",";
+            if (std::isnan(seconds))
+              csv << ",,";
+            else
+              csv << seconds << "," << flops(method, s, m, features, backward) / seconds / 1e9 << ","
+                  << bytes(s, backward) / seconds / 1e9;
+            csv << "," << threads << "\n";
+            csv.flush();
+            std::cerr << "[sweep] d=" << d << " m=" << m << " " << dtype << " N=" << N << " "
+                      << methodName(method) << (backward ? " fwd+bwd " : " fwd ")
+                      << (std::isnan(seconds) ? std::string("skipped") : std::to_string(seconds) + " s")
+                      << "\n";
+          }
+      }
+    }
+  std::cout << "wrote " << csvPath << "\n";
+  std::string plot = std::string(self);
+  plot = plot.substr(0, plot.rfind('/') + 1) + "spectra-plot-bench.py";
+  std::string command = "python3 '" + plot + "' '" + csvPath + "' '" + dir + "/bench.png'";
+  if (std::system(command.c_str()) == 0)
+    std::cout << "wrote " << dir << "/bench.png\n";
+  else
+    std::cerr << "spectra-bench: the plot was not written (" << command << ")\n";
+  return 0;
+}
 } // namespace
 
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opt = {
       {"variant", "posrf-mm"}, {"batch", "4"},   {"heads", "2"},      {"length", "4096"},
       {"dim", "32"},           {"m", "128"},     {"repeats", "5"},    {"device", "cpu"},
-      {"dtype", "f32"},        {"child", ""}};
+      {"dtype", "f32"},        {"child", ""},    {"sweep", ""},       {"lengths", "1024,2048,4096,8192,16384,32768,65536"},
+      {"shapes", "32x128,64x256"}, {"dtypes", ""}, {"max-seconds", "5"}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << "usage: spectra-bench [--variant V] [--batch B] [--heads H] [--length N] "
-                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda] [--dtype f32|bf16|f16]\n";
+                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda] [--dtype f32|bf16|f16]\n"
+                   "       spectra-bench --sweep DIR [--variant V] [--batch B] [--heads H] "
+                   "[--lengths 1024,...,65536] [--shapes 32x128,64x256] [--dtypes f32,bf16] "
+                   "[--max-seconds 5] [--repeats R] [--device cpu|cuda]\n"
+                   "Compares the fused kernels with the eager reference, torch's SDPA and a "
+                   "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n";
       return 0;
     }
     if (a.rfind("--", 0) != 0 || i + 1 >= argc || !opt.count(a.substr(2))) {
@@ -207,6 +394,11 @@ int main(int argc, char **argv) {
     s.v = torch::randn({s.B, s.H, s.N, s.d}, o);
     if (!opt["child"].empty())
       return measureChild(s, parseAttentionMode(opt["child"]));
+    if (!opt["sweep"].empty()) {
+      if (opt["dtypes"].empty())
+        opt["dtypes"] = s.device.is_cuda() ? "f32,bf16" : "f32";
+      return sweep(opt, opt["sweep"], s, argv[0]);
+    }
 
     // The JIT: cold compile into an empty cache directory, a disk hit, a memory hit.
     std::string cacheDir = "/tmp/spectra-bench-cache-" + std::to_string(getpid());
@@ -247,6 +439,11 @@ int main(int argc, char **argv) {
     }
     tbF = median(s.repeats, s.device, [&] { forwardBackward(fused, s); });
     tbR = median(s.repeats, s.device, [&] { forwardBackward(reference, s); });
+    // The baselines a user has without Spectra: softmax SDPA and linear attention by hand.
+    double tfS = timeMethod(Method::Sdpa, s, fused, reference, false),
+           tbS = timeMethod(Method::Sdpa, s, fused, reference, true),
+           tfL = timeMethod(Method::TorchLinear, s, fused, reference, false),
+           tbL = timeMethod(Method::TorchLinear, s, fused, reference, true);
     int64_t memF, memR;
     if (s.device.is_cuda()) {
       memF = cudaPeak(fused, s);
@@ -269,6 +466,18 @@ int main(int argc, char **argv) {
               << " s   reference/fused " << tfR / tfF << "\n";
     std::cout << "forward+backward  fused " << tbF << " s   reference " << tbR
               << " s   reference/fused " << tbR / tbF << "\n";
+    std::cout << "baselines         torch SDPA (softmax) forward " << tfS << " s, forward+backward "
+              << tbS << " s   SDPA/fused " << std::setprecision(2) << tfS / tfF << " and "
+              << tbS / tbF << std::setprecision(4) << "\n";
+    std::cout << "                  torch linear attention (PosRF by hand) forward " << tfL
+              << " s, forward+backward " << tbL << " s   linear/fused " << std::setprecision(2)
+              << tfL / tfF << " and " << tbL / tbF << std::setprecision(4) << "\n";
+    int64_t features = desc.numFeatures();
+    std::cout << "fused throughput  forward " << std::setprecision(1)
+              << flops(Method::Fused, s, desc.m, features, false) / tfF / 1e9 << " GFLOP/s "
+              << bytes(s, false) / tfF / 1e9 << " GB/s, forward+backward "
+              << flops(Method::Fused, s, desc.m, features, true) / tbF / 1e9 << " GFLOP/s "
+              << bytes(s, true) / tbF / 1e9 << " GB/s" << std::setprecision(4) << "\n";
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);
     if (memF > 0 && memR > 0)
