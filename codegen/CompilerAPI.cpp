@@ -44,6 +44,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <functional>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,7 +73,9 @@ static char *fail(char **error, const std::string &message) {
 namespace {
 /// A context with the dialects spectra IR uses, collecting diagnostics as text.
 struct Context {
-  MLIRContext context{MLIRContext::Threading::DISABLED};
+  // Threading on: the CPU pipeline runs function passes in parallel, and the two JIT
+  // threads translate their modules concurrently.
+  MLIRContext context{MLIRContext::Threading::ENABLED};
   std::string diagnostics;
   Context() {
     DialectRegistry registry;
@@ -231,15 +234,47 @@ extern "C" void spectra_free(void *pointer) { std::free(pointer); }
 //===----------------------------------------------------------------------===//
 
 struct spectra_cpu_kernel {
-  std::unique_ptr<ExecutionEngine> engine;  // compiled here, or
-  std::unique_ptr<llvm::orc::LLJIT> jit;    // loaded from a cached object
-  std::string object;                       // the relocatable object (cacheable)
+  std::vector<std::unique_ptr<ExecutionEngine>> engines;  // compiled here, or
+  std::unique_ptr<llvm::orc::LLJIT> jit;                  // loaded from cached objects
+  std::string object;  // the relocatable objects, packed (packObjects; cacheable)
   std::map<std::string, void *> entries;    // by kind: kv, readout, query_backward, key_backward
   std::map<std::string, std::string> stages;  // tiles, vectors, llvm
   std::string backwardError;
 };
 
 namespace sp = mlir::spectra;
+
+/// Several relocatable objects as one byte string: "spectra-objects\n", then per object
+/// its size (8 bytes, little-endian) and its bytes.
+static constexpr llvm::StringLiteral kObjectsMagic = "spectra-objects\n";
+static std::string packObjects(llvm::ArrayRef<std::string> objects) {
+  std::string out = kObjectsMagic.str();
+  for (const std::string &object : objects) {
+    uint64_t size = object.size();
+    for (int i = 0; i < 8; ++i)
+      out.push_back(static_cast<char>((size >> (8 * i)) & 0xff));
+    out += object;
+  }
+  return out;
+}
+static bool unpackObjects(llvm::StringRef packed, std::vector<llvm::StringRef> &objects) {
+  if (!packed.consume_front(kObjectsMagic))
+    return false;
+  while (!packed.empty()) {
+    if (packed.size() < 8)
+      return false;
+    uint64_t size = 0;
+    for (int i = 0; i < 8; ++i)
+      size |= static_cast<uint64_t>(static_cast<unsigned char>(packed[i])) << (8 * i);
+    packed = packed.drop_front(8);
+    if (size > packed.size())
+      return false;
+    objects.push_back(packed.take_front(size));
+    packed = packed.drop_front(size);
+  }
+  return !objects.empty();
+}
+
 static const char *const kKernelKinds[] = {"kv", "readout", "query_backward", "key_backward"};
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
@@ -313,57 +348,100 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     llvm::raw_string_ostream os(result->stages[name]);
     source.print(os);
   }
-  ExecutionEngineOptions engineOptions;
-  // The host's target machine gives the optimiser vector widths (loop vectorisation).
-  std::unique_ptr<llvm::TargetMachine> host;
-  if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost())
-    if (auto tm = builder->createTargetMachine())
-      host = std::move(*tm);
-  // The module must name the host target before the optimiser runs: without a triple the
-  // vectoriser's cost model sees no SIMD registers and keeps every loop scalar.
-  std::function<llvm::Error(llvm::Module *)> optimise =
-      makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
-  auto transform = [&optimise, tm = host.get()](llvm::Module *module) {
-    if (tm) {
-      module->setTargetTriple(tm->getTargetTriple());
-      module->setDataLayout(tm->createDataLayout());
+  // The forward and the backward kernels are JIT-compiled as two modules on two threads
+  // (LLVM's optimiser and code generator take most of a cold compile).
+  OwningOpRef<ModuleOp> backward = source.clone();
+  auto keepOnly = [&](ModuleOp module, bool forward) {
+    for (auto fn : llvm::to_vector(module.getOps<LLVM::LLVMFuncOp>())) {
+      llvm::StringRef name = fn.getSymName();
+      bool isBackward = name.ends_with("_query_backward") || name.ends_with("_key_backward");
+      bool isForward = name.ends_with("_kv") || name.ends_with("_readout");
+      if (!fn.isExternal() && (forward ? isBackward : isForward))
+        fn.erase();
     }
-    return optimise(module);
   };
-  // A function_ref: `transform` must outlive ExecutionEngine::create below.
-  engineOptions.transformer = transform;
-  engineOptions.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
-  // Debian's LLVM writes jitdump files for every JIT unless told not to; SPECTRA_PERF=1 asks
-  // for them (perf then names the kernels' symbols).
-  const char *perf = std::getenv("SPECTRA_PERF");
-  engineOptions.enablePerfNotificationListener = perf && std::string(perf) == "1";
-  engineOptions.enableGDBNotificationListener = false;
-  // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
-  engineOptions.enableObjectDump = true;
-  auto engine = ExecutionEngine::create(source, engineOptions);
-  if (!engine)
-    return failKernel(error, "JIT compilation failed: " + llvm::toString(engine.takeError()));
-  std::string missing = lookupEntries(*result, mapName, [&](const std::string &symbol) -> void * {
-    auto address = (*engine)->lookup(symbol);
-    if (!address) {
-      llvm::consumeError(address.takeError());
-      return nullptr;
+  keepOnly(source, /*forward=*/true);
+  keepOnly(*backward, /*forward=*/false);
+  std::string failure;
+  std::mutex failureMutex;
+  auto jit = [&](ModuleOp module, std::unique_ptr<ExecutionEngine> &engine, std::string &object) {
+    auto setFailure = [&](const std::string &message) {
+      std::lock_guard<std::mutex> lock(failureMutex);
+      failure = message;
+    };
+    // The host's target machine gives the optimiser vector widths (loop vectorisation).
+    std::unique_ptr<llvm::TargetMachine> host;
+    if (auto builder = llvm::orc::JITTargetMachineBuilder::detectHost())
+      if (auto tm = builder->createTargetMachine())
+        host = std::move(*tm);
+    // The module must name the host target before the optimiser runs: without a triple the
+    // vectoriser's cost model sees no SIMD registers and keeps every loop scalar.
+    std::function<llvm::Error(llvm::Module *)> optimise =
+        makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
+    auto transform = [&optimise, tm = host.get()](llvm::Module *m) {
+      if (tm) {
+        m->setTargetTriple(tm->getTargetTriple());
+        m->setDataLayout(tm->createDataLayout());
+      }
+      return optimise(m);
+    };
+    ExecutionEngineOptions options;
+    // A function_ref: `transform` must outlive ExecutionEngine::create below.
+    options.transformer = transform;
+    options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+    // Debian's LLVM writes jitdump files for every JIT unless told not to; SPECTRA_PERF=1 asks
+    // for them (perf then names the kernels' symbols).
+    const char *perf = std::getenv("SPECTRA_PERF");
+    options.enablePerfNotificationListener = perf && std::string(perf) == "1";
+    options.enableGDBNotificationListener = false;
+    // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
+    options.enableObjectDump = true;
+    auto created = ExecutionEngine::create(module, options);
+    if (!created)
+      return setFailure("JIT compilation failed: " + llvm::toString(created.takeError()));
+    engine = std::move(*created);
+    // Code generation happens on the first lookup.
+    for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
+      if (!fn.isExternal() && fn.getSymName().starts_with("_mlir_ciface_")) {
+        auto address = engine->lookup(fn.getSymName());
+        if (!address)
+          return setFailure("JIT lookup failed: " + llvm::toString(address.takeError()));
+        break;
+      }
+    // ExecutionEngine writes its object only to a file: go through a temporary one.
+    llvm::SmallString<128> path;
+    if (!llvm::sys::fs::createTemporaryFile("spectra-kernel", "o", path)) {
+      engine->dumpToObjectFile(path);
+      if (auto buffer = llvm::MemoryBuffer::getFile(path))
+        object = (*buffer)->getBuffer().str();
+      llvm::sys::fs::remove(path);
     }
-    return *address;
+  };
+  std::unique_ptr<ExecutionEngine> forwardEngine, backwardEngine;
+  std::string forwardObject, backwardObject;
+  {
+    std::thread other([&] { jit(*backward, backwardEngine, backwardObject); });
+    jit(source, forwardEngine, forwardObject);
+    other.join();
+  }
+  if (!failure.empty())
+    return failKernel(error, failure);
+  std::string missing = lookupEntries(*result, mapName, [&](const std::string &symbol) -> void * {
+    for (ExecutionEngine *engine : {forwardEngine.get(), backwardEngine.get()}) {
+      auto address = engine->lookup(symbol);
+      if (address)
+        return *address;
+      llvm::consumeError(address.takeError());
+    }
+    return nullptr;
   });
   if (!missing.empty())
     return failKernel(error, missing);
   if (!result->entries.count("query_backward") && result->backwardError.empty())
     result->backwardError = "the backward kernels were not built";
-  result->engine = std::move(*engine);
-  // ExecutionEngine writes its object only to a file: go through a temporary one.
-  llvm::SmallString<128> path;
-  if (!llvm::sys::fs::createTemporaryFile("spectra-kernel", "o", path)) {
-    result->engine->dumpToObjectFile(path);
-    if (auto buffer = llvm::MemoryBuffer::getFile(path))
-      result->object = (*buffer)->getBuffer().str();
-    llvm::sys::fs::remove(path);
-  }
+  result->engines.push_back(std::move(forwardEngine));
+  result->engines.push_back(std::move(backwardEngine));
+  result->object = packObjects({forwardObject, backwardObject});
   return result.release();
 }
 
@@ -438,9 +516,13 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   (*jit)->getMainJITDylib().addGenerator(std::move(*process));
   auto result = std::make_unique<spectra_cpu_kernel>();
   result->object.assign(data, size);
-  if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
-          result->object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
-    return failKernel(error, "the cached object does not load: " + llvm::toString(std::move(e)));
+  std::vector<llvm::StringRef> objects;
+  if (!unpackObjects(result->object, objects))
+    return failKernel(error, "the cached objects are not a spectra object pack");
+  for (llvm::StringRef object : objects)
+    if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
+            object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
+      return failKernel(error, "the cached object does not load: " + llvm::toString(std::move(e)));
   std::string missing = lookupEntries(*result, featureMap, [&](const std::string &symbol) -> void * {
     auto address = (*jit)->lookup(symbol);
     if (!address) {

@@ -14,7 +14,7 @@ tool, work = sys.argv[1], sys.argv[2]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 rng = np.random.default_rng(0)
-for name, shape in (("q", (1, 2, 12, 8)), ("k", (1, 2, 12, 8)), ("v", (1, 2, 12, 4))):
+for name, shape in (("q", (1, 2, 12, 8)), ("k", (1, 2, 12, 8)), ("v", (1, 2, 12, 8))):
     np.save(os.path.join(work, name + ".npy"), rng.standard_normal(shape))
 cache = os.path.join(work, "cache")
 env = dict(os.environ, SPECTRA_CACHE_DIR=cache)

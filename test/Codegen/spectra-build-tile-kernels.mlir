@@ -1,0 +1,76 @@
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels="tile-rows=4" | FileCheck %s
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels="value-dim=5" | FileCheck %s --check-prefix=DV
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels -spectra-keep-kernels | FileCheck %s --check-prefix=KEEP
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN
+
+// Tests that a feature map gains its four kernels next to it, specialised on m = 16,
+// d = 8, the value dimension (default d) and the tile rows: the key pass stages a
+// 4-row tile of k (times kscale) and of v, computes L = K W^T as a contraction
+// generic, ||k||^2 as a row reduction, the features region inlined as an
+// elementwise body over [rows x m] (ww broadcast along rows, ||k||^2 along
+// features), each feature's maximum as a column reduction, the rescale by
+// exp(old - new), phi = c exp(l - c_f) rowscale, and S += phi^T V as a contraction
+// with the first operand transposed. Every buffer is a static tile: phi is never
+// stored at the sequence's size.
+// CHECK-DAG: #[[$ROWCOL:.*]] = affine_map<(d0, d1) -> (d0, d1)>
+// CHECK-DAG: #[[$A:.*]] = affine_map<(d0, d1, d2) -> (d0, d2)>
+// CHECK-DAG: #[[$AT:.*]] = affine_map<(d0, d1, d2) -> (d2, d0)>
+// CHECK-LABEL: spectra.feature_map @posrf_orf
+// CHECK-LABEL: func.func @posrf_orf_kv(
+// CHECK-SAME: memref<?x8xf32>, %{{.*}}: memref<?x8xf32>, %{{.*}}: memref<?xf32>, %{{.*}}: memref<8x16xf32>
+// CHECK-SAME: attributes {llvm.emit_c_interface}
+// CHECK-NOT: memref.alloc(
+// CHECK-NOT: memref.alloca(%
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
+// CHECK: linalg.generic {indexing_maps = [#[[$A]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]}
+// CHECK-SAME: outs(%{{.*}} : memref<4x16xf32>)
+// CHECK: iterator_types = ["parallel", "reduction"]
+// The features region: l = wx - xx / 2, masked keys' logits -inf.
+// CHECK: iterator_types = ["parallel", "parallel"]
+// CHECK: arith.mulf %{{.*}}, %cst
+// CHECK: arith.subf
+// CHECK: arith.select
+// CHECK: iterator_types = ["reduction", "parallel"]
+// CHECK: arith.maximumf
+// CHECK: math.exp
+// CHECK: math.exp
+// CHECK: linalg.generic {indexing_maps = [#[[$AT]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]}
+// CHECK-SAME: outs(%{{.*}} : memref<16x8xf32, strided<[8, 1]>>)
+// CHECK-LABEL: func.func @posrf_orf_readout(
+// CHECK: arith.cmpf ule
+// CHECK-LABEL: func.func @posrf_orf_query_backward(
+// CHECK-LABEL: func.func @posrf_orf_key_backward(
+// CHECK-NOT: memref.alloc(
+// DV-LABEL: func.func @posrf_orf_kv(
+// DV-SAME: memref<?x8xf32>, %{{.*}}: memref<?x5xf32>
+// KEEP-NOT: spectra.
+// KEEP: func.func @posrf_orf_kv(
+// KEEP-NOT: spectra.
+spectra.feature_map @posrf_orf component @posrf weights @orf m = 16 d = 8 seed = 0
+
+// -----
+
+// Tests that a component with two outputs (PosRF-Hyp) keeps both outputs' features in
+// one elementwise body and accumulates each into its own rows of S (offset m).
+// CHECK-LABEL: func.func @posrf_hyp_base_kv(
+// CHECK-SAME: memref<32x8xf32>
+// CHECK: arith.negf
+// CHECK: memref.subview %{{.*}}[16, 0] [16, 8] [1, 1] : memref<32x8xf32> to memref<16x8xf32, strided<[8, 1], offset: 128>>
+spectra.feature_map @posrf_hyp_base component @posrf_hyp weights @base m = 16 d = 8 seed = 0
+
+// -----
+
+// Tests that a component the compiler cannot differentiate still gets its forward
+// kernels, with a warning saying why there is no backward.
+spectra.component @floored params(%m, %d) {
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features(%wx, %xx, %ww, %c) {
+  %f = math.floor %wx : f32
+  spectra.feature_yield exp(%f : f32) scaled(%c : f32)
+}
+// CHECK-LABEL: func.func @floored_orf_kv(
+// CHECK-LABEL: func.func @floored_orf_readout(
+// CHECK-NOT: func.func @floored_orf_query_backward(
+// WARN: warning: no backward kernels: 'math.floor' op cannot be differentiated by spectra-derive-partials (component 'floored')
+spectra.feature_map @floored_orf component @floored weights @orf m = 16 d = 8 seed = 0

@@ -1,0 +1,122 @@
+// RUN: spectra-opt %s -split-input-file -spectra-vectorize-tiles="vector-width=8 register-rows=2 register-vectors=2" -canonicalize -cse | FileCheck %s
+
+// Tests that a contraction C[m, n] += A[m, k] B[k, n] on static tiles becomes register
+// tiles of 2 rows x 2 vectors of 8 lanes: the accumulators are loaded once, carried
+// across k (one load of B's row segment and one broadcast of A per row per k, four
+// vector.fma), and stored once; the 20 columns end in a tail of 4 lanes.
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @matmul(
+// CHECK: scf.for %[[ROW:.*]] = %c0 to %c4 step %c2 {
+// CHECK: %[[ACC:.*]] = vector.load %arg2[%[[ROW]], %{{.*}}] : memref<4x20xf32>, vector<8xf32>
+// CHECK: scf.for %[[K:.*]] = %c0 to %c3 step %c1 iter_args(%{{.*}} = %[[ACC]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CHECK: vector.load %arg1[%[[K]], %{{.*}}] : memref<3x20xf32>, vector<8xf32>
+// CHECK: %[[A:.*]] = memref.load %arg0[%[[ROW]], %[[K]]] : memref<4x3xf32>
+// CHECK: %[[BA:.*]] = vector.broadcast %[[A]] : f32 to vector<8xf32>
+// CHECK: vector.fma %[[BA]], %{{.*}}, %{{.*}} : vector<8xf32>
+// CHECK-COUNT-3: vector.fma
+// CHECK: vector.store
+// The last 4 columns: one vector of 4 lanes per row.
+// CHECK: vector.fma {{.*}} : vector<4xf32>
+// CHECK-NOT: linalg.generic
+func.func @matmul(%A: memref<4x3xf32>, %B: memref<3x20xf32>, %C: memref<4x20xf32>) {
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x20xf32>) outs(%C : memref<4x20xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that the first operand may be read transposed (A[k, m]).
+#at = affine_map<(m, n, k) -> (k, m)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @matmul_at(
+// CHECK: memref.load %arg0[%{{.*}}, %{{.*}}] : memref<3x4xf32>
+// CHECK: vector.fma
+func.func @matmul_at(%A: memref<3x4xf32>, %B: memref<3x16xf32>, %C: memref<4x16xf32>) {
+  linalg.generic {indexing_maps = [#at, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<3x4xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that an elementwise body runs along the innermost dimension in vectors: a
+// row-indexed operand is broadcast, a column-indexed one loaded, a value defined
+// above the body broadcast, constants splat, and 12 columns end in a 4-lane tail.
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @features(
+// CHECK: scf.for %[[I:.*]] = %c0 to %c2 step %c1 {
+// CHECK: %[[L:.*]] = vector.load %arg0[%[[I]], %c0] : memref<2x12xf32>, vector<8xf32>
+// CHECK: %[[X:.*]] = memref.load %arg1[%[[I]]] : memref<2xf32>
+// CHECK: %[[XB:.*]] = vector.broadcast %[[X]] : f32 to vector<8xf32>
+// CHECK: vector.load %arg2[%c0] : memref<12xf32>, vector<8xf32>
+// CHECK: arith.mulf %[[XB]], %{{.*}} : vector<8xf32>
+// CHECK: math.exp %{{.*}} : vector<8xf32>
+// CHECK: vector.store %{{.*}}, %arg4[%[[I]], %c0] : memref<2x12xf32>, vector<8xf32>
+// CHECK: math.exp %{{.*}} : vector<4xf32>
+// CHECK: vector.store %{{.*}}, %arg4[%[[I]], %c8] : memref<2x12xf32>, vector<4xf32>
+func.func @features(%l: memref<2x12xf32>, %xx: memref<2xf32>, %ww: memref<12xf32>, %c: f32, %out: memref<2x12xf32>) {
+  linalg.generic {indexing_maps = [#full, #row, #col, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%l, %xx, %ww : memref<2x12xf32>, memref<2xf32>, memref<12xf32>) outs(%out : memref<2x12xf32>) {
+  ^bb0(%wx: f32, %x: f32, %w: f32, %o: f32):
+    %half = arith.constant 5.000000e-01 : f32
+    %h = arith.mulf %x, %half : f32
+    %d = arith.subf %wx, %h : f32
+    %t = arith.mulf %d, %w : f32
+    %e = math.exp %t : f32
+    %r = arith.mulf %e, %c : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that a reduction along the innermost dimension keeps a vector accumulator
+// from the combiner's identity (-inf for maximumf) and reduces it horizontally once
+// per row into the output's old value; along the outer dimension it accumulates
+// whole vectors from the output.
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @reductions(
+// CHECK: %[[NEG:.*]] = arith.constant dense<0xFF800000> : vector<8xf32>
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[NEG]]) -> (vector<8xf32>)
+// CHECK: arith.maximumf %{{.*}} : vector<8xf32>
+// CHECK: vector.reduction <maximumf>
+// CHECK: memref.store
+// CHECK: %[[COL:.*]] = vector.load %arg2[%{{.*}}] : memref<16xf32>, vector<8xf32>
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[COL]]) -> (vector<8xf32>)
+// CHECK: arith.addf %{{.*}} : vector<8xf32>
+// CHECK: vector.store %{{.*}}, %arg2[%{{.*}}] : memref<16xf32>, vector<8xf32>
+func.func @reductions(%x: memref<4x16xf32>, %rows: memref<4xf32>, %cols: memref<16xf32>) {
+  linalg.generic {indexing_maps = [#full, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x16xf32>) outs(%rows : memref<4xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %m = arith.maximumf %v, %acc : f32
+    linalg.yield %m : f32
+  }
+  linalg.generic {indexing_maps = [#full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<4x16xf32>) outs(%cols : memref<16xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %a = arith.addf %acc, %v : f32
+    linalg.yield %a : f32
+  }
+  return
+}
+
