@@ -7,6 +7,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
 
 #include <limits>
@@ -224,29 +225,45 @@ struct Scalar {
   Value positive(Value x) { return cmp(arith::CmpFPredicate::OGT, x, c(0)); }
 };
 
+/// Which arguments (wx, xx, ww, params...) the features depend on: those with a
+/// derived partial that is not the constant 0 for some output. The others get no
+/// gradient tile (PosRF's logit does not depend on ||w||^2: no dW ||w||^2 term).
+SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args) {
+  auto yield = cast<PartialsYieldOp>(partials.getBody().front().getTerminator());
+  SmallVector<bool> used(args, false);
+  for (unsigned o = 0; o < outputs; ++o)
+    for (unsigned v = 0; v < args; ++v)
+      for (unsigned which = 0; which < 2; ++which)
+        if (!matchPattern(yield.getValues()[2 * (o * args + v) + which], m_AnyZeroFloat()))
+          used[v] = true;
+  return used;
+}
+
 /// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
 /// phi' = phi dlogit + e dcoeff with e = phi / coeff (the shifted, scaled exponential).
+/// Arguments not `used` are left null.
 struct Chained {
   Value dwx, dxx, dww;
   SmallVector<Value> dparams;
 };
-Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, Value wx, Value xx, Value ww,
-              ArrayRef<Value> params, ArrayRef<Value> coeffs, ArrayRef<Value> e, ArrayRef<Value> a) {
+Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef<bool> used,
+              Value wx, Value xx, Value ww, ArrayRef<Value> params, ArrayRef<Value> coeffs,
+              ArrayRef<Value> e, ArrayRef<Value> a) {
   SmallVector<Value> pv = kb.partials(partials, wx, xx, ww, params);
   unsigned args = 3 + params.size();
-  Chained c{x.c(0), x.c(0), x.c(0), SmallVector<Value>(params.size(), x.c(0))};
+  SmallVector<Value> sums(args);
+  for (unsigned v = 0; v < args; ++v)
+    if (used[v])
+      sums[v] = x.c(0);
   for (unsigned o = 0; o < e.size(); ++o) {
     Value phi = x.mul(coeffs[o], e[o]);
-    auto dphi = [&](unsigned v) {
-      return x.add(x.mul(phi, pv[2 * (o * args + v)]), x.mul(e[o], pv[2 * (o * args + v) + 1]));
-    };
-    c.dwx = x.add(c.dwx, x.mul(a[o], dphi(0)));
-    c.dxx = x.add(c.dxx, x.mul(a[o], dphi(1)));
-    c.dww = x.add(c.dww, x.mul(a[o], dphi(2)));
-    for (unsigned p = 0; p < params.size(); ++p)
-      c.dparams[p] = x.add(c.dparams[p], x.mul(a[o], dphi(3 + p)));
+    for (unsigned v = 0; v < args; ++v)
+      if (used[v]) {
+        Value dphi = x.add(x.mul(phi, pv[2 * (o * args + v)]), x.mul(e[o], pv[2 * (o * args + v) + 1]));
+        sums[v] = x.add(sums[v], x.mul(a[o], dphi));
+      }
   }
-  return c;
+  return {sums[0], sums[1], sums[2], SmallVector<Value>(sums.begin() + 3, sums.end())};
 }
 
 /// A kernel function: arguments, entry block, and the loaded parameters.
@@ -462,23 +479,50 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
 
 /// Buffers both backward kernels share: the partial-derivative tiles and the
 /// accumulators of dW's ||w||^2 term and of dparams.
+/// (The ||w||^2 and parameter tiles only for arguments the features depend on;
+/// null otherwise.)
 struct GradientTiles {
+  SmallVector<bool> used;  // per argument (wx, xx, ww, params...)
   Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
   SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
+  /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
+  SmallVector<Value> outputs() const {
+    SmallVector<Value> out = {dwx, dxx};
+    if (dww)
+      out.push_back(dww);
+    for (Value p : dp)
+      if (p)
+        out.push_back(p);
+    return out;
+  }
+  /// The chained values for those outputs.
+  SmallVector<Value> values(const Chained &c, function_ref<Value(Value)> keep) const {
+    SmallVector<Value> out = {keep(c.dwx), keep(c.dxx)};
+    if (dww)
+      out.push_back(keep(c.dww));
+    for (auto [p, v] : llvm::zip(dp, c.dparams))
+      if (p)
+        out.push_back(keep(v));
+    return out;
+  }
 };
-GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, unsigned numParams) {
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used) {
   GradientTiles g;
+  g.used.assign(used.begin(), used.end());
   g.dwx = tb.buffer({s.T, s.M});
   g.dxx = tb.buffer({s.T, s.M});
-  g.dww = tb.buffer({s.T, s.M});
   g.dxxRow = tb.buffer({s.T});
-  g.dwwAcc = tb.buffer({s.M});
   g.dx = tb.buffer({s.T, s.D});
-  tb.fill(g.dwwAcc, 0);
-  for (unsigned p = 0; p < numParams; ++p) {
-    g.dp.push_back(tb.buffer({s.T, s.M}));
-    g.dpAcc.push_back(tb.buffer({s.M}));
-    tb.fill(g.dpAcc.back(), 0);
+  if (used[2]) {
+    g.dww = tb.buffer({s.T, s.M});
+    g.dwwAcc = tb.buffer({s.M});
+    tb.fill(g.dwwAcc, 0);
+  }
+  for (unsigned p = 3; p < used.size(); ++p) {
+    g.dp.push_back(used[p] ? tb.buffer({s.T, s.M}) : Value());
+    g.dpAcc.push_back(used[p] ? tb.buffer({s.M}) : Value());
+    if (used[p])
+      tb.fill(g.dpAcc.back(), 0);
   }
   return g;
 }
@@ -501,21 +545,25 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
   auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
     return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
   };
-  tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
+  if (g.dww)
+    tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
   for (unsigned p = 0; p < g.dp.size(); ++p)
-    tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
+    if (g.dp[p])
+      tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
 }
 
 /// dW += 2 ww-term W and dparams = the accumulated sums (once per call).
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
                      Value dparams) {
-  tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
-    Scalar x{nb, l};
-    return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
-  });
+  if (g.dww)
+    tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+    });
   tb.fill(dparams, 0);
   for (unsigned p = 0; p < g.dp.size(); ++p)
-    tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
+    if (g.dp[p])
+      tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
       Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(g.dpAcc[p], {j}));
       tb.store(sum, dparams, {tb.idx(p)});
     });
@@ -546,7 +594,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     P.push_back(tb.buffer({s.T, s.M}));
     Qd.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, numParams);
+  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.stage(gout, r0, rows, Gt, s.DV);
@@ -575,8 +623,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
                                 {rden, At::Row}, {gdot, At::Row}, {valid, At::Row}};
     for (int64_t o = 0; o < s.K; ++o)
       ins.append({{tb.outputRows(c, o), At::Col}, {gS[o]}, {tb.outputRows(z, o), At::Col}});
-    SmallVector<Value> outs = {g.dwx, g.dxx, g.dww};
-    outs.append(g.dp.begin(), g.dp.end());
+    SmallVector<Value> outs = g.outputs();
     for (int64_t o = 0; o < s.K; ++o)
       outs.append({P[o], Qd[o]});
     tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
@@ -591,12 +638,10 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
         e.push_back(x.exp(x.sub(x.add(logits[o], co), M)));
         da.push_back(x.mul(x.sub(gSo, x.mul(gd, zo)), rd));
       }
-      Chained ch = chain(kb, x, partials, wx, xxv, wwv, k.params, coeffs, e, da);
+      Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, k.params, coeffs, e, da);
       // Rows past the end (zero queries) contribute nothing: selected away.
       auto keep = [&](Value v) { return x.select(live, v, x.c(0)); };
-      y = {keep(ch.dwx), keep(ch.dxx), keep(ch.dww)};
-      for (Value p : ch.dparams)
-        y.push_back(keep(p));
+      y = g.values(ch, keep);
       for (int64_t o = 0; o < s.K; ++o) {
         Value scaled = x.mul(x.mul(coeffs[o], e[o]), rd);
         y.append({keep(scaled), keep(x.mul(scaled, gd))});
@@ -638,7 +683,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     B.push_back(tb.buffer({s.T, s.M}));
     phi.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, numParams);
+  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);
@@ -654,8 +699,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
                                 {rowscale, At::Col}};
     for (int64_t o = 0; o < s.K; ++o)
       ins.append({{tb.outputRows(c, o), At::Col}, {B[o]}, {tb.outputRows(dz, o), At::Col}});
-    SmallVector<Value> outs = {g.dwx, g.dxx, g.dww};
-    outs.append(g.dp.begin(), g.dp.end());
+    SmallVector<Value> outs = g.outputs();
     outs.append(phi.begin(), phi.end());
     tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
       KernelBuilder kb(nb, l, component);
@@ -668,11 +712,9 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
         e.push_back(x.select(live, x.mul(x.exp(x.sub(logits[o], co)), rs), x.c(0)));
         da.push_back(x.select(live, x.add(Bo, dzo), x.c(0)));
       }
-      Chained ch = chain(kb, x, partials, wx, xxv, wwv, k.params, coeffs, e, da);
+      Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, k.params, coeffs, e, da);
       auto keepv = [&](Value v) { return x.select(live, v, x.c(0)); };
-      y = {keepv(ch.dwx), keepv(ch.dxx), keepv(ch.dww)};
-      for (Value p : ch.dparams)
-        y.push_back(keepv(p));
+      y = g.values(ch, keepv);
       for (int64_t o = 0; o < s.K; ++o)
         y.push_back(keepv(x.mul(coeffs[o], e[o])));
       return y;
