@@ -1,6 +1,7 @@
 //===- BuildTileKernels.cpp - the spectra-build-tile-kernels pass ---------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/GpuKernel.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 #include "dialect/BuiltinLibrary.h"
@@ -11,8 +12,6 @@
 #define DEBUG_TYPE "spectra-build-tile-kernels"
 
 namespace mlir::spectra {
-void registerGpuLoweringPipeline();
-
 #define GEN_PASS_DEF_SPECTRABUILDTILEKERNELS
 #include "codegen/Passes.h.inc"
 
@@ -40,6 +39,6 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
 void registerSpectraCodegenPassesAndPipelines() {
   registerSpectraCodegenPasses();
   registerCpuPipelines();
-  registerGpuLoweringPipeline();
+  registerGpuPipelines();
 }
 } // namespace mlir::spectra

@@ -559,8 +559,6 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   std::string chip = target ? target : "sm_90a";
   if (chip != "sm_80" && chip != "sm_90a")
     return fail(error, "unknown GPU target '" + chip + "'; targets: sm_80, sm_90a");
-  if (failed(sp::linkBuiltinLibrary(source)))
-    return fail(error, "could not link the built-in library:\n" + ctx.diagnostics);
   sp::FeatureMapOp map;
   for (auto fm : source.getOps<sp::FeatureMapOp>())
     if (!featureMap || fm.getSymName() == featureMap)
@@ -568,24 +566,21 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   if (!map)
     return fail(error, featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
                                   : std::string("no spectra.feature_map to compile"));
-  sp::GpuKernelOptions options;
+  std::string mapName = map.getSymName().str();
+  // One feature map per artifact: the others are dropped before the pipeline.
+  for (auto fm : llvm::to_vector(source.getOps<sp::FeatureMapOp>()))
+    if (fm != map)
+      fm.erase();
+  sp::GpuPipelineOptions options;
+  options.chip = chip;
   options.dtype = dtype ? dtype : "f32";
   options.valueDim = dv;
-  OwningOpRef<ModuleOp> kernels = ModuleOp::create(UnknownLoc::get(&ctx.context));
-  // The kernels are built next to the feature map (they look its component up),
-  // then moved into a module of their own for lowering.
-  if (failed(sp::buildGpuKernels(source, map, options)))
-    return fail(error, "building the GPU kernels failed:\n" + ctx.diagnostics);
-  std::string artifactText = sp::describeGpuKernels(map, options);
-  for (Operation &op : llvm::make_early_inc_range(source.getBody()->getOperations()))
-    if (llvm::isa<gpu::GPUModuleOp>(op))
-      op.moveBefore(kernels->getBody(), kernels->getBody()->end());
-  (*kernels)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(&ctx.context));
   PassManager pm(&ctx.context);
-  sp::buildGpuLoweringPipeline(pm, chip);
-  if (failed(pm.run(*kernels)))
-    return fail(error, "lowering the GPU kernels to PTX failed:\n" + ctx.diagnostics);
-  std::string ptx = sp::extractPtx(*kernels);
+  sp::buildGpuPipeline(pm, options);
+  if (failed(pm.run(source)))
+    return fail(error, "compiling the GPU kernels failed:\n" + ctx.diagnostics);
+  std::string artifactText = sp::recordedGpuArtifact(source, mapName);
+  std::string ptx = sp::extractPtx(source);
   if (ptx.empty())
     return fail(error, "the GPU lowering produced no PTX");
   llvm::Expected<llvm::json::Value> artifact = llvm::json::parse(artifactText);

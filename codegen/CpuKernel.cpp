@@ -16,6 +16,7 @@
 #include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
@@ -71,7 +72,8 @@ struct KeepKernelsPass : spectra::impl::SpectraKeepKernelsBase<KeepKernelsPass> 
   void runOnOperation() override {
     for (Operation &op : llvm::make_early_inc_range(getOperation().getBody()->getOperations())) {
       auto fn = dyn_cast<func::FuncOp>(op);
-      if (!fn || !fn->hasAttr("llvm.emit_c_interface"))
+      bool kernel = (fn && fn->hasAttr("llvm.emit_c_interface")) || isa<gpu::GPUModuleOp>(op);
+      if (!kernel)
         op.erase();
     }
   }

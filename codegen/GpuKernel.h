@@ -45,6 +45,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
 
 #include <string>
 
@@ -79,11 +80,47 @@ std::string describeGpuKernels(FeatureMapOp map, const GpuKernelOptions &options
 /// Registers the dialects, translations and target interfaces the GPU path needs.
 void registerGpuLoweringDialects(DialectRegistry &registry);
 
-/// The GPU lowering: attach the NVVM target (chip, PTX features, O3), lower
-/// each gpu.module to NVVM, and when `toBinary` serialise it to PTX
-/// (gpu-module-to-binary format=isa). Registered in spectra-opt as
-/// spectra-gpu-lowering.
+/// The module attribute in which spectra-build-gpu-kernels records each feature
+/// map's launch description: {map name = "artifact JSON"}.
+inline constexpr llvm::StringLiteral kGpuArtifactsAttr = "spectra.gpu_artifacts";
+
+/// The options of spectra-gpu-pipeline.
+struct GpuPipelineOptions : public PassPipelineOptions<GpuPipelineOptions> {
+  Option<std::string> chip{*this, "chip", llvm::cl::desc("sm_80 or sm_90a"),
+                           llvm::cl::init("sm_90a")};
+  Option<std::string> dtype{*this, "dtype",
+                            llvm::cl::desc("element type of q, k, v, out: f32, bf16 or f16"),
+                            llvm::cl::init("f32")};
+  Option<int64_t> valueDim{*this, "value-dim",
+                           llvm::cl::desc("value head dimension (0: the feature map's d)"),
+                           llvm::cl::init(0)};
+};
+
+/// The stages of the GPU pipeline (spectra-compile --emit=gpu|llvm|ptx):
+///   gpu   spectra-input-pipeline, spectra-build-gpu-kernels (which records each
+///         map's launch description in the module attribute
+///         `spectra.gpu_artifacts`), spectra-keep-kernels
+///   llvm  + the NVVM target and the lowering of each gpu.module to NVVM
+///   ptx   + gpu-module-to-binary (format=isa)
+enum class GpuStage { Kernels, NVVM, PTX };
+
+/// Adds the GPU pipeline up to and including `until` to `pm` (a module pass manager).
+/// spectra-opt registers it as spectra-gpu-pipeline; spectra-compile and the C API
+/// run it, so a dumped stage replays exactly.
+void buildGpuPipeline(OpPassManager &pm, const GpuPipelineOptions &options,
+                      GpuStage until = GpuStage::PTX);
+
+/// The lowering alone (the llvm and, when `toBinary`, ptx stages): attach the NVVM
+/// target (chip, PTX features, O3), lower each gpu.module to NVVM, serialise to PTX.
+/// Registered in spectra-opt as spectra-gpu-lowering.
 void buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary = true);
+
+/// The launch description spectra-build-gpu-kernels recorded for `featureMap`
+/// (the only one when empty) in `module`, or "" when there is none.
+std::string recordedGpuArtifact(ModuleOp module, StringRef featureMap = "");
+
+/// Registers spectra-gpu-pipeline and spectra-gpu-lowering with spectra-opt.
+void registerGpuPipelines();
 
 /// The PTX text of every gpu.binary in `module`, concatenated.
 std::string extractPtx(ModuleOp module);

@@ -40,11 +40,13 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
 }
 
 def SpectraKeepKernels : Pass<"spectra-keep-kernels", "::mlir::ModuleOp"> {
-  let summary = "drop everything but the kernel functions (before lowering to LLVM)";
+  let summary = "drop everything but the kernels (before lowering to LLVM or NVVM)";
   let description = [{
-    Erases every top-level op that is not a `func.func` marked
-    `llvm.emit_c_interface` (the feature maps, components, recipes and the
-    attention function they came from), so the module lowers to LLVM alone.
+    Erases every top-level op that is not a kernel: a `func.func` marked
+    `llvm.emit_c_interface` (CPU) or a `gpu.module` (GPU). The feature maps,
+    components, recipes and the attention function they came from go, so the
+    module lowers alone; module attributes (the GPU launch descriptions in
+    `spectra.gpu_artifacts`) stay.
 
     ```mlir
     // Before: spectra.component @posrf ..., spectra.feature_map ..., func.func @posrf_orf_kv ...
@@ -92,7 +94,10 @@ def SpectraBuildGpuKernels : Pass<"spectra-build-gpu-kernels", "::mlir::ModuleOp
     component's features region is inlined into every kernel: phi lives in
     registers or in a shared-memory tile, never in global memory. The
     kernels are specialised on m, d, dv and the q/k/v element type (`dtype`),
-    accumulating in f32. The module becomes a `gpu.container_module`.
+    accumulating in f32. The module becomes a `gpu.container_module`, and
+    its attribute `spectra.gpu_artifacts` records each map's launch
+    description (kernels, grids, shared bytes, arguments and buffers: the
+    artifact the runtime launches from), which outlives the feature maps.
 
     ```mlir
     // spectra.feature_map @posrf_orf ... becomes, besides itself,

@@ -10,7 +10,8 @@
 // in shared (workgroup) memory only, sequence chunks combined by atomic adds
 // (S, z and zabs), the readout's denominator guard counted per slice, and the
 // backward built from the derived partials. No kernel allocates a global buffer.
-// CHECK: module attributes {gpu.container_module}
+// The launch description (the runtime's artifact) is recorded on the module.
+// CHECK: module attributes {gpu.container_module, spectra.gpu_artifacts = {posrf_orf = "{{.*}}\22feature_map\22:\22posrf_orf\22{{.*}}\22name\22:\22posrf_orf_kv_summary\22,\22shared_bytes\22:4672
 // CHECK: spectra.feature_partials @posrf_partials of @posrf
 // CHECK: gpu.module @posrf_orf_kernels
 // CHECK-NOT: memref.alloc

@@ -104,8 +104,6 @@ static void printVariants(llvm::raw_ostream &os) {
      << " in all).\n";
 }
 
-static std::string artifactJson;
-
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
@@ -211,30 +209,19 @@ int main(int argc, char **argv) {
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
                                       : emit == "vectors" ? mlir::spectra::CpuStage::Vectors
                                                           : mlir::spectra::CpuStage::LLVM);
-    } else {
+    } else if (!gpuStage) {
       mlir::spectra::buildSpectraInputPipeline(pm);
     }
     if (gpuStage) {
-      mlir::spectra::SpectraBuildGpuKernelsOptions gpuOptions;
-      gpuOptions.dtype = dtype;
-      gpuOptions.valueDim = valueDim;
-      pm.addPass(mlir::spectra::createSpectraBuildGpuKernels(gpuOptions));
-      if (failed(pm.run(*module)))
-        return 1;
-      if (emit == "artifact") {
-        mlir::spectra::GpuKernelOptions options;
-        options.dtype = dtype;
-        options.valueDim = valueDim;
-        for (auto map : module->getOps<mlir::spectra::FeatureMapOp>())
-          artifactJson = mlir::spectra::describeGpuKernels(map, options);
-      }
-      // Keep only the kernels: the later stages are the gpu.module's.
-      for (Operation &op : llvm::make_early_inc_range(module->getBody()->getOperations()))
-        if (!llvm::isa<gpu::GPUModuleOp>(op))
-          op.erase();
-      pm.clear();
-      if (emit != "gpu")
-        mlir::spectra::buildGpuLoweringPipeline(pm, target, /*toBinary=*/emit != "llvm");
+      // A prefix of spectra-gpu-pipeline, with the options the C API uses.
+      mlir::spectra::GpuPipelineOptions options;
+      options.chip = target.getValue();
+      options.dtype = dtype.getValue();
+      options.valueDim = valueDim;
+      mlir::spectra::buildGpuPipeline(pm, options,
+                                      emit == "gpu"    ? mlir::spectra::GpuStage::Kernels
+                                      : emit == "llvm" ? mlir::spectra::GpuStage::NVVM
+                                                       : mlir::spectra::GpuStage::PTX);
     }
     if (failed(pm.run(*module)))
       return 1;
@@ -252,7 +239,8 @@ int main(int argc, char **argv) {
       output->os() << ptx;
     } else {
       // The launch description with the PTX text appended as one more field.
-      llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(artifactJson);
+      llvm::Expected<llvm::json::Value> parsed =
+          llvm::json::parse(mlir::spectra::recordedGpuArtifact(*module));
       if (!parsed)
         return fail("internal error: the artifact is not JSON: " + llvm::toString(parsed.takeError()));
       parsed->getAsObject()->insert({"target", target.getValue()});
