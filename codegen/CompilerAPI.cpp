@@ -275,6 +275,24 @@ static bool unpackObjects(llvm::StringRef packed, std::vector<llvm::StringRef> &
   return !objects.empty();
 }
 
+/// One feature map per compiled object: keeps `featureMap` (the first one when NULL) and
+/// drops the others before a pipeline runs; its name, or "" and `why`.
+static std::string keepOneFeatureMap(ModuleOp source, const char *featureMap, std::string &why) {
+  sp::FeatureMapOp map;
+  for (auto fm : source.getOps<sp::FeatureMapOp>())
+    if (!map && (!featureMap || fm.getSymName() == featureMap))
+      map = fm;
+  if (!map) {
+    why = featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
+                     : std::string("no spectra.feature_map to compile");
+    return "";
+  }
+  for (auto fm : llvm::to_vector(source.getOps<sp::FeatureMapOp>()))
+    if (fm != map)
+      fm.erase();
+  return map.getSymName().str();
+}
+
 static const char *const kKernelKinds[] = {"kv", "readout", "query_backward", "key_backward"};
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
@@ -316,18 +334,10 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   });
   if (failed(sp::linkBuiltinLibrary(source)))
     return failKernel(error, "could not link the built-in library:\n" + ctx.diagnostics);
-  sp::FeatureMapOp map;
-  for (auto fm : source.getOps<sp::FeatureMapOp>())
-    if (!featureMap || fm.getSymName() == featureMap)
-      map = map ? map : fm;
-  if (!map)
-    return failKernel(error, featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
-                                        : std::string("no spectra.feature_map to compile"));
-  std::string mapName = map.getSymName().str();
-  // One feature map per kernel object: the others are dropped before the pipeline.
-  for (auto fm : llvm::to_vector(source.getOps<sp::FeatureMapOp>()))
-    if (fm != map)
-      fm.erase();
+  std::string why;
+  std::string mapName = keepOneFeatureMap(source, featureMap, why);
+  if (mapName.empty())
+    return failKernel(error, why);
 
   auto result = std::make_unique<spectra_cpu_kernel>();
   // spectra-cpu-pipeline's options: this host's vector width, the requested value dim.
@@ -559,18 +569,10 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   std::string chip = target ? target : "sm_90a";
   if (chip != "sm_80" && chip != "sm_90a")
     return fail(error, "unknown GPU target '" + chip + "'; targets: sm_80, sm_90a");
-  sp::FeatureMapOp map;
-  for (auto fm : source.getOps<sp::FeatureMapOp>())
-    if (!featureMap || fm.getSymName() == featureMap)
-      map = map ? map : fm;
-  if (!map)
-    return fail(error, featureMap ? "no spectra.feature_map named '" + std::string(featureMap) + "'"
-                                  : std::string("no spectra.feature_map to compile"));
-  std::string mapName = map.getSymName().str();
-  // One feature map per artifact: the others are dropped before the pipeline.
-  for (auto fm : llvm::to_vector(source.getOps<sp::FeatureMapOp>()))
-    if (fm != map)
-      fm.erase();
+  std::string why;
+  std::string mapName = keepOneFeatureMap(source, featureMap, why);
+  if (mapName.empty())
+    return fail(error, why);
   sp::GpuPipelineOptions options;
   options.chip = chip;
   options.dtype = dtype ? dtype : "f32";

@@ -52,7 +52,8 @@ void buildCpuPipeline(OpPassManager &pm, const CpuPipelineOptions &options,
 /// `from` stage into the next. Applied in order, the stages are the pipeline.
 void buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &options, CpuStage stage);
 
-/// The f32 lanes of the host's widest vector unit (16 with AVX-512F, else 8).
+/// The f32 lanes of the host's widest vector unit (16 with AVX-512F, else 8), or
+/// SPECTRA_CPU_VECTOR_WIDTH (4, 8 or 16) when set. Part of the kernel cache key.
 int64_t hostVectorWidth();
 
 /// Registers the dialects the CPU kernels use and their convert-to-llvm

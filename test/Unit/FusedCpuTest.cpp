@@ -1,10 +1,12 @@
 //===- FusedCpuTest.cpp - the JIT-compiled fused forward against the reference ===//
 
+#include "codegen/spectra_compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/WeightFactory.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <regex>
 
 using namespace spectra;
@@ -101,8 +103,17 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
     EXPECT_NE(tiles.find(std::string("func.func @tempered_orf_") + kernel + "("), std::string::npos)
         << kernel;
   EXPECT_NE(tiles.find("math.tanh"), std::string::npos);
-  // The vector stage: register-tiled contractions.
-  EXPECT_NE(fused.kernelIR("vectors").find("vector.fma"), std::string::npos);
+  // The vector stage: register-tiled contractions at the host's width (or the forced one:
+  // ctest runs this suite again with SPECTRA_CPU_VECTOR_WIDTH=16 and 4).
+  const char *forced = std::getenv("SPECTRA_CPU_VECTOR_WIDTH");
+  std::string lanes = forced && *forced ? forced : "";
+  std::string vectors = fused.kernelIR("vectors");
+  EXPECT_NE(vectors.find("vector.fma"), std::string::npos);
+  if (!lanes.empty()) {
+    EXPECT_NE(vectors.find("vector<" + lanes + "xf32>"), std::string::npos) << lanes << " lanes";
+    EXPECT_NE(std::string(spectra_cpu_host_target()).find("-vl" + lanes), std::string::npos)
+        << "the kernel cache key names the width";
+  }
 }
 
 TEST(FusedCpu, BadInputsAreReported) {
