@@ -93,6 +93,31 @@ torch::Tensor LraModelImpl::forward(const torch::Tensor &tokens, const torch::Te
   return head->forward(torch::cat({x0, x1, x0 * x1, x0 - x1}, -1));
 }
 
+/// Layer l's attention when its random features are fixed (redrawable), else null.
+static SpectralAttention redrawable(torch::nn::ModuleList attentions, int64_t l) {
+  SpectralAttention spectral = attentions[l]->as<SelfAttention>()->spectralAttention();
+  return spectral && !spectral->weights->learnable() ? spectral : nullptr;
+}
+
+int64_t LraModelImpl::redrawableLayers() const {
+  int64_t layers = 0;
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    layers += redrawable(attentions, l) ? 1 : 0;
+  return layers;
+}
+
+int64_t LraModelImpl::redrawFeatures(int64_t draw) {
+  TORCH_CHECK(draw >= 1, "LraModel::redrawFeatures: draw must be >= 1 (0 is the initial draw), got ",
+              draw);
+  int64_t redrawn = 0;
+  for (int64_t l = 0; l < cfg.layers; ++l)
+    if (SpectralAttention spectral = redrawable(attentions, l)) {
+      spectral->redraw(cfg.seed + l + draw * kRedrawSeedStride);
+      ++redrawn;
+    }
+  return redrawn;
+}
+
 std::pair<double, int64_t> LraModelImpl::takeGuardStats() {
   double guarded = 0;
   int64_t queries = 0;

@@ -36,6 +36,8 @@ class SelfAttentionImpl : public torch::nn::Module {
 public:
   SelfAttentionImpl(const LraConfig &config, int64_t layer);
   torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &keep);
+  /// The random-feature attention (null for softmax).
+  SpectralAttention spectralAttention() const { return spectral; }
 
 private:
   int64_t heads, headDim;
@@ -57,6 +59,14 @@ public:
   /// every spectral attention since the last call, and the queries counted (padded ones
   /// included); resets the counts. 0 queries for softmax. Synchronises the device once.
   std::pair<double, int64_t> takeGuardStats();
+  /// Redraw `draw` (>= 1) of the fixed random features: layer l's attention draws W from seed
+  /// config().seed + l + draw * kRedrawSeedStride (draw 0 is the initial one). Attentions with
+  /// learnable weights (FastFoodL) keep theirs. Returns how many attentions were redrawn (0
+  /// for softmax). No kernel is recompiled.
+  int64_t redrawFeatures(int64_t draw);
+  /// The layers redrawFeatures reaches: spectral attentions with fixed recipes.
+  int64_t redrawableLayers() const;
+  static constexpr int64_t kRedrawSeedStride = 1000003;
 
 private:
   LraConfig cfg;

@@ -212,13 +212,17 @@ std::string duration(double seconds) {
 
 /// The options that decide a run's trajectory: a resumed run must match them.
 json trajectoryOf(const TrainOptions &o, const std::string &precision, const std::string &deviceType) {
-  return {{"precision", precision}, {"device_type", deviceType},{"task", o.task},           {"attention", o.attention}, {"batch", o.batch},
+  json t = {{"precision", precision}, {"device_type", deviceType},{"task", o.task},           {"attention", o.attention}, {"batch", o.batch},
           {"warmup", o.warmup},       {"steps", o.steps},         {"eval_every", o.evalEvery},
           {"eval_batches", o.evalBatches}, {"max_length", o.maxLength}, {"log_every", o.logEvery},
           {"limit_train", o.limitTrain}, {"lr", o.lr},            {"clip", o.clip},
           {"weight_decay", o.weightDecay}, {"seed", o.seed},      {"features", o.model.features},
           {"embed", o.model.embed},   {"layers", o.model.layers}, {"heads", o.model.heads},
           {"head_dim", o.model.headDim}, {"ffn", o.model.ffn},    {"dropout", o.model.dropout}};
+  // Only when set: checkpoints written before the option existed still resume.
+  if (o.redrawEvery > 0)
+    t["redraw_every"] = o.redrawEvery;
+  return t;
 }
 
 // --- checkpoints ----------------------------------------------------------------------------
@@ -581,9 +585,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   if (o.out.empty())
     throw std::invalid_argument("a run needs an output directory (--out DIR)");
   if (o.batch < 1 || o.steps < 1 || o.evalEvery < 1 || o.logEvery < 1 || o.warmup < 0 || o.lr <= 0 ||
-      o.maxLength < 1 || o.patience < 1)
+      o.maxLength < 1 || o.patience < 1 || o.redrawEvery < 0)
     throw std::invalid_argument("--batch, --steps, --eval-every, --log-every, --max-length and "
-                                "--patience must be positive, --warmup non-negative, --lr > 0");
+                                "--patience must be positive, --warmup and --redraw-every "
+                                "non-negative, --lr > 0");
   // Metric windows restart at every evaluation (the checkpoints), so a resumed run's windows
   // are the uninterrupted run's.
   o.logEvery = std::gcd(o.logEvery, o.evalEvery);
@@ -664,6 +669,15 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     std::ofstream(metricsPath, std::ios::trunc);
   }
   MetricsLog metrics(metricsPath);
+  if (o.redrawEvery > 0) {
+    // Which attentions a redraw reaches (the count of a redraw is the same every time).
+    int64_t layers = model->redrawableLayers();
+    progress.say(layers ? "random features redrawn every " + std::to_string(o.redrawEvery) +
+                              " steps in " + std::to_string(layers) + " attention layer(s)"
+                        : "--redraw-every: " + o.attention +
+                              " has no fixed random features to redraw (softmax, or learnable "
+                              "weights, which are trained); ignored");
+  }
 
   if (device.is_cuda())
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
@@ -696,6 +710,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   bool stopped = timeLimited || c.badEvals >= o.patience || c.divergedAt > 0;
 
   for (int64_t step = c.step; step < o.steps && !stopped; ++step) {
+    // Performer's feature redraw: a function of the step, so a resumed run (whose checkpoint
+    // holds the weights of the last redraw) replays it.
+    if (o.redrawEvery > 0 && step > 0 && step % o.redrawEvery == 0)
+      model->redrawFeatures(step / o.redrawEvery);
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
     torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));
     Batch b = collate(data.train, order.indices(step), data.dualEncoder, device);

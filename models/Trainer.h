@@ -45,6 +45,11 @@ struct TrainOptions {
   int64_t logEvery = 100;         ///< training-metric window (a divisor of evalEvery is used)
   int64_t limitTrain = 0;         ///< use only the first N training examples (0 = all)
   double timeLimit = 0;           ///< seconds of training, then evaluate, stop and test (0 = none)
+  /// Fresh random features every N steps (0 = never): before step s with s % N == 0, every
+  /// spectral attention with a fixed recipe redraws W from a seed that is a function of
+  /// (model seed, layer, s / N) (LraModel::redrawFeatures). The weights are in the checkpoints,
+  /// so a resumed run is the uninterrupted one. Learnable recipes are trained, not redrawn.
+  int64_t redrawEvery = 0;
   double lr = 1e-4, clip = 1.0, weightDecay = 0.0;
   int64_t seed = 42;
   std::string device = "auto";     ///< auto | cpu | cuda[:N]

@@ -27,6 +27,8 @@ public:
   void redraw(int64_t seed);
 
   int64_t seed() const { return seedBuffer.item<int64_t>(); }
+  /// Whether the recipe has learnable factors (trained, so a redraw would discard training).
+  bool learnable() const { return !factorNames.empty(); }
   const WeightFactory &factory() const { return weightFactory; }
 
 private:

@@ -1,6 +1,8 @@
 //===- LraModelTest.cpp - the LRA Transformer with each attention ---------===//
 
 #include "models/LraModel.h"
+#include "runtime/Compiler.h"
+#include "runtime/WeightFactory.h"
 
 #include <gtest/gtest.h>
 
@@ -74,6 +76,47 @@ TEST(LraModel, RetrievalDualEncoderClassifiesPairs) {
   EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 2}));
   logits.sum().backward();
   EXPECT_THROW(model->forward(tokens(2, 20, 4)), c10::Error) << "the second documents are required";
+}
+
+TEST(LraModel, RedrawDrawsEachLayersFixedFeaturesFromItsSeedAndKeepsLearnableOnes) {
+  spectra::VariantConfig config;
+  config.m = 16;
+  config.d = 8;
+  LraConfig c = small("spectra:posrf-orf");
+  c.seed = 7;
+  torch::manual_seed(0);
+  LraModel model(c);
+  ASSERT_EQ(model->redrawableLayers(), 2);
+  torch::Tensor x = tokens(2, 16, 6);
+  model->eval();
+  torch::Tensor before = model->forward(x);
+  EXPECT_EQ(model->redrawFeatures(3), 2);
+  // Layer l now holds the draw of seed 7 + l + 3 * stride, exactly as a new factory draws it.
+  spectra::WeightFactory factory(spectra::describeVariant("posrf-orf", config));
+  int64_t l = 0;
+  for (const auto &item : model->named_buffers())
+    if (item.key().find("spectral.weights.W") != std::string::npos) {
+      torch::Tensor expected = factory.draw(7 + l + 3 * LraModelImpl::kRedrawSeedStride).W;
+      EXPECT_TRUE(torch::equal(item.value(), expected.to(item.value().dtype()))) << item.key();
+      ++l;
+    }
+  EXPECT_EQ(l, 2) << "the fixed W buffers of both layers";
+  torch::Tensor after = model->forward(x);
+  EXPECT_GT((after - before).abs().max().item<double>(), 1e-6) << "new features, new outputs";
+  EXPECT_TRUE(torch::isfinite(after).all().item<bool>());
+  // Learnable recipes (FastFoodL) and softmax have nothing to redraw.
+  LraModel learnable(small("spectra:posrf-fastfoodl"));
+  EXPECT_EQ(learnable->redrawableLayers(), 0);
+  auto factors = learnable->named_parameters();
+  std::vector<torch::Tensor> saved;
+  for (const auto &item : factors)
+    saved.push_back(item.value().detach().clone());
+  EXPECT_EQ(learnable->redrawFeatures(1), 0);
+  size_t i = 0;
+  for (const auto &item : learnable->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), saved[i++])) << item.key();
+  EXPECT_EQ(LraModel(small("softmax"))->redrawFeatures(1), 0);
+  EXPECT_THROW(model->redrawFeatures(0), c10::Error) << "draw 0 is the initial one";
 }
 
 TEST(LraModel, BadConfigurationsAreNamed) {

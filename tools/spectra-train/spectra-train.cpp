@@ -79,6 +79,8 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --log-every N      100            training-metric window in metrics.jsonl
   --limit-train N    0 (all)        use the first N training examples only
   --time-limit S     0 (none)       train for S seconds, then evaluate, stop and test
+  --redraw-every N   0 (never)      draw fresh random features every N steps (Performer's
+                                    redraw; fixed recipes only, no recompilation, resumable)
   --clip X 1.0   --weight-decay X 0   --seed N 42
   --features M 128   --embed 64   --layers 2   --heads 2   --head-dim 32   --ffn 128
   --dropout 0.1
@@ -166,7 +168,8 @@ const std::set<std::string> kValueOptions = {
     "lr",          "warmup",       "eval-every",   "eval-batches", "patience", "max-length",
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
-    "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions"};
+    "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions",
+    "redraw-every"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -247,7 +250,8 @@ TrainOptions optionsFrom(const Args &a) {
       {"max-length", &o.maxLength}, {"log-every", &o.logEvery},   {"limit-train", &o.limitTrain},
       {"seed", &o.seed},            {"features", &o.model.features}, {"embed", &o.model.embed},
       {"layers", &o.model.layers},  {"heads", &o.model.heads},    {"head-dim", &o.model.headDim},
-      {"ffn", &o.model.ffn},        {"kill-after-step", &o.killAfterStep}};
+      {"ffn", &o.model.ffn},        {"kill-after-step", &o.killAfterStep},
+      {"redraw-every", &o.redrawEvery}};
   std::map<std::string, double *> doubles = {{"lr", &o.lr},
                                              {"clip", &o.clip},
                                              {"weight-decay", &o.weightDecay},
