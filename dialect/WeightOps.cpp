@@ -302,6 +302,26 @@ LogicalResult RotateOp::verify() {
   return success();
 }
 
+LogicalResult SimplexOp::verify() {
+  std::optional<int64_t> n = knownIndex(getSize());
+  if (n && *n < 2)
+    return constraintError(*this, "C1", getSize()) << "a simplex needs at least 2 vertices, got " << *n;
+  for (unsigned dim = 0; dim < 2; ++dim)
+    if (std::optional<int64_t> r = dimOf(getResult(), dim); n && r && *r != *n)
+      return constraintError(*this, "C2") << "result dimension " << dim << " is " << *r
+                                          << " but the simplex has " << *n << " vertices";
+  return success();
+}
+
+LogicalResult CirculantOp::verify() {
+  std::optional<int64_t> n = dimOf(getVector(), 0);
+  for (unsigned dim = 0; dim < 2; ++dim)
+    if (std::optional<int64_t> r = dimOf(getResult(), dim); n && r && *r != *n)
+      return constraintError(*this, "C1") << "result dimension " << dim << " is " << *r
+                                          << " but the vector has length " << *n;
+  return success();
+}
+
 LogicalResult FastFoodOp::verify() {
   std::optional<int64_t> n;
   Value first;

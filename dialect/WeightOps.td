@@ -407,6 +407,50 @@ def Spectra_RotateOp : Spectra_Op<"rotate", [Pure, AllTypesMatch<["points", "res
   let hasVerifier = 1;
 }
 
+def Spectra_SimplexOp : Spectra_Op<"simplex", [Pure]> {
+  let summary = "the n vertices of a regular simplex centred at the origin, as unit rows";
+  let description = [{
+    An `n x n` matrix whose rows are unit vectors with pairwise inner product
+    -1/(n-1) (the most obtuse angle n directions can share; they span the
+    subspace orthogonal to the all-ones vector): row i = (e_i - 1/n) /
+    sqrt(1 - 1/n). Randomly rotated (`spectra.rotate`) and given chi norms, its
+    rows are SimRF's frequencies (Reid et al., 2023).
+
+    Constraints:
+    * C1: n, if constant, is at least 2.
+    * C2: a static result dimension equals n when n is constant.
+
+    ```mlir
+    %s = spectra.simplex [%d] : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Index:$size);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "` ` `[` $size `]` attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Spectra_CirculantOp : Spectra_Op<"circulant", [Pure]> {
+  let summary = "the circulant matrix of a vector: row i is the vector rotated right by i";
+  let description = [{
+    `C[i][j] = c[(j - i) mod n]` for the length-n vector c: every row is a cyclic
+    shift of c, so a Gaussian c gives rows that are each N(0, I) (SCRF's blocks,
+    Feng et al., 2015, with random signs from `spectra.rademacher` and
+    `spectra.scale_rows`).
+
+    Constraints:
+    * C1: a static result is n x n when the vector's length is static.
+
+    ```mlir
+    %p = spectra.circulant %c : tensor<?xf32> -> tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Spectra_Vector:$vector);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "$vector attr-dict `:` type($vector) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Spectra_FastFoodOp : Spectra_Op<"fastfood", [Pure]> {
   let summary = "a FastFood block (1/sqrt(n)) S H G Pi H B from its factors";
   let description = [{

@@ -22,7 +22,8 @@ const std::vector<std::string> &spectra::frontend::componentNames() {
 
 const std::vector<std::string> &spectra::frontend::weightNames() {
   static const std::vector<std::string> names = {"base", "orf", "sorf",     "qmc",     "qmc-sobol",
-                                                 "mm",   "sgq", "fastfood", "fastfoodl"};
+                                                 "mm",   "sgq", "fastfood", "fastfoodl",
+                                                 "simrf", "scrf"};
   return names;
 }
 

@@ -309,6 +309,19 @@ private:
       torch::Tensor p = tensor(op.operands[0], "rotate points");
       torch::Tensor q = tensor(op.operands[1], "rotate rotation");
       set(op, p.matmul(q.t()));
+    } else if (m == "simplex") {
+      int64_t n = index(op.operands.at(0), "simplex size");
+      if (n < 2)
+        fail("simplex: a simplex needs at least 2 vertices, got " + std::to_string(n));
+      // Row i = (e_i - 1/n) / sqrt(1 - 1/n): unit rows, pairwise inner product -1/(n-1).
+      torch::Tensor centred = torch::eye(n, f64) - 1.0 / static_cast<double>(n);
+      set(op, place(centred / std::sqrt(1.0 - 1.0 / static_cast<double>(n))));
+    } else if (m == "circulant") {
+      torch::Tensor c = tensor(op.operands[0], "circulant vector");
+      int64_t n = c.size(0);
+      // C[i][j] = c[(j - i) mod n].
+      torch::Tensor i = torch::arange(n, torch::kLong).unsqueeze(1), j = torch::arange(n, torch::kLong);
+      set(op, c.index({torch::remainder(j - i, n)}));
     } else if (m == "fastfood") {
       torch::Tensor s = tensor(op.operands[0], "fastfood s");
       torch::Tensor g = tensor(op.operands[1], "fastfood g");

@@ -103,3 +103,32 @@ spectra.weight_recipe @fastfoodl(%m, %d) {
   }
   spectra.yield %w : tensor<?x?xf32>
 }
+
+// SimRF (weight-independent; Reid et al., 2023): per block of d rows, the vertices of a
+// regular simplex (pairwise cosine -1/(d-1)), randomly rotated, with chi_d norms. Each row is
+// marginally N(0, I); the block's directions are more spread than ORF's orthogonal ones.
+spectra.weight_recipe @simrf(%m, %d) {
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %s = spectra.simplex [%d] : tensor<?x?xf32>
+    %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+    %q = spectra.orthogonalize %g : tensor<?x?xf32>
+    %r = spectra.rotate %s by %q : tensor<?x?xf32>, tensor<?x?xf32>
+    %n = spectra.chi [%d] dof %d : tensor<?xf32>
+    %b = spectra.scale_rows %r, %n : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}
+
+// SCRF (Feng et al., 2015): per block of d rows, a signed circulant Gaussian matrix
+// D circ(c), c ~ N(0, I), D random signs: every row is N(0, I), and a block costs d draws.
+spectra.weight_recipe @scrf(%m, %d) {
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %c = spectra.gaussian [%d] : tensor<?xf32>
+    %p = spectra.circulant %c : tensor<?xf32> -> tensor<?x?xf32>
+    %s = spectra.rademacher [%d] : tensor<?xf32>
+    %b = spectra.scale_rows %p, %s : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}

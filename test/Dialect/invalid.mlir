@@ -408,6 +408,38 @@ spectra.weight_recipe @r(%m, %d) {
 
 // -----
 
+// Tests simplex C1: at least two vertices.
+spectra.weight_recipe @r(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %c = arith.constant 1 : index
+  // expected-error@+1 {{'spectra.simplex' op C1: a simplex needs at least 2 vertices, got 1}}
+  %s = spectra.simplex [%c] : tensor<?x?xf32>
+  spectra.yield %s : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests simplex C2: a static result has the vertex count.
+spectra.weight_recipe @r(%m, %d) {
+  %c = arith.constant 4 : index
+  // expected-error@+1 {{'spectra.simplex' op C2: result dimension 1 is 5 but the simplex has 4 vertices}}
+  %s = spectra.simplex [%c] : tensor<4x5xf32>
+  spectra.yield %s : tensor<4x5xf32>
+}
+
+// -----
+
+// Tests circulant C1: a static result is n x n.
+spectra.weight_recipe @r(%m, %d) {
+  %c = arith.constant 4 : index
+  %v = spectra.gaussian [%c] : tensor<4xf32>
+  // expected-error@+1 {{'spectra.circulant' op C1: result dimension 0 is 3 but the vector has length 4}}
+  %p = spectra.circulant %v : tensor<4xf32> -> tensor<3x4xf32>
+  spectra.yield %p : tensor<3x4xf32>
+}
+
+// -----
+
 // Tests fastfood C1: the factors have one length.
 spectra.weight_recipe @r(%m, %d) {
   %c8 = arith.constant 8 : index

@@ -56,7 +56,8 @@ TEST(FusedCpu, EveryPaperVariantMatchesTheReference) {
 }
 
 TEST(FusedCpu, ExtraComponentsMatchTheReference) {
-  for (const char *variant : {"trigrf-orf", "posrf-hyp-base", "gerf-qmc-sobol", "hcexp-fastfood"}) {
+  for (const char *variant : {"trigrf-orf", "posrf-hyp-base", "gerf-qmc-sobol", "hcexp-fastfood",
+                              "posrf-simrf", "oprf-scrf"}) {
     VariantConfig config;
     config.m = 16;
     config.d = 8;

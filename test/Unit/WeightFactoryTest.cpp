@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 using namespace spectra;
@@ -73,6 +75,80 @@ TEST(WeightFactory, OrfRowsAreOrthogonalWithinBlocksWithChiNorms) {
   // Blocks are independent: two blocks are not orthogonal to each other.
   torch::Tensor w = f.draw(0).W;
   EXPECT_GT(maxAbs(w.slice(0, 0, d).matmul(w.slice(0, d, 2 * d).t())), 0.1);
+}
+
+/// E[w w^T] over the rows of many draws, minus the identity (each row marginally N(0, I)).
+double isotropyError(WeightFactory &f, int64_t draws) {
+  torch::Tensor second;
+  int64_t rows = 0;
+  for (int64_t seed = 0; seed < draws; ++seed) {
+    torch::Tensor w = f.draw(seed).W;
+    second = second.defined() ? second + w.t().matmul(w) : w.t().matmul(w);
+    rows += w.size(0);
+  }
+  return maxAbs(second / static_cast<double>(rows) - torch::eye(second.size(0), torch::kFloat64));
+}
+
+TEST(WeightFactory, SimrfBlocksAreRotatedRegularSimplicesWithChiNorms) {
+  const int64_t d = 8, m = 32;
+  WeightFactory f = factory("posrf-simrf", m, d);
+  std::vector<torch::Tensor> squaredNorms;
+  for (int64_t seed = 0; seed < 200; ++seed) {
+    torch::Tensor w = f.draw(seed).W;
+    ASSERT_EQ(w.sizes(), (std::vector<int64_t>{m, d}));
+    for (int64_t b = 0; b < m / d; ++b) {
+      torch::Tensor block = w.slice(0, b * d, (b + 1) * d);
+      torch::Tensor unit = block / block.norm(2, 1, true);
+      // Every pair of directions in a block subtends the simplex angle: cosine -1/(d-1).
+      torch::Tensor expected = torch::full({d, d}, -1.0 / (d - 1), torch::kFloat64) +
+                               (1.0 + 1.0 / (d - 1)) * torch::eye(d, torch::kFloat64);
+      EXPECT_LT(maxAbs(unit.matmul(unit.t()) - expected), 1e-10) << "seed " << seed << " block " << b;
+    }
+    squaredNorms.push_back(w.square().sum(1));
+  }
+  // ||w||^2 ~ chi^2_d (mean d, variance 2d), and the rotation makes each row isotropic: with the
+  // chi norm, marginally N(0, I), so PosRF/OPRF/SADERF stay unbiased.
+  torch::Tensor s = torch::cat(squaredNorms);
+  double n = static_cast<double>(s.numel());
+  EXPECT_LT(std::abs(s.mean().item<double>() - d), 4.0 * std::sqrt(2.0 * d / n));
+  EXPECT_LT(std::abs(s.var().item<double>() - 2.0 * d), 0.15 * 2.0 * d);
+  EXPECT_LT(isotropyError(f, 200), 0.1);
+  // Different blocks are independent rotations.
+  torch::Tensor w = f.draw(0).W;
+  torch::Tensor cross = w.slice(0, 0, d).matmul(w.slice(0, d, 2 * d).t()) /
+                        (w.slice(0, 0, d).norm(2, 1, true) * w.slice(0, d, 2 * d).norm(2, 1).unsqueeze(0));
+  EXPECT_GT(maxAbs(cross + 1.0 / (d - 1)), 0.05);
+}
+
+TEST(WeightFactory, ScrfBlocksAreSignedCirculantGaussians) {
+  const int64_t d = 8, m = 32;
+  WeightFactory f = factory("posrf-scrf", m, d);
+  std::vector<torch::Tensor> entries;
+  for (int64_t seed = 0; seed < 200; ++seed) {
+    torch::Tensor w = f.draw(seed).W;
+    for (int64_t b = 0; b < m / d; ++b) {
+      torch::Tensor block = w.slice(0, b * d, (b + 1) * d), first = block[0];
+      for (int64_t i = 1; i < d; ++i) {
+        // Row i is +-(row 0 rotated right by i): the same entries, shifted, one sign.
+        torch::Tensor shifted = torch::roll(first, i);
+        double sign = (block[i] * shifted).sum().item<double>() >= 0 ? 1.0 : -1.0;
+        EXPECT_LT(maxAbs(block[i] - sign * shifted), 1e-12) << "seed " << seed << " row " << i;
+      }
+    }
+    entries.push_back(w.flatten());
+  }
+  // Entries N(0, 1); rows marginally N(0, I).
+  torch::Tensor e = torch::cat(entries);
+  double n = static_cast<double>(e.numel()) / d;  // d entries per block share their values
+  EXPECT_LT(std::abs(e.mean().item<double>()), 4.0 / std::sqrt(n));
+  EXPECT_LT(std::abs(e.var().item<double>() - 1.0), 0.1);
+  EXPECT_LT(isotropyError(f, 200), 0.1);
+  // Signs differ between rows of a block (a Rademacher diagonal, not one global sign).
+  torch::Tensor block = f.draw(1).W.slice(0, 0, d);
+  std::vector<double> signs;
+  for (int64_t i = 0; i < d; ++i)
+    signs.push_back((block[i] * torch::roll(block[0], i)).sum().item<double>() >= 0 ? 1.0 : -1.0);
+  EXPECT_NE(*std::min_element(signs.begin(), signs.end()), *std::max_element(signs.begin(), signs.end()));
 }
 
 TEST(WeightFactory, SorfRowsHaveNormSqrtD) {
