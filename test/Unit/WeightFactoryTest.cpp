@@ -143,6 +143,9 @@ TEST(WeightFactory, ScrfBlocksAreSignedCirculantGaussians) {
   EXPECT_LT(std::abs(e.mean().item<double>()), 4.0 / std::sqrt(n));
   EXPECT_LT(std::abs(e.var().item<double>() - 1.0), 0.1);
   EXPECT_LT(isotropyError(f, 200), 0.1);
+  // Blocks draw their own c: the first rows of two blocks do not share their entries.
+  torch::Tensor w1 = f.draw(1).W;
+  EXPECT_GT(maxAbs(std::get<0>(w1[0].abs().sort()) - std::get<0>(w1[d].abs().sort())), 1e-3);
   // Signs differ between rows of a block (a Rademacher diagonal, not one global sign).
   torch::Tensor block = f.draw(1).W.slice(0, 0, d);
   std::vector<double> signs;

@@ -1,6 +1,13 @@
 #!/usr/bin/env python3
-"""Plots spectra-eval approx results: MSE against m, one line per variant (log-log)."""
+"""Plots a spectra-eval study: a CSV column against m, one line per variant (log-log).
+
+  plot_approx.py CSV PNG [COLUMN YLABEL TITLE]
+
+COLUMN defaults to mse (spectra-eval approx); its error bars are COLUMN_stderr. Rows whose value
+is not a finite number (a variant with no valid draw) are left out.
+"""
 import csv
+import math
 import sys
 from collections import defaultdict
 
@@ -10,11 +17,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(csv_path: str, png_path: str) -> None:
+def main(csv_path: str, png_path: str, column: str = "mse",
+         ylabel: str = "MSE of phi(x)^T phi(y) vs exp(x^T y)",
+         title: str = "Kernel approximation error") -> None:
     rows = defaultdict(list)
     with open(csv_path) as f:
         for r in csv.DictReader(f):
-            rows[r["variant"]].append((int(r["m"]), float(r["mse"]), float(r["mse_stderr"])))
+            value = float(r[column]) if r[column] else math.nan
+            if not math.isfinite(value) or value <= 0:
+                continue
+            stderr = float(r.get(column + "_stderr") or 0)
+            rows[r["variant"]].append((int(r["m"]), value, stderr if math.isfinite(stderr) else 0))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for variant, points in sorted(rows.items()):
         points.sort()
@@ -24,8 +37,8 @@ def main(csv_path: str, png_path: str) -> None:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("random features m")
-    ax.set_ylabel("MSE of phi(x)^T phi(y) vs exp(x^T y)")
-    ax.set_title("Kernel approximation error")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -33,4 +46,4 @@ def main(csv_path: str, png_path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -54,6 +54,14 @@ Commands:
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
              --out DIR   (writes DIR/approx.csv and DIR/approx.png)
+  mrf        random features beyond attention: the partition function of a linear-chain
+             Markov random field over K states s_1..s_K in R^d with potentials
+             exp(x_{t-1}^T x_t), Z = sum over all K^T paths, computed exactly (the forward
+             algorithm in log space, O(T K^2)) and with the feature map (A ~ phi(S) phi(S)^T,
+             O(T K m)); the error of log Z (|log Z_rf - log Z|, the plot) and the relative
+             error of Z versus m; signed features (TrigRF) can make Z_rf <= 0 (counted)
+             --variants A,B,... [--states 64] [--d 16] [--length 10] [--state-std d^-1/2]
+             [--ms 8,16,32,64,128,256] [--seeds 20] --out DIR (DIR/mrf.csv, DIR/mrf.png)
 
 Variant options (all commands):
   --variant NAME       <component>-<weights>, e.g. posrf-mm (see spectra-compile --list)
@@ -304,6 +312,19 @@ int attention(const Args &args) {
   return 0;
 }
 
+/// Plots a study's CSV (plot_approx.py): `column` (and `column`_stderr) against m per variant.
+void plot(const std::string &csv, const std::string &png, const std::string &column,
+          const std::string &label, const std::string &title) {
+  std::string script = SPECTRA_PLOT_SCRIPT;
+  std::string cmd = "python3 '" + script + "' '" + csv + "' '" + png + "' '" + column + "' '" + label +
+                    "' '" + title + "'";
+  if (!script.empty() && std::system(cmd.c_str()) == 0)
+    std::cout << "wrote " << png << "\n";
+  else
+    std::cerr << "warning: the plot was not written (needs python3 with matplotlib: "
+                 "pip install matplotlib); the CSV is complete\n";
+}
+
 int approx(const Args &args) {
   std::vector<std::string> variants = split(args.get("variants", "posrf-base,posrf-orf,trigrf-base,trigrf-orf"), ',');
   std::vector<int64_t> ms;
@@ -359,13 +380,106 @@ int approx(const Args &args) {
     }
   csv.close();
   std::cout << "wrote " << dir << "/approx.csv\n";
-  std::string script = SPECTRA_PLOT_SCRIPT;
-  std::string cmd = "python3 '" + script + "' '" + dir + "/approx.csv' '" + dir + "/approx.png'";
-  if (!script.empty() && std::system(cmd.c_str()) == 0)
-    std::cout << "wrote " << dir << "/approx.png\n";
-  else
-    std::cerr << "warning: the plot was not written (needs python3 with matplotlib: "
-                 "pip install matplotlib); the CSV is complete\n";
+  plot(dir + "/approx.csv", dir + "/approx.png", "mse", "MSE of phi(x)^T phi(y) vs exp(x^T y)",
+       "Kernel approximation error");
+  return 0;
+}
+
+int mrf(const Args &args) {
+  std::vector<std::string> variants =
+      split(args.get("variants", "posrf-base,posrf-orf,posrf-simrf,posrf-scrf,oprf-orf,trigrf-orf"), ',');
+  std::vector<int64_t> ms;
+  for (const std::string &m : split(args.get("ms", "8,16,32,64,128,256"), ','))
+    ms.push_back(std::stoll(m));
+  int64_t K = args.integer("states", 64), d = args.integer("d", 16), T = args.integer("length", 10);
+  int64_t seeds = args.integer("seeds", 20);
+  double stateStd = args.number("state-std", 1.0 / std::sqrt(static_cast<double>(d)));
+  if (K < 1 || d < 1 || T < 1 || seeds < 2 || stateStd < 0)
+    throw std::invalid_argument("mrf needs --states, --d, --length >= 1, --seeds >= 2 and "
+                                "--state-std >= 0");
+  std::string dir = args.require("out");
+  if (std::system(("mkdir -p '" + dir + "'").c_str()) != 0)
+    throw std::runtime_error("cannot create " + dir);
+
+  // The states (the same for every variant, m and seed) and the exact log Z:
+  // alpha_1 = 0, alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + s_i^T s_j), log Z = logsumexp(alpha_T).
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(4321);
+  torch::Tensor S = torch::randn({K, d}, gen, torch::kFloat64) * stateStd;
+  torch::Tensor logA = S.matmul(S.t());
+  torch::Tensor alpha = torch::zeros({K}, torch::kFloat64);
+  for (int64_t t = 1; t < T; ++t)
+    alpha = torch::logsumexp(alpha.unsqueeze(1) + logA, 0);
+  double logZ = torch::logsumexp(alpha, 0).item<double>();
+
+  std::ofstream csv(dir + "/mrf.csv");
+  csv << "variant,m,features,log_z_error,log_z_error_stderr,relative_error,relative_error_stderr,"
+         "log_z,log_z_rf,invalid\n";
+  std::cout << "linear-chain MRF: " << K << " states in R^" << d << ", length " << T
+            << ", log Z = " << std::setprecision(10) << logZ << " (exact, forward algorithm)\n";
+  std::cout << std::left << std::setw(22) << "variant" << std::setw(6) << "m" << std::setw(16)
+            << "|log Z error|" << std::setw(14) << "stderr" << std::setw(16) << "rel. error Z"
+            << "invalid draws\n";
+  torch::Tensor x = S.view({1, 1, K, d});
+  for (const std::string &variant : variants)
+    for (int64_t m : ms) {
+      Args local = args;
+      local.values["d"] = {std::to_string(d)};
+      Descriptor desc = describeFrom(local, variant, m);
+      WeightFactory factory(desc);
+      ReferenceFeatureMap fm(desc);
+      ComponentParams p = fm.params(x, x);
+      std::vector<double> errors, logErrors, logZs;
+      int64_t invalid = 0;
+      for (int64_t s = 0; s < seeds; ++s) {
+        Weights w = factory.draw(desc.seed * 1000003 + s);
+        // A ~ Pq Pk^T: alpha_t = Pk (Pq^T alpha_{t-1}), renormalised every step (log c_t kept).
+        torch::Tensor Pq = fm.features(x, Side::Queries, p, w).view({K, -1});
+        torch::Tensor Pk = fm.features(x, Side::Keys, p, w).view({K, -1});
+        torch::Tensor a = torch::ones({K}, torch::kFloat64);
+        double logScale = 0;
+        bool ok = true;
+        for (int64_t t = 1; t < T && ok; ++t) {
+          a = Pk.mv(Pq.t().mv(a));
+          double total = a.sum().item<double>();
+          ok = std::isfinite(total) && total > 0;  // signed features can cross zero
+          if (ok) {
+            a = a / total;
+            logScale += std::log(total);
+          }
+        }
+        double total = ok ? a.sum().item<double>() : 0;
+        if (!ok || !(total > 0)) {
+          ++invalid;
+          continue;
+        }
+        double logZrf = logScale + std::log(total);
+        logZs.push_back(logZrf);
+        logErrors.push_back(std::abs(logZrf - logZ));
+        errors.push_back(std::abs(std::expm1(logZrf - logZ)));
+      }
+      // Mean and standard error over the valid draws (NaN when there is none).
+      auto meanAndError = [](const std::vector<double> &v) -> std::pair<double, double> {
+        if (v.empty())
+          return {NAN, NAN};
+        torch::Tensor t = torch::tensor(v, torch::kFloat64);
+        double se = v.size() > 1 ? t.std().item<double>() / std::sqrt(double(v.size())) : 0.0;
+        return {t.mean().item<double>(), se};
+      };
+      auto [logError, logSe] = meanAndError(logErrors);
+      auto [relError, relSe] = meanAndError(errors);
+      double meanLogZ = meanAndError(logZs).first;
+      csv << variant << "," << desc.m << "," << desc.numFeatures() << "," << std::setprecision(10)
+          << logError << "," << logSe << "," << relError << "," << relSe << "," << logZ << ","
+          << meanLogZ << "," << invalid << "\n";
+      std::cout << std::setw(22) << variant << std::setw(6) << desc.m << std::setw(16)
+                << std::setprecision(5) << logError << std::setw(14) << logSe << std::setw(16)
+                << relError << invalid << "\n";
+    }
+  csv.close();
+  std::cout << "wrote " << dir << "/mrf.csv\n";
+  plot(dir + "/mrf.csv", dir + "/mrf.png", "log_z_error", "|log Z_rf - log Z|",
+       "Linear-chain MRF partition function (" + std::to_string(K) + " states, length " +
+           std::to_string(T) + ")");
   return 0;
 }
 
@@ -387,8 +501,10 @@ int main(int argc, char **argv) {
       return attention(args);
     if (args.command == "approx")
       return approx(args);
+    if (args.command == "mrf")
+      return mrf(args);
     throw std::invalid_argument("unknown command '" + args.command +
-                                "' (commands: weights, features, attention, approx)");
+                                "' (commands: weights, features, attention, approx, mrf)");
   } catch (const c10::Error &e) {
     std::cerr << "spectra-eval: error: " << e.what_without_backtrace() << "\n";
   } catch (const std::exception &e) {
