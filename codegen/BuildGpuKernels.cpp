@@ -71,7 +71,7 @@ void buildGpuPipeline(OpPassManager &pm, const GpuPipelineOptions &options, GpuS
 
 std::string recordedGpuArtifact(ModuleOp module, StringRef featureMap) {
   auto artifacts = module->getAttrOfType<DictionaryAttr>(kGpuArtifactsAttr);
-  if (!artifacts || artifacts.empty())
+  if (!artifacts || artifacts.empty() || (featureMap.empty() && artifacts.size() > 1))
     return "";
   Attribute found = featureMap.empty() ? artifacts.getValue().front().getValue()
                                        : artifacts.get(featureMap);

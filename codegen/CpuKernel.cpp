@@ -29,6 +29,7 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 using namespace mlir;
@@ -56,8 +57,11 @@ int64_t mlir::spectra::hostVectorWidth() {
     llvm::StringRef width(forced);
     if (width == "4" || width == "8" || width == "16")
       return std::stoll(width.str());
-    llvm::errs() << "spectra: ignoring SPECTRA_CPU_VECTOR_WIDTH='" << width
-                 << "' (takes 4, 8 or 16)\n";
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      llvm::errs() << "spectra: ignoring SPECTRA_CPU_VECTOR_WIDTH='" << width
+                   << "' (takes 4, 8 or 16)\n";
+    });
   }
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
   return features.lookup("avx512f") ? 16 : 8;

@@ -116,7 +116,8 @@ void buildGpuPipeline(OpPassManager &pm, const GpuPipelineOptions &options,
 void buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary = true);
 
 /// The launch description spectra-build-gpu-kernels recorded for `featureMap`
-/// (the only one when empty) in `module`, or "" when there is none.
+/// (the only one when empty) in `module`, or "" when there is none (or, with no
+/// name, when there are several).
 std::string recordedGpuArtifact(ModuleOp module, StringRef featureMap = "");
 
 /// Registers spectra-gpu-pipeline and spectra-gpu-lowering with spectra-opt.

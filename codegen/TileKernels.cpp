@@ -228,9 +228,12 @@ struct Scalar {
 /// Which arguments (wx, xx, ww, params...) the features depend on: those with a
 /// derived partial that is not the constant 0 for some output. The others get no
 /// gradient tile (PosRF's logit does not depend on ||w||^2: no dW ||w||^2 term).
+/// wx and xx always count: their tiles feed dq/dk, also when their sum is zero
+/// (a component whose features ignore ||x||^2).
 SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args) {
   auto yield = cast<PartialsYieldOp>(partials.getBody().front().getTerminator());
   SmallVector<bool> used(args, false);
+  used[0] = used[1] = true;
   for (unsigned o = 0; o < outputs; ++o)
     for (unsigned v = 0; v < args; ++v)
       for (unsigned which = 0; which < 2; ++which)

@@ -310,6 +310,9 @@ LogicalResult SimplexOp::verify() {
     if (std::optional<int64_t> r = dimOf(getResult(), dim); n && r && *r != *n)
       return constraintError(*this, "C2") << "result dimension " << dim << " is " << *r
                                           << " but the simplex has " << *n << " vertices";
+  std::optional<int64_t> rows = dimOf(getResult(), 0), cols = dimOf(getResult(), 1);
+  if (rows && cols && *rows != *cols)
+    return constraintError(*this, "C2") << "the result is square, got " << *rows << "x" << *cols;
   return success();
 }
 
@@ -319,6 +322,9 @@ LogicalResult CirculantOp::verify() {
     if (std::optional<int64_t> r = dimOf(getResult(), dim); n && r && *r != *n)
       return constraintError(*this, "C1") << "result dimension " << dim << " is " << *r
                                           << " but the vector has length " << *n;
+  std::optional<int64_t> rows = dimOf(getResult(), 0), cols = dimOf(getResult(), 1);
+  if (rows && cols && *rows != *cols)
+    return constraintError(*this, "C1") << "the result is square, got " << *rows << "x" << *cols;
   return success();
 }
 

@@ -418,7 +418,8 @@ def Spectra_SimplexOp : Spectra_Op<"simplex", [Pure]> {
 
     Constraints:
     * C1: n, if constant, is at least 2.
-    * C2: a static result dimension equals n when n is constant.
+    * C2: the result is square; a static result dimension equals n when n is
+      constant.
 
     ```mlir
     %s = spectra.simplex [%d] : tensor<?x?xf32>
@@ -439,7 +440,7 @@ def Spectra_CirculantOp : Spectra_Op<"circulant", [Pure]> {
     `spectra.scale_rows`).
 
     Constraints:
-    * C1: a static result is n x n when the vector's length is static.
+    * C1: the result is square, n x n when the vector's length is static.
 
     ```mlir
     %p = spectra.circulant %c : tensor<?xf32> -> tensor<?x?xf32>

@@ -285,10 +285,13 @@ Counters loadCheckpoint(const std::string &path, LraModel &model, torch::optim::
       throw std::runtime_error("its format is '" + format + "', this spectra-train reads '" +
                                kCheckpointFormat + "'");
     json saved = json::parse(readString(archive, "trajectory"));
-    for (auto &[key, value] : trajectory.items())
-      if (saved.value(key, json()) != value)
+    // Both ways: an option only one of them sets (redraw_every) is a mismatch too.
+    json both = saved;
+    both.update(trajectory);
+    for (auto &[key, unused] : both.items())
+      if (saved.value(key, json()) != trajectory.value(key, json()))
         throw std::invalid_argument("it was written with " + key + " = " + saved.value(key, json()).dump() +
-                                    ", this run has " + key + " = " + value.dump() +
+                                    ", this run has " + key + " = " + trajectory.value(key, json()).dump() +
                                     " (resume with the same options, or start a new --out)");
     torch::serialize::InputArchive modelArchive;
     archive.read("model", modelArchive);

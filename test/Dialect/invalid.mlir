@@ -429,6 +429,16 @@ spectra.weight_recipe @r(%m, %d) {
 
 // -----
 
+// Tests circulant C1: the result is square also when n is not known.
+spectra.weight_recipe @r(%m, %d) {
+  %v = spectra.gaussian [%d] : tensor<?xf32>
+  // expected-error@+1 {{'spectra.circulant' op C1: the result is square, got 4x5}}
+  %p = spectra.circulant %v : tensor<?xf32> -> tensor<4x5xf32>
+  spectra.yield %p : tensor<4x5xf32>
+}
+
+// -----
+
 // Tests circulant C1: a static result is n x n.
 spectra.weight_recipe @r(%m, %d) {
   %c = arith.constant 4 : index

@@ -13,6 +13,19 @@ using namespace spectra;
 
 namespace {
 
+/// A user component without ||x||^2 or ||w||^2 terms (both derived partials zero).
+const char *const kPlainComponentIR = R"mlir(
+    spectra.component @plain params(%m, %d) {
+      %c = math.rsqrt %m : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %l = arith.mulf %wx, %half : f32
+      spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+    }
+    spectra.feature_map @plain_orf component @plain weights @orf m = 16 d = 8 seed = 2
+  )mlir";
+
 double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
 
 struct Case {
@@ -117,6 +130,15 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
   }
 }
 
+TEST(FusedCpu, AComponentThatIgnoresTheNormCompilesWithItsBackward) {
+  // No ||x||^2 and no ||w||^2 term: both derived partials are zero (the kernels must still
+  // build dq and dk from the wx partial alone).
+  const char *ir = kPlainComponentIR;
+  FusedCpuAttention fused = FusedCpuAttention::fromIR(ir, "plain.mlir");
+  expectMatchesReference(fused, makeCase(0.5, 6), 1e-4, "a component without ||x||^2");
+  EXPECT_NE(fused.kernelIR("tiles").find("func.func @plain_orf_key_backward("), std::string::npos);
+}
+
 TEST(FusedCpu, BadInputsAreReported) {
   VariantConfig config;
   config.m = 16;
@@ -207,4 +229,11 @@ TEST(FusedCpuBackward, QuadratureWeightsAndLearnableFactors) {
   expectGradientsMatch(b, "posrf-fastfoodl (dS, dG, dB)");
 }
 
+} // namespace
+
+namespace {
+TEST(FusedCpuBackward, AComponentThatIgnoresTheNorm) {
+  FusedCpuAttention fused = FusedCpuAttention::fromIR(kPlainComponentIR, "plain.mlir");
+  expectGradientsMatch(fused, "a component without ||x||^2");
+}
 } // namespace

@@ -113,11 +113,14 @@ TEST(WeightFactory, SimrfBlocksAreRotatedRegularSimplicesWithChiNorms) {
   EXPECT_LT(std::abs(s.mean().item<double>() - d), 4.0 * std::sqrt(2.0 * d / n));
   EXPECT_LT(std::abs(s.var().item<double>() - 2.0 * d), 0.15 * 2.0 * d);
   EXPECT_LT(isotropyError(f, 200), 0.1);
-  // Different blocks are independent rotations.
+  // Different blocks are independent rotations: across two blocks the cosines are not the
+  // simplex's (1 on the diagonal, -1/(d-1) elsewhere).
   torch::Tensor w = f.draw(0).W;
   torch::Tensor cross = w.slice(0, 0, d).matmul(w.slice(0, d, 2 * d).t()) /
                         (w.slice(0, 0, d).norm(2, 1, true) * w.slice(0, d, 2 * d).norm(2, 1).unsqueeze(0));
-  EXPECT_GT(maxAbs(cross + 1.0 / (d - 1)), 0.05);
+  torch::Tensor simplex = torch::full({d, d}, -1.0 / (d - 1), torch::kFloat64) +
+                          (1.0 + 1.0 / (d - 1)) * torch::eye(d, torch::kFloat64);
+  EXPECT_GT(maxAbs(cross - simplex), 0.5);
 }
 
 TEST(WeightFactory, ScrfBlocksAreSignedCirculantGaussians) {

@@ -24,7 +24,6 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
@@ -239,8 +238,11 @@ int main(int argc, char **argv) {
       output->os() << ptx;
     } else {
       // The launch description with the PTX text appended as one more field.
-      llvm::Expected<llvm::json::Value> parsed =
-          llvm::json::parse(mlir::spectra::recordedGpuArtifact(*module));
+      std::string description = mlir::spectra::recordedGpuArtifact(*module);
+      if (description.empty())
+        return fail("--emit=artifact describes one feature map; the input declares several "
+                    "(keep one spectra.feature_map in the file, or use --emit=ptx)");
+      llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(description);
       if (!parsed)
         return fail("internal error: the artifact is not JSON: " + llvm::toString(parsed.takeError()));
       parsed->getAsObject()->insert({"target", target.getValue()});

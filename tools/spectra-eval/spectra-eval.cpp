@@ -435,16 +435,18 @@ int mrf(const Args &args) {
         // A ~ Pq Pk^T: alpha_t = Pk (Pq^T alpha_{t-1}), renormalised every step (log c_t kept).
         torch::Tensor Pq = fm.features(x, Side::Queries, p, w).view({K, -1});
         torch::Tensor Pk = fm.features(x, Side::Keys, p, w).view({K, -1});
+        // Renormalised by max |alpha| (signed features may make entries or sums negative on the
+        // way; only the final Z_rf must be positive).
         torch::Tensor a = torch::ones({K}, torch::kFloat64);
         double logScale = 0;
         bool ok = true;
         for (int64_t t = 1; t < T && ok; ++t) {
           a = Pk.mv(Pq.t().mv(a));
-          double total = a.sum().item<double>();
-          ok = std::isfinite(total) && total > 0;  // signed features can cross zero
+          double peak = a.abs().max().item<double>();
+          ok = std::isfinite(peak) && peak > 0;
           if (ok) {
-            a = a / total;
-            logScale += std::log(total);
+            a = a / peak;
+            logScale += std::log(peak);
           }
         }
         double total = ok ? a.sum().item<double>() : 0;
