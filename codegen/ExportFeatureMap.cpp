@@ -156,6 +156,8 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
     for (NamedAttribute option : *dict)
       if (auto f = llvm::dyn_cast<FloatAttr>(option.getValue()))
         options[option.getName().getValue()] = f.getValueAsDouble();
+      else if (auto i = llvm::dyn_cast<IntegerAttr>(option.getValue()))
+        options[option.getName().getValue()] = i.getValue().getSExtValue(); // recipe options
   root["options"] = std::move(options);
 
   {

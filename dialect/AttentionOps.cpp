@@ -30,11 +30,18 @@ LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
   };
 
   Operation *recipe = symbols.lookupNearestSymbolFrom(*this, getWeightsAttr());
-  if (recipe ? !llvm::isa<WeightRecipeOp>(recipe)
-             : !builtinOfKind(getWeights(), BuiltinSymbol::Kind::Recipe))
+  const BuiltinSymbol *builtinRecipe =
+      recipe ? nullptr : builtinOfKind(getWeights(), BuiltinSymbol::Kind::Recipe);
+  if (recipe ? !llvm::isa<WeightRecipeOp>(recipe) : !builtinRecipe)
     return constraintError(*this, "C1") << "weights '" << getWeights()
                                         << "' does not name a spectra.weight_recipe (in this "
                                            "module or the built-in library)";
+  SmallVector<std::string> recipeOptions;
+  if (builtinRecipe)
+    recipeOptions.assign(builtinRecipe->options.begin(), builtinRecipe->options.end());
+  else
+    for (StringRef name : llvm::cast<WeightRecipeOp>(recipe).getOptionNames())
+      recipeOptions.push_back(name.str());
 
   SmallVector<std::string> declared;
   Operation *component = symbols.lookupNearestSymbolFrom(*this, getComponentAttr());
@@ -52,14 +59,25 @@ LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
   if (std::optional<DictionaryAttr> options = getOptions()) {
     for (NamedAttribute option : *options) {
-      if (!llvm::is_contained(declared, option.getName().getValue())) {
+      StringRef key = option.getName().getValue();
+      if (llvm::is_contained(recipeOptions, key)) {
+        auto count = llvm::dyn_cast<IntegerAttr>(option.getValue());
+        if (!count || count.getType().isInteger(1) || count.getValue().getSExtValue() < 1)
+          return constraintError(*this, "C5") << "weight recipe option \"" << key
+                                              << "\" must be an integer >= 1, got "
+                                              << option.getValue();
+        continue;
+      }
+      if (!llvm::is_contained(declared, key)) {
         auto diag = constraintError(*this, "C4")
-                    << "component '" << getComponent() << "' has no option \""
-                    << option.getName().getValue() << "\"";
-        if (declared.empty())
-          diag << " (it declares none)";
+                    << "neither component '" << getComponent() << "' nor weights '"
+                    << getWeights() << "' has an option \"" << key << "\"";
+        SmallVector<std::string> all(declared.begin(), declared.end());
+        all.append(recipeOptions.begin(), recipeOptions.end());
+        if (all.empty())
+          diag << " (they declare none)";
         else
-          diag << " (declared: " << llvm::join(declared, ", ") << ")";
+          diag << " (declared: " << llvm::join(all, ", ") << ")";
         return diag;
       }
       if (!llvm::isa<FloatAttr>(option.getValue()))

@@ -20,8 +20,10 @@ def Spectra_FeatureMapOp : Spectra_Op<"feature_map", [
     * C1: `weights` names a `spectra.weight_recipe`.
     * C2: `component` names a `spectra.component`.
     * C3: `m` >= 1, `d` >= 1, `seed` >= 0.
-    * C4: every key of `options` is an option the component declares, with a
-      float value.
+    * C4: every key of `options` is an option the component or the weight
+      recipe declares; a component's option has a float value.
+    * C5: a weight recipe's option (`spectra.recipe_option`) has an integer
+      value >= 1.
 
     ```mlir
     spectra.feature_map @posrf_orf component @posrf weights @orf m = 128 d = 32 seed = 0

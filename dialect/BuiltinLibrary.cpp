@@ -51,8 +51,12 @@ const llvm::StringMap<BuiltinSymbol> &mlir::spectra::getBuiltinSymbols() {
     OwningOpRef<ModuleOp> library = parseBuiltinLibrary(&context);
     if (!library)
       llvm::report_fatal_error("the embedded spectra library does not parse");
-    for (auto recipe : library->getOps<WeightRecipeOp>())
-      out[recipe.getSymName()] = {BuiltinSymbol::Kind::Recipe, {}};
+    for (auto recipe : library->getOps<WeightRecipeOp>()) {
+      BuiltinSymbol symbol{BuiltinSymbol::Kind::Recipe, {}};
+      for (StringRef name : recipe.getOptionNames())
+        symbol.options.push_back(name.str());
+      out[recipe.getSymName()] = std::move(symbol);
+    }
     for (auto component : library->getOps<ComponentOp>()) {
       BuiltinSymbol symbol{BuiltinSymbol::Kind::Component, {}};
       for (StringRef name : component.getOptionNames())

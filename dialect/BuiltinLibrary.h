@@ -33,7 +33,7 @@ llvm::ArrayRef<LibraryFile> getBuiltinLibraryFiles();
 /// What verifiers need to know of a library definition without linking it.
 struct BuiltinSymbol {
   enum class Kind { Recipe, Component } kind;
-  std::vector<std::string> options; ///< option names of a component
+  std::vector<std::string> options; ///< option names of a component or recipe
 };
 
 /// The library's symbols by name, summarised once from a private context

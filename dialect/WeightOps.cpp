@@ -78,6 +78,13 @@ bool WeightRecipeOp::hasRowWeights() {
   return yield && yield.getValues().size() == 2;
 }
 
+SmallVector<StringRef> WeightRecipeOp::getOptionNames() {
+  SmallVector<StringRef> names;
+  for (auto option : getBody().front().getOps<RecipeOptionOp>())
+    names.push_back(option.getName());
+  return names;
+}
+
 /// C1/C2 of recipes and stacked blocks: a rank-2 W, optionally a rank-1 weight vector.
 static LogicalResult verifyRecipeYield(Operation *op, Block &block, StringRef id) {
   auto yield = llvm::dyn_cast_or_null<YieldOp>(block.empty() ? nullptr : &block.back());
@@ -375,5 +382,52 @@ LogicalResult StackBlocksOp::verify() {
              << "yielded " << y.getType() << " but the result is " << r.getType();
   if (getAverageWeights() && yielded.size() != 2)
     return constraintError(*this, "C3") << "average_weights needs a body that yields row weights";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Options, learnable initialisers and the affine map
+//===----------------------------------------------------------------------===//
+
+LogicalResult RecipeOptionOp::verify() {
+  if (getDefaultValue() < 1)
+    return constraintError(*this, "C1") << "option \"" << getName()
+                                        << "\" counts something: its default must be >= 1, got "
+                                        << getDefaultValue();
+  for (auto other : (*this)->getBlock()->getOps<RecipeOptionOp>())
+    if (other != *this && other.getName() == getName() && other->isBeforeInBlock(*this))
+      return constraintError(*this, "C2") << "option \"" << getName() << "\" is declared twice";
+  return success();
+}
+
+LogicalResult CeilDivOp::verify() {
+  if (std::optional<int64_t> b = knownIndex(getRhs()); b && *b <= 0)
+    return constraintError(*this, "C1", getRhs()) << "divisor must be positive, got " << *b;
+  return success();
+}
+
+LogicalResult EyeOp::verify() {
+  std::optional<int64_t> n = knownIndex(getSize());
+  if (n && *n <= 0)
+    return constraintError(*this, "C1", getSize()) << "size must be positive, got " << *n;
+  for (unsigned dim = 0; dim < 2; ++dim)
+    if (std::optional<int64_t> r = dimOf(getResult(), dim); n && r && *r != *n)
+      return constraintError(*this, "C1") << "result dimension " << dim << " is " << *r
+                                          << " but the identity is " << *n << "x" << *n;
+  return success();
+}
+
+LogicalResult ZerosOp::verify() { return verifySizes(*this, getSizes(), getResult()); }
+
+LogicalResult AffineOp::verify() {
+  std::optional<int64_t> rows = dimOf(getScale(), 0), cols = dimOf(getScale(), 1);
+  if (rows && cols && *rows != *cols)
+    return constraintError(*this, "C1", getScale()) << "A must be square, got " << *rows << "x" << *cols;
+  if (std::optional<int64_t> p = dimOf(getPoints(), 1); p && cols && *p != *cols)
+    return constraintError(*this, "C2", getPoints())
+           << "points have " << *p << " columns but A has " << *cols;
+  if (std::optional<int64_t> b = dimOf(getShift(), 0); b && rows && *b != *rows)
+    return constraintError(*this, "C3", getShift())
+           << "the shift has length " << *b << " but A has " << *rows << " rows";
   return success();
 }

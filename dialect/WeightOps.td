@@ -52,6 +52,8 @@ def Spectra_WeightRecipeOp : Spectra_Op<"weight_recipe", [
     ::mlir::Value getD() { return getBody().front().getArgument(1); }
     /// True when the recipe yields signed per-row weights besides W.
     bool hasRowWeights();
+    /// The names of the recipe's `spectra.recipe_option`s, in body order.
+    ::llvm::SmallVector<::llvm::StringRef> getOptionNames();
   }];
   let skipDefaultBuilders = 1;
   let builders = [OpBuilder<(ins "::llvm::StringRef":$name)>];
@@ -475,6 +477,108 @@ def Spectra_FastFoodOp : Spectra_Op<"fastfood", [Pure]> {
   let assemblyFormat =
       "$s `,` $g `,` $perm `,` $b attr-dict `:` type($s) `,` type($g) `,` type($perm) `,` "
       "type($b) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Spectra_RecipeOptionOp : Spectra_Op<"recipe_option", [Pure, HasParent<"WeightRecipeOp">]> {
+  let summary = "a named integer option of a weight recipe, with its default";
+  let description = [{
+    The value a `spectra.feature_map` sets for this name in its `options`
+    dictionary (an integer), or the default: e.g. the mixture count C of GMM.
+
+    Constraints:
+    * C1: the default is at least 1 (options are counts).
+    * C2: no other option of the recipe has the same name.
+
+    ```mlir
+    %c = spectra.recipe_option "components" default 2 : index
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, I64Attr:$default_value);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$name `default` $default_value attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Spectra_CeilDivOp : Spectra_Op<"ceil_div", [Pure]> {
+  let summary = "ceil(a / b) of two index values (rows per block)";
+  let description = [{
+    Constraints:
+    * C1: a constant divisor is positive.
+
+    ```mlir
+    %k = spectra.ceil_div %m, %c
+    ```
+  }];
+  let arguments = (ins Index:$lhs, Index:$rhs);
+  let results = (outs Index:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Learnable initialisers and the affine map (learned spectral densities)
+//===----------------------------------------------------------------------===//
+
+def Spectra_EyeOp : Spectra_DrawOp<"eye"> {
+  let summary = "the n x n identity, e.g. the initial scale of a learned mixture component";
+  let description = [{
+    Deterministic. With `learnable` it is the initial value of a trainable
+    matrix (GMM's Sigma_c).
+
+    Constraints:
+    * C1: a constant n is positive; static result dimensions equal it.
+
+    ```mlir
+    %s = spectra.eye [%d] learnable : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Index:$size, UnitAttr:$learnable);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "` ` `[` $size `]` (`learnable` $learnable^)? attr-dict `:` type($result)";
+}
+
+def Spectra_ZerosOp : Spectra_DrawOp<"zeros"> {
+  let summary = "all-zero entries, e.g. the initial mean of a learned mixture component";
+  let description = [{
+    Deterministic. With `learnable` it is the initial value of a trainable
+    tensor (GMM's mu_c).
+
+    Constraints:
+    * C1: one size operand per result dimension.
+    * C2: a size known as a constant is positive and equals the static result
+      dimension, if that is static.
+
+    ```mlir
+    %mu = spectra.zeros [%d] learnable : tensor<?xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Index>:$sizes, UnitAttr:$learnable);
+  let results = (outs Spectra_FloatArray:$result);
+  let assemblyFormat = "` ` `[` $sizes `]` (`learnable` $learnable^)? attr-dict `:` type($result)";
+}
+
+def Spectra_AffineOp : Spectra_Op<"affine", [Pure, AllTypesMatch<["points", "result"]>]> {
+  let summary = "row i of the result is A p_i + b: points pushed through an affine map";
+  let description = [{
+    `P A^T + 1 b^T` for points P (k x d), a square A (d x d) and a shift b (d).
+    With P ~ N(0, I) the rows are N(b, A A^T): one Gaussian component of a
+    learned spectral density (Kernelized Transformer's GMM, w = Sigma_c n + mu_c).
+    Differentiable in A and b, so learnable factors receive gradients.
+
+    Constraints:
+    * C1: A is square when its sizes are known.
+    * C2: P's columns equal A's columns when both are known.
+    * C3: b's length equals A's rows when both are known.
+
+    ```mlir
+    %w = spectra.affine %n by %s plus %mu : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32>
+    ```
+  }];
+  let arguments = (ins Spectra_Matrix:$points, Spectra_Matrix:$scale, Spectra_Vector:$shift);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "$points `by` $scale `plus` $shift attr-dict `:` type($points) `,` "
+                       "type($scale) `,` type($shift)";
   let hasVerifier = 1;
 }
 

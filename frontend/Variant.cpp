@@ -11,6 +11,8 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 using namespace spectra::frontend;
 
@@ -23,7 +25,7 @@ const std::vector<std::string> &spectra::frontend::componentNames() {
 const std::vector<std::string> &spectra::frontend::weightNames() {
   static const std::vector<std::string> names = {"base", "orf", "sorf",     "qmc",     "qmc-sobol",
                                                  "mm",   "sgq", "fastfood", "fastfoodl",
-                                                 "simrf", "scrf"};
+                                                 "simrf", "scrf", "gmm"};
   return names;
 }
 
@@ -104,6 +106,16 @@ llvm::Expected<Variant> spectra::frontend::parseVariantName(llvm::StringRef raw)
   return llvm::createStringError(msg + "; " + valid);
 }
 
+bool spectra::frontend::isRecipeOption(const Variant &variant, llvm::StringRef key) {
+  return variant.weights == "gmm" && key == "components";
+}
+
+static std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
 llvm::Expected<Instantiation> spectra::frontend::planVariant(const Variant &variant,
                                                              const VariantOptions &options) {
   auto fail = [&](const std::string &msg) {
@@ -121,10 +133,18 @@ llvm::Expected<Instantiation> spectra::frontend::planVariant(const Variant &vari
   if (variant.weights == "mm" && options.m <= options.d)
     return fail("moment matching needs more points than dimensions (m > d), got m = " +
                 std::to_string(options.m) + ", d = " + std::to_string(options.d));
-  if (!options.componentOptions.empty() && variant.component != "gerf")
-    return fail("component '" + variant.component +
-                "' takes no options (only gerf has one: a)");
   for (const auto &[key, value] : options.componentOptions) {
+    if (isRecipeOption(variant, key)) {
+      // GMM's mixture count: a whole number of components, each with at least one row.
+      if (value != std::floor(value) || value < 1 || value > static_cast<double>(options.m))
+        return fail("option components (the mixture count) must be an integer in [1, m = " +
+                    std::to_string(options.m) + "], got " + formatNumber(value));
+      continue;
+    }
+    if (variant.component != "gerf")
+      return fail("unknown option '" + key + "': component '" + variant.component +
+                  "' takes none (gerf has a)" +
+                  (variant.weights == "gmm" ? ", weights gmm has components" : ""));
     if (key != "a")
       return fail("gerf has no option '" + key + "' (it has: a)");
     if (!(value < 0.25))

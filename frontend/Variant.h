@@ -56,8 +56,14 @@ struct VariantOptions {
   int64_t d = 32;           ///< head dimension
   int64_t seed = 0;         ///< seed of the weight draw
   std::string dtype = "f32"; ///< element type of q, k, v: f32, f64, f16, bf16
-  std::map<std::string, double> componentOptions; ///< e.g. {"a": -0.2} for GERF
+  /// Options of the component or the weight recipe, e.g. {"a": -0.2} for GERF,
+  /// {"components": 4} for GMM (recipe options are integers).
+  std::map<std::string, double> componentOptions;
 };
+
+/// Whether `key` is an option of the variant's weight recipe (an integer, e.g.
+/// GMM's "components") rather than of its component function.
+bool isRecipeOption(const Variant &variant, llvm::StringRef key);
 
 /// What the frontend decided, besides the IR.
 struct Instantiation {

@@ -60,7 +60,9 @@ buildVariantModule(MLIRContext *context, const Variant &variant,
 
   NamedAttrList componentOptions;
   for (const auto &[key, value] : options.componentOptions)
-    componentOptions.append(key, b.getF32FloatAttr(static_cast<float>(value)));
+    componentOptions.append(key, isRecipeOption(variant, key)
+                                     ? Attribute(b.getI64IntegerAttr(static_cast<int64_t>(value)))
+                                     : Attribute(b.getF32FloatAttr(static_cast<float>(value))));
   auto featureMap = mlir::spectra::FeatureMapOp::create(
       b, loc, b.getStringAttr(variant.symbol()),
       FlatSymbolRefAttr::get(context, librarySymbol(variant.component)),

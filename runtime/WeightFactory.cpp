@@ -336,6 +336,36 @@ private:
       torch::Tensor v = (h * g.unsqueeze(0)).matmul(right);
       v = v * (s / g.norm()).unsqueeze(1) / std::sqrt(static_cast<double>(n));
       set(op, v);
+    } else if (m == "recipe_option") {
+      const std::string key = op.string("name");
+      auto it = desc.options.find(key);
+      double value = it != desc.options.end() ? it->second : op.number("default_value");
+      if (!(value >= 1) || value != std::floor(value))
+        fail("option '" + key + "' must be an integer >= 1, got " + std::to_string(value));
+      values[op.results[0]] = Value{true, static_cast<int64_t>(value), {}};
+    } else if (m == "ceil_div") {
+      int64_t a = index(op.operands.at(0), "ceil_div dividend");
+      int64_t b = index(op.operands.at(1), "ceil_div divisor");
+      if (b <= 0)
+        fail("ceil_div: the divisor must be positive, got " + std::to_string(b));
+      values[op.results[0]] = Value{true, (a + b - 1) / b, {}};
+    } else if (m == "eye") {
+      int64_t n = index(op.operands.at(0), "eye size");
+      if (n <= 0)
+        fail("eye: size must be positive, got " + std::to_string(n));
+      torch::Tensor t = place(torch::eye(n, f64));
+      set(op, op.has("learnable") ? learn(op, replica, t) : t);
+    } else if (m == "zeros") {
+      torch::Tensor t = place(torch::zeros(sizes(op), f64));
+      set(op, op.has("learnable") ? learn(op, replica, t) : t);
+    } else if (m == "affine") {
+      torch::Tensor p = tensor(op.operands[0], "affine points");
+      torch::Tensor a = tensor(op.operands[1], "affine matrix");
+      torch::Tensor b = tensor(op.operands[2], "affine shift");
+      if (a.size(0) != a.size(1) || p.size(1) != a.size(1) || b.size(0) != a.size(0))
+        fail("affine: points " + shape(p) + ", A " + shape(a) + " and shift " + shape(b) +
+             " do not fit (A square, as many columns as the points, the shift as long)");
+      set(op, torch::addmm(b.unsqueeze(0), p.to(a.options()), a.t()));
     } else if (m == "stack_blocks") {
       runStack(op, replica);
     } else {

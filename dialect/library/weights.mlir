@@ -132,3 +132,22 @@ spectra.weight_recipe @scrf(%m, %d) {
   }
   spectra.yield %w : tensor<?x?xf32>
 }
+
+// GMM (Kernelized Transformer, Chowdhury et al., 2022): a learned spectral density, a mixture
+// of C Gaussians. Component c owns ceil(m / C) rows w = Sigma_c n + mu_c, n ~ N(0, I) fixed
+// noise, Sigma_c (d x d) and mu_c learnable, initialised to I and 0, so before training the
+// rows are N(0, I) (Base). C is the option "components" (default 2, the paper's LRA setting);
+// the last component gets fewer rows when C does not divide m. With trigrf this is GMM-RKS,
+// with posrf GMM-PRF.
+spectra.weight_recipe @gmm(%m, %d) {
+  %c = spectra.recipe_option "components" default 2 : index
+  %k = spectra.ceil_div %m, %c
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %n = spectra.gaussian [%k, %d] : tensor<?x?xf32>
+    %s = spectra.eye [%d] learnable : tensor<?x?xf32>
+    %mu = spectra.zeros [%d] learnable : tensor<?xf32>
+    %b = spectra.affine %n by %s plus %mu : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}

@@ -737,7 +737,7 @@ spectra.feature_map @f component @posrf weights @orf m = 0 d = 4 seed = 0
 // -----
 
 // Tests feature_map C4 against a built-in component that is not linked yet.
-// expected-error@+1 {{'spectra.feature_map' op C4: component 'gerf' has no option "b" (declared: a)}}
+// expected-error@+1 {{'spectra.feature_map' op C4: neither component 'gerf' nor weights 'orf' has an option "b" (declared: a)}}
 spectra.feature_map @f component @gerf weights @orf m = 8 d = 4 seed = 0 options {b = 1.0 : f32}
 
 // -----
@@ -759,7 +759,7 @@ spectra.component @c params(%m, %d) {
 } features(%wx, %xx, %ww) {
   spectra.feature_yield exp(%wx : f32) scaled(%xx : f32)
 }
-// expected-error@+1 {{'spectra.feature_map' op C4: component 'c' has no option "b" (declared: a)}}
+// expected-error@+1 {{'spectra.feature_map' op C4: neither component 'c' nor weights 'w' has an option "b" (declared: a)}}
 spectra.feature_map @f component @c weights @w m = 8 d = 4 seed = 0 options {b = 1.0 : f32}
 
 // -----
@@ -948,4 +948,140 @@ spectra.component @c params(%m, %d) {
 // expected-error@+1 {{'spectra.feature_partials' op C3: body must yield 2 x 1 output(s) x 3 argument(s) = 6 partials, got 2}}
 spectra.feature_partials @x of @c(%wx, %xx, %ww) {
   spectra.partials_yield %wx, %xx : f32, f32
+}
+
+// -----
+
+// Tests feature_map C4: an unknown option of a built-in recipe with options.
+// expected-error@+1 {{'spectra.feature_map' op C4: neither component 'posrf' nor weights 'gmm' has an option "mixtures" (declared: components)}}
+spectra.feature_map @f component @posrf weights @gmm m = 8 d = 4 seed = 0 options {mixtures = 2}
+
+// -----
+
+// Tests feature_map C5: a recipe option is a count.
+// expected-error@+1 {{'spectra.feature_map' op C5: weight recipe option "components" must be an integer >= 1, got 0 : i64}}
+spectra.feature_map @f component @posrf weights @gmm m = 8 d = 4 seed = 0 options {components = 0}
+
+// -----
+
+// Tests feature_map C5: a recipe option is not a float.
+// expected-error@+1 {{'spectra.feature_map' op C5: weight recipe option "components" must be an integer >= 1, got 2.000000e+00 : f32}}
+spectra.feature_map @f component @posrf weights @gmm m = 8 d = 4 seed = 0 options {components = 2.0 : f32}
+
+// -----
+
+// Tests recipe_option C1: options are counts.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-error@+1 {{'spectra.recipe_option' op C1: option "c" counts something: its default must be >= 1, got 0}}
+  %c = spectra.recipe_option "c" default 0 : index
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests recipe_option C2: one declaration per name.
+spectra.weight_recipe @w(%m, %d) {
+  %c = spectra.recipe_option "c" default 2 : index
+  // expected-error@+1 {{'spectra.recipe_option' op C2: option "c" is declared twice}}
+  %e = spectra.recipe_option "c" default 3 : index
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests recipe_option: it belongs to a weight recipe.
+spectra.weight_recipe @w(%m, %d) {
+  %g = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    // expected-error@+1 {{'spectra.recipe_option' op expects parent op 'spectra.weight_recipe'}}
+    %c = spectra.recipe_option "c" default 2 : index
+    %b = spectra.gaussian [%c, %d] : tensor<?x?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests ceil_div C1: a positive divisor.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %z = arith.constant 0 : index
+  // expected-error@+1 {{'spectra.ceil_div' op C1: divisor must be positive, got 0}}
+  %k = spectra.ceil_div %m, %z
+  %g = spectra.gaussian [%k, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests eye C1: static dimensions agree with the size.
+spectra.weight_recipe @w(%m, %d) {
+  %four = arith.constant 4 : index
+  // expected-error@+1 {{'spectra.eye' op C1: result dimension 1 is 5 but the identity is 4x4}}
+  %e = spectra.eye [%four] learnable : tensor<4x5xf32>
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests affine C1: A is square.
+spectra.weight_recipe @w(%m, %d) {
+  %n = spectra.gaussian [%m, %d] : tensor<?x4xf32>
+  // expected-note@+1 {{offending value defined here}}
+  %a = spectra.gaussian [%d, %d] : tensor<4x3xf32>
+  %b = spectra.zeros [%d] learnable : tensor<?xf32>
+  // expected-error@+1 {{'spectra.affine' op C1: A must be square, got 4x3}}
+  %w = spectra.affine %n by %a plus %b : tensor<?x4xf32>, tensor<4x3xf32>, tensor<?xf32>
+  spectra.yield %w : tensor<?x4xf32>
+}
+
+// -----
+
+// Tests affine C3: the shift matches A.
+spectra.weight_recipe @w(%m, %d) {
+  %n = spectra.gaussian [%m, %d] : tensor<?x4xf32>
+  %a = spectra.eye [%d] learnable : tensor<4x4xf32>
+  // expected-note@+1 {{offending value defined here}}
+  %b = spectra.zeros [%d] learnable : tensor<3xf32>
+  // expected-error@+1 {{'spectra.affine' op C3: the shift has length 3 but A has 4 rows}}
+  %w = spectra.affine %n by %a plus %b : tensor<?x4xf32>, tensor<4x4xf32>, tensor<3xf32>
+  spectra.yield %w : tensor<?x4xf32>
+}
+
+// -----
+
+// Tests zeros C1: one size per dimension.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-error@+1 {{'spectra.zeros' op C1: expects one size per result dimension: 1 size(s) for a rank-2 result}}
+  %z = spectra.zeros [%d] learnable : tensor<?x?xf32>
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests zeros C2: known sizes are positive.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %zero = arith.constant 0 : index
+  // expected-error@+1 {{'spectra.zeros' op C2: size #0 must be positive, got 0}}
+  %z = spectra.zeros [%zero] learnable : tensor<?xf32>
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests affine C2: the points live in A's input space.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %n = spectra.gaussian [%m, %d] : tensor<?x3xf32>
+  %a = spectra.eye [%d] learnable : tensor<4x4xf32>
+  %b = spectra.zeros [%d] learnable : tensor<4xf32>
+  // expected-error@+1 {{'spectra.affine' op C2: points have 3 columns but A has 4}}
+  %w = spectra.affine %n by %a plus %b : tensor<?x3xf32>, tensor<4x4xf32>, tensor<4xf32>
+  spectra.yield %w : tensor<?x3xf32>
 }

@@ -67,7 +67,7 @@ TEST(VariantName, UnknownComponentListsValidNames) {
   EXPECT_NE(msg.find("valid components: posrf, oprf, saderf, trigrf, posrf-hyp, gerf, hcexp"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("valid weights: base, orf, sorf, qmc, qmc-sobol, mm, sgq, fastfood, fastfoodl, simrf, scrf"),
+  EXPECT_NE(msg.find("valid weights: base, orf, sorf, qmc, qmc-sobol, mm, sgq, fastfood, fastfoodl, simrf, scrf, gmm"),
             std::string::npos)
       << msg;
 }
@@ -136,11 +136,26 @@ TEST(VariantPlan, RejectsOptionsWithReasons) {
   EXPECT_NE(errorOf(planVariant({"gerf", "orf"}, bad).takeError()).find("gerf needs a < 1/4, got a = 0.3"),
             std::string::npos);
   EXPECT_NE(errorOf(planVariant({"posrf", "orf"}, bad).takeError())
-                .find("component 'posrf' takes no options"),
+                .find("unknown option 'a': component 'posrf' takes none (gerf has a)"),
             std::string::npos);
   bad.componentOptions = {{"b", 0.1}};
   EXPECT_NE(errorOf(planVariant({"gerf", "orf"}, bad).takeError()).find("gerf has no option 'b'"),
             std::string::npos);
+  // GMM's mixture count: a whole number in [1, m].
+  bad.componentOptions = {{"components", 2.5}};
+  EXPECT_NE(errorOf(planVariant({"posrf", "gmm"}, bad).takeError())
+                .find("option components (the mixture count) must be an integer in [1, m = 128], got 2.5"),
+            std::string::npos);
+  bad.componentOptions = {{"components", 129}};
+  EXPECT_NE(errorOf(planVariant({"posrf", "gmm"}, bad).takeError()).find("got 129"), std::string::npos);
+  bad.componentOptions = {{"mixtures", 2}};
+  EXPECT_NE(errorOf(planVariant({"posrf", "gmm"}, bad).takeError())
+                .find("unknown option 'mixtures': component 'posrf' takes none (gerf has a), "
+                      "weights gmm has components"),
+            std::string::npos);
+  VariantOptions good;
+  good.componentOptions = {{"components", 4}};
+  EXPECT_TRUE(static_cast<bool>(planVariant({"trigrf", "gmm"}, good)));
 }
 
 TEST(VariantModule, BuildsTheFeatureMapAndLinksOnlyWhatItUses) {

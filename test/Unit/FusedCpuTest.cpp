@@ -227,6 +227,15 @@ TEST(FusedCpuBackward, QuadratureWeightsAndLearnableFactors) {
   ff.d = 8;
   FusedCpuAttention b("posrf-fastfoodl", ff);
   expectGradientsMatch(b, "posrf-fastfoodl (dS, dG, dB)");
+  // GMM-PRF / GMM-RKS: dSigma_c and dmu_c reach the mixture through the kernels' dW.
+  VariantConfig gmm;
+  gmm.m = 15;
+  gmm.d = 8;
+  gmm.options = {{"components", 3}};
+  for (const char *variant : {"posrf-gmm", "trigrf-gmm"}) {
+    FusedCpuAttention c(variant, gmm);
+    expectGradientsMatch(c, std::string(variant) + " (dSigma_c, dmu_c)");
+  }
 }
 
 } // namespace

@@ -119,6 +119,40 @@ TEST(LraModel, RedrawDrawsEachLayersFixedFeaturesFromItsSeedAndKeepsLearnableOne
   EXPECT_THROW(model->redrawFeatures(0), c10::Error) << "draw 0 is the initial one";
 }
 
+TEST(LraModel, TrainingOnlyTheGmmMixtureMovesItAndLowersTheLoss) {
+  // GMM-PRF through the fused kernels: the mixture's Sigma_c and mu_c are parameters of the
+  // model, get gradients through dW, and an optimiser that trains nothing else lowers the loss.
+  torch::manual_seed(5);
+  LraModel model(small("spectra:posrf-gmm"));
+  std::vector<torch::Tensor> mixture, before;
+  for (const auto &item : model->named_parameters())
+    if (item.key().find("spectral.weights.") != std::string::npos) {
+      mixture.push_back(item.value());
+      before.push_back(item.value().detach().clone());
+    }
+  ASSERT_EQ(mixture.size(), 8u) << "2 layers x 2 components x (Sigma_c, mu_c)";
+  torch::Tensor x = tokens(8, 24, 4);
+  torch::Tensor y = torch::randint(0, 10, {8}, torch::kInt64);
+  torch::optim::Adam adam(mixture, torch::optim::AdamOptions(0.05));
+  double first = 0, last = 0;
+  for (int step = 0; step < 25; ++step) {
+    adam.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    ASSERT_TRUE(torch::isfinite(loss).item<bool>());
+    if (step == 0) {
+      for (const torch::Tensor &p : mixture)
+        ASSERT_TRUE(p.grad().defined() && p.grad().abs().sum().item<double>() > 0);
+      first = loss.item<double>();
+    }
+    last = loss.item<double>();
+    adam.step();
+  }
+  EXPECT_LT(last, first - 0.02) << "first " << first << ", last " << last;
+  for (size_t i = 0; i < mixture.size(); ++i)
+    EXPECT_GT((mixture[i].detach() - before[i]).abs().max().item<double>(), 1e-3) << "parameter " << i;
+}
+
 TEST(LraModel, BadConfigurationsAreNamed) {
   try {
     LraModel bad(small("performer"));

@@ -436,3 +436,74 @@ TEST(WeightModule, DrawsAreIdenticalOnCuda) {
 }
 
 } // namespace
+
+namespace {
+
+WeightFactory gmmFactory(int64_t m, int64_t d, std::map<std::string, double> options = {}) {
+  VariantConfig config;
+  config.m = m;
+  config.d = d;
+  config.options = std::move(options);
+  return WeightFactory(describeVariant("posrf-gmm", config));
+}
+
+TEST(WeightFactory, GmmHasAMeanAndAScalePerComponentAndRowsSigmaNPlusMu) {
+  // C = 3 over m = 10: components of ceil(10/3) = 4, 4 and 2 rows.
+  WeightFactory f = gmmFactory(10, 4, {{"components", 3}});
+  Weights w = f.draw(2);
+  ASSERT_EQ(w.learnable.size(), 6u) << "Sigma_c and mu_c for each of 3 components";
+  for (size_t c = 0; c < 3; ++c) {
+    const auto &[sigmaName, sigma] = w.learnable[2 * c];
+    const auto &[muName, mu] = w.learnable[2 * c + 1];
+    EXPECT_EQ(sigmaName.rfind("b" + std::to_string(c) + ".eye", 0), 0u) << sigmaName;
+    EXPECT_EQ(muName.rfind("b" + std::to_string(c) + ".zeros", 0), 0u) << muName;
+    EXPECT_TRUE(torch::equal(sigma, torch::eye(4, torch::kFloat64))) << "Sigma_c starts at I";
+    EXPECT_TRUE(torch::equal(mu, torch::zeros({4}, torch::kFloat64))) << "mu_c starts at 0";
+    EXPECT_TRUE(sigma.requires_grad() && mu.requires_grad());
+  }
+  // At the initial values W is the fixed noise n; with other values each row is Sigma_c n + mu_c.
+  torch::Tensor n = w.W.detach();
+  torch::manual_seed(1);
+  std::vector<std::pair<std::string, torch::Tensor>> factors;
+  std::vector<torch::Tensor> sigmas, mus;
+  for (size_t c = 0; c < 3; ++c) {
+    sigmas.push_back(torch::randn({4, 4}, torch::kFloat64));
+    mus.push_back(torch::randn({4}, torch::kFloat64));
+    factors.emplace_back(w.learnable[2 * c].first, sigmas.back());
+    factors.emplace_back(w.learnable[2 * c + 1].first, mus.back());
+  }
+  torch::Tensor rebuilt = f.rebuild(2, factors).W;
+  const int64_t starts[] = {0, 4, 8, 10};
+  for (int64_t c = 0; c < 3; ++c) {
+    torch::Tensor rows = n.slice(0, starts[c], starts[c + 1]);
+    torch::Tensor expected = rows.matmul(sigmas[c].t()) + mus[c];
+    EXPECT_LT(maxAbs(rebuilt.slice(0, starts[c], starts[c + 1]) - expected), 1e-12) << "component " << c;
+  }
+  // The default is the paper's C = 2.
+  EXPECT_EQ(gmmFactory(10, 4).draw(0).learnable.size(), 4u);
+}
+
+TEST(WeightFactory, GmmWithOneComponentAtItsInitialValuesIsBaseInDistribution) {
+  // C = 1, mu = 0, Sigma = I: rows N(0, I) like Base. Moments within a few standard errors.
+  const int64_t m = 8192, d = 8;
+  torch::Tensor w = gmmFactory(m, d, {{"components", 1}}).draw(11).W.detach();
+  double se = 1.0 / std::sqrt(static_cast<double>(m));
+  EXPECT_LT(maxAbs(w.mean(0)), 5 * se) << "mean 0";
+  torch::Tensor cov = w.t().matmul(w) / static_cast<double>(m);
+  // Var of an entry of the sample second moment: 2/m on the diagonal, 1/m off it.
+  EXPECT_LT(maxAbs(cov - torch::eye(d, torch::kFloat64)), 5 * std::sqrt(2.0) * se) << "covariance I";
+  EXPECT_LT(std::abs(w.pow(4).mean().item<double>() - 3.0), 5 * std::sqrt(96.0) * se / std::sqrt(double(d)))
+      << "Gaussian fourth moment";
+  // The entries' empirical CDF against Phi at a few points (Kolmogorov bound ~1.36 / sqrt(N)).
+  torch::Tensor flat = w.flatten();
+  for (double x : {-1.5, -0.5, 0.0, 0.7, 2.0}) {
+    double empirical = (flat <= x).to(torch::kFloat64).mean().item<double>();
+    double phi = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    EXPECT_LT(std::abs(empirical - phi), 1.63 / std::sqrt(static_cast<double>(m))) << "at " << x;
+  }
+  // Base's own draw of the same size passes the same checks (sanity of the bounds).
+  torch::Tensor base = factory("posrf-base", m, d).draw(11).W;
+  EXPECT_LT(maxAbs(base.mean(0)), 5 * se);
+}
+
+} // namespace
