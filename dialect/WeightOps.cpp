@@ -431,3 +431,39 @@ LogicalResult AffineOp::verify() {
            << "the shift has length " << *b << " but A has " << *rows << " rows";
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// Generator networks
+//===----------------------------------------------------------------------===//
+
+LogicalResult GlorotOp::verify() { return verifySizes(*this, getSizes(), getResult()); }
+
+LogicalResult LinearOp::verify() {
+  std::optional<int64_t> outputs = dimOf(getWeight(), 0), inputs = dimOf(getWeight(), 1);
+  if (std::optional<int64_t> x = dimOf(getInput(), 1); x && inputs && *x != *inputs)
+    return constraintError(*this, "C1", getInput())
+           << "the input has " << *x << " columns but the layer takes " << *inputs;
+  if (std::optional<int64_t> b = dimOf(getBias(), 0); b && outputs && *b != *outputs)
+    return constraintError(*this, "C2", getBias())
+           << "the bias has length " << *b << " but the layer has " << *outputs << " outputs";
+  if (std::optional<int64_t> r = dimOf(getResult(), 1); r && outputs && *r != *outputs)
+    return constraintError(*this, "C3") << "result has " << *r << " columns but the layer has "
+                                        << *outputs << " outputs";
+  if (std::optional<int64_t> r = dimOf(getResult(), 0), x = dimOf(getInput(), 0); r && x && *r != *x)
+    return constraintError(*this, "C3") << "result has " << *r << " rows but the input has " << *x;
+  return success();
+}
+
+LogicalResult BatchNormOp::verify() {
+  if (std::optional<int64_t> rows = dimOf(getInput(), 0); rows && *rows < 2)
+    return constraintError(*this, "C1", getInput())
+           << "batch normalisation needs at least 2 rows, got " << *rows;
+  return success();
+}
+
+LogicalResult ActivationOp::verify() {
+  if (getFunction() != "leaky_relu" && getFunction() != "tanh")
+    return constraintError(*this, "C1") << "unknown activation \"" << getFunction()
+                                        << "\" (known: leaky_relu, tanh)";
+  return success();
+}

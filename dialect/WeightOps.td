@@ -582,6 +582,86 @@ def Spectra_AffineOp : Spectra_Op<"affine", [Pure, AllTypesMatch<["points", "res
   let hasVerifier = 1;
 }
 
+def Spectra_GlorotOp : Spectra_DrawOp<"glorot"> {
+  let summary = "a dense layer's weight matrix, Glorot-uniform: U(-a, a), a = sqrt(6 / (rows + cols))";
+  let description = [{
+    Random (seeded like every draw). With `learnable` it is the initial value
+    of a trainable layer weight (a generator network's).
+
+    Constraints:
+    * C1: two size operands (rows = outputs, cols = inputs) for the rank-2 result.
+    * C2: a size known as a constant is positive and equals the static result
+      dimension, if that is static.
+
+    ```mlir
+    %w1 = spectra.glorot [%h, %d] learnable : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Index>:$sizes, UnitAttr:$learnable);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "` ` `[` $sizes `]` (`learnable` $learnable^)? attr-dict `:` type($result)";
+}
+
+def Spectra_LinearOp : Spectra_Op<"linear", [Pure]> {
+  let summary = "a dense layer on every row: X W^T + 1 b^T";
+  let description = [{
+    X is k x i, W is o x i (outputs by inputs), b has length o; the result is
+    k x o. Differentiable in W and b.
+
+    Constraints:
+    * C1: X's columns equal W's columns when both are known (the layer's input
+      width fits).
+    * C2: b's length equals W's rows when both are known.
+    * C3: the result has X's rows and W's rows where those are known.
+
+    ```mlir
+    %y = spectra.linear %x by %w plus %b : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Spectra_Matrix:$input, Spectra_Matrix:$weight, Spectra_Vector:$bias);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "$input `by` $weight `plus` $bias attr-dict `:` type($input) `,` "
+                       "type($weight) `,` type($bias) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Spectra_BatchNormOp : Spectra_Op<"batch_norm", [Pure, SameOperandsAndResultType]> {
+  let summary = "every column standardised over the rows: (x - mean) / sqrt(var + eps)";
+  let description = [{
+    Batch normalisation over the batch of generated rows (biased variance,
+    eps = 1e-5, no affine part: a following `spectra.linear` supplies it).
+    The statistics are those of the current rows, in training and inference
+    alike, so W does not depend on the mode.
+
+    Constraints:
+    * C1: a static row count is at least 2 (one row has no variance).
+
+    ```mlir
+    %n = spectra.batch_norm %y : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Spectra_Matrix:$input);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Spectra_ActivationOp : Spectra_Op<"activation", [Pure, SameOperandsAndResultType]> {
+  let summary = "an elementwise activation: leaky_relu (slope 0.01 below 0) or tanh";
+  let description = [{
+    Constraints:
+    * C1: the function is `leaky_relu` or `tanh`.
+
+    ```mlir
+    %a = spectra.activation "leaky_relu" %n : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$function, Spectra_FloatArray:$input);
+  let results = (outs Spectra_FloatArray:$result);
+  let assemblyFormat = "$function $input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Spectra_StackBlocksOp : Spectra_Op<"stack_blocks", [
     SingleBlock]> {
   let summary = "stack independent draws of a block until `rows` rows, then truncate";

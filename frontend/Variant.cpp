@@ -25,7 +25,7 @@ const std::vector<std::string> &spectra::frontend::componentNames() {
 const std::vector<std::string> &spectra::frontend::weightNames() {
   static const std::vector<std::string> names = {"base", "orf", "sorf",     "qmc",     "qmc-sobol",
                                                  "mm",   "sgq", "fastfood", "fastfoodl",
-                                                 "simrf", "scrf", "gmm"};
+                                                 "simrf", "scrf", "gmm", "generative"};
   return names;
 }
 
@@ -107,7 +107,8 @@ llvm::Expected<Variant> spectra::frontend::parseVariantName(llvm::StringRef raw)
 }
 
 bool spectra::frontend::isRecipeOption(const Variant &variant, llvm::StringRef key) {
-  return variant.weights == "gmm" && key == "components";
+  return (variant.weights == "gmm" && key == "components") ||
+         (variant.weights == "generative" && key == "hidden");
 }
 
 static std::string formatNumber(double value) {
@@ -130,21 +131,32 @@ llvm::Expected<Instantiation> spectra::frontend::planVariant(const Variant &vari
   static const char *const dtypes[] = {"f32", "f64", "f16", "bf16"};
   if (!llvm::is_contained(dtypes, llvm::StringRef(options.dtype)))
     return fail("dtype must be one of f32, f64, f16, bf16, got '" + options.dtype + "'");
+  if (variant.weights == "generative" && options.m < 2)
+    return fail("the generator batch-normalises its m rows: m must be at least 2, got " +
+                std::to_string(options.m));
   if (variant.weights == "mm" && options.m <= options.d)
     return fail("moment matching needs more points than dimensions (m > d), got m = " +
                 std::to_string(options.m) + ", d = " + std::to_string(options.d));
   for (const auto &[key, value] : options.componentOptions) {
-    if (isRecipeOption(variant, key)) {
+    if (key == "components" && isRecipeOption(variant, key)) {
       // GMM's mixture count: a whole number of components, each with at least one row.
       if (value != std::floor(value) || value < 1 || value > static_cast<double>(options.m))
         return fail("option components (the mixture count) must be an integer in [1, m = " +
                     std::to_string(options.m) + "], got " + formatNumber(value));
       continue;
     }
+    if (key == "hidden" && isRecipeOption(variant, key)) {
+      if (value != std::floor(value) || value < 1 || value > 4096)
+        return fail("option hidden (the generator's width) must be an integer in [1, 4096], got " +
+                    formatNumber(value));
+      continue;
+    }
     if (variant.component != "gerf")
       return fail("unknown option '" + key + "': component '" + variant.component +
                   "' takes none (gerf has a)" +
-                  (variant.weights == "gmm" ? ", weights gmm has components" : ""));
+                  (variant.weights == "gmm"          ? ", weights gmm has components"
+                   : variant.weights == "generative" ? ", weights generative has hidden"
+                                                     : ""));
     if (key != "a")
       return fail("gerf has no option '" + key + "' (it has: a)");
     if (!(value < 0.25))

@@ -23,6 +23,7 @@ SelfAttentionImpl::SelfAttentionImpl(const LraConfig &c, int64_t layer)
   o.config.m = c.features;
   o.config.d = c.headDim;
   o.config.seed = c.seed + layer;
+  o.config.options = c.options;
   o.mode = prefix == "spectra" ? AttentionMode::Fused : AttentionMode::Reference;
   spectral = register_module("spectral", SpectralAttention(o));
 }

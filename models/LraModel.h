@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 
 namespace spectra::models {
@@ -27,6 +28,8 @@ struct LraConfig {
   double dropout = 0.1;
   std::string attention = "softmax";  ///< softmax | spectra:<variant> | spectra-reference:<variant>
   int64_t features = 128;             ///< m for spectra attention
+  /// Component and weight-recipe options of the variant (gerf's a, gmm's components, ...).
+  std::map<std::string, double> options;
   int64_t seed = 0;                   ///< the random features' draw (per layer: seed + layer)
   bool dualEncoder = false;           ///< retrieval: two documents, one encoder
 };

@@ -222,6 +222,8 @@ json trajectoryOf(const TrainOptions &o, const std::string &precision, const std
   // Only when set: checkpoints written before the option existed still resume.
   if (o.redrawEvery > 0)
     t["redraw_every"] = o.redrawEvery;
+  if (!o.model.options.empty())
+    t["variant_options"] = o.model.options;
   return t;
 }
 

@@ -366,6 +366,36 @@ private:
         fail("affine: points " + shape(p) + ", A " + shape(a) + " and shift " + shape(b) +
              " do not fit (A square, as many columns as the points, the shift as long)");
       set(op, torch::addmm(b.unsqueeze(0), p.to(a.options()), a.t()));
+    } else if (m == "glorot") {
+      std::vector<int64_t> rc = sizes(op);
+      double a = std::sqrt(6.0 / static_cast<double>(rc.at(0) + rc.at(1)));
+      at::Generator gen = generator(opIndex, replica);
+      torch::Tensor t = place((torch::rand(rc, gen, f64) * 2 - 1) * a);
+      set(op, op.has("learnable") ? learn(op, replica, t) : t);
+    } else if (m == "linear") {
+      torch::Tensor x = tensor(op.operands[0], "linear input");
+      torch::Tensor w = tensor(op.operands[1], "linear weight");
+      torch::Tensor b = tensor(op.operands[2], "linear bias");
+      if (x.size(1) != w.size(1) || b.size(0) != w.size(0))
+        fail("linear: input " + shape(x) + ", weight " + shape(w) + " and bias " + shape(b) +
+             " do not fit (the weight is outputs x inputs: the input has `inputs` columns, the "
+             "bias `outputs` entries)");
+      set(op, torch::addmm(b.unsqueeze(0), x.to(w.options()), w.t()));
+    } else if (m == "batch_norm") {
+      torch::Tensor x = tensor(op.operands[0], "batch_norm input");
+      if (x.size(0) < 2)
+        fail("batch_norm: needs at least 2 rows, got " + shape(x));
+      torch::Tensor centred = x - x.mean(0, true);
+      set(op, centred * torch::rsqrt(centred.square().mean(0, true) + 1e-5));
+    } else if (m == "activation") {
+      torch::Tensor x = tensor(op.operands[0], "activation input");
+      const std::string fn = op.string("function");
+      if (fn == "leaky_relu")
+        set(op, torch::leaky_relu(x, 0.01));
+      else if (fn == "tanh")
+        set(op, torch::tanh(x));
+      else
+        fail("activation: unknown function '" + fn + "' (known: leaky_relu, tanh)");
     } else if (m == "stack_blocks") {
       runStack(op, replica);
     } else {

@@ -151,3 +151,38 @@ spectra.weight_recipe @gmm(%m, %d) {
   }
   spectra.yield %w : tensor<?x?xf32>
 }
+
+// Generative (Kernelized Transformer): a learned implicit spectral density. Fixed noise
+// n_m ~ N(0, I_d) goes through a generator network g, trained with the model: four dense
+// layers of width "hidden" (an option, default 64), each followed by batch normalisation and
+// LeakyReLU, then a dense layer back to d with tanh (the paper's architecture). Rows are
+// w_m = g(n_m). With trigrf this is Generative-RKS, with posrf Generative-PRF.
+spectra.weight_recipe @generative(%m, %d) {
+  %h = spectra.recipe_option "hidden" default 64 : index
+  %n = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  %w1 = spectra.glorot [%h, %d] learnable : tensor<?x?xf32>
+  %b1 = spectra.zeros [%h] learnable : tensor<?xf32>
+  %l1 = spectra.linear %n by %w1 plus %b1 : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %n1 = spectra.batch_norm %l1 : tensor<?x?xf32>
+  %a1 = spectra.activation "leaky_relu" %n1 : tensor<?x?xf32>
+  %w2 = spectra.glorot [%h, %h] learnable : tensor<?x?xf32>
+  %b2 = spectra.zeros [%h] learnable : tensor<?xf32>
+  %l2 = spectra.linear %a1 by %w2 plus %b2 : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %n2 = spectra.batch_norm %l2 : tensor<?x?xf32>
+  %a2 = spectra.activation "leaky_relu" %n2 : tensor<?x?xf32>
+  %w3 = spectra.glorot [%h, %h] learnable : tensor<?x?xf32>
+  %b3 = spectra.zeros [%h] learnable : tensor<?xf32>
+  %l3 = spectra.linear %a2 by %w3 plus %b3 : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %n3 = spectra.batch_norm %l3 : tensor<?x?xf32>
+  %a3 = spectra.activation "leaky_relu" %n3 : tensor<?x?xf32>
+  %w4 = spectra.glorot [%h, %h] learnable : tensor<?x?xf32>
+  %b4 = spectra.zeros [%h] learnable : tensor<?xf32>
+  %l4 = spectra.linear %a3 by %w4 plus %b4 : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %n4 = spectra.batch_norm %l4 : tensor<?x?xf32>
+  %a4 = spectra.activation "leaky_relu" %n4 : tensor<?x?xf32>
+  %w5 = spectra.glorot [%d, %h] learnable : tensor<?x?xf32>
+  %b5 = spectra.zeros [%d] learnable : tensor<?xf32>
+  %l5 = spectra.linear %a4 by %w5 plus %b5 : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+  %w = spectra.activation "tanh" %l5 : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}

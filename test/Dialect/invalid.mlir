@@ -1085,3 +1085,84 @@ spectra.weight_recipe @w(%m, %d) {
   %w = spectra.affine %n by %a plus %b : tensor<?x3xf32>, tensor<4x4xf32>, tensor<4xf32>
   spectra.yield %w : tensor<?x3xf32>
 }
+
+// -----
+
+// Tests glorot C1: a matrix needs two sizes.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-error@+1 {{'spectra.glorot' op C1: expects one size per result dimension: 1 size(s) for a rank-2 result}}
+  %g = spectra.glorot [%d] learnable : tensor<?x?xf32>
+  %n = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %n : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests glorot C2: static sizes agree.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %eight = arith.constant 8 : index
+  // expected-error@+1 {{'spectra.glorot' op C2: size #0 is 8 but result dimension 0 is 4}}
+  %g = spectra.glorot [%eight, %d] learnable : tensor<4x?xf32>
+  %n = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %n : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests linear C1: a generator layer whose input width does not fit d.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %n = spectra.gaussian [%m, %d] : tensor<?x16xf32>
+  %w1 = spectra.glorot [%d, %d] learnable : tensor<16x32xf32>
+  %b1 = spectra.zeros [%d] learnable : tensor<16xf32>
+  // expected-error@+1 {{'spectra.linear' op C1: the input has 16 columns but the layer takes 32}}
+  %y = spectra.linear %n by %w1 plus %b1 : tensor<?x16xf32>, tensor<16x32xf32>, tensor<16xf32> -> tensor<?x16xf32>
+  spectra.yield %y : tensor<?x16xf32>
+}
+
+// -----
+
+// Tests linear C2: one bias per output.
+spectra.weight_recipe @w(%m, %d) {
+  %n = spectra.gaussian [%m, %d] : tensor<?x16xf32>
+  %w1 = spectra.glorot [%d, %d] learnable : tensor<16x16xf32>
+  // expected-note@+1 {{offending value defined here}}
+  %b1 = spectra.zeros [%d] learnable : tensor<8xf32>
+  // expected-error@+1 {{'spectra.linear' op C2: the bias has length 8 but the layer has 16 outputs}}
+  %y = spectra.linear %n by %w1 plus %b1 : tensor<?x16xf32>, tensor<16x16xf32>, tensor<8xf32> -> tensor<?x16xf32>
+  spectra.yield %y : tensor<?x16xf32>
+}
+
+// -----
+
+// Tests linear C3: the result has the layer's outputs.
+spectra.weight_recipe @w(%m, %d) {
+  %n = spectra.gaussian [%m, %d] : tensor<?x16xf32>
+  %w1 = spectra.glorot [%d, %d] learnable : tensor<8x16xf32>
+  %b1 = spectra.zeros [%d] learnable : tensor<8xf32>
+  // expected-error@+1 {{'spectra.linear' op C3: result has 16 columns but the layer has 8 outputs}}
+  %y = spectra.linear %n by %w1 plus %b1 : tensor<?x16xf32>, tensor<8x16xf32>, tensor<8xf32> -> tensor<?x16xf32>
+  spectra.yield %y : tensor<?x16xf32>
+}
+
+// -----
+
+// Tests batch_norm C1: one row has no variance.
+spectra.weight_recipe @w(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %n = spectra.gaussian [%m, %d] : tensor<1x?xf32>
+  // expected-error@+1 {{'spectra.batch_norm' op C1: batch normalisation needs at least 2 rows, got 1}}
+  %b = spectra.batch_norm %n : tensor<1x?xf32>
+  spectra.yield %b : tensor<1x?xf32>
+}
+
+// -----
+
+// Tests activation C1: a known function.
+spectra.weight_recipe @w(%m, %d) {
+  %n = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  // expected-error@+1 {{'spectra.activation' op C1: unknown activation "relu6" (known: leaky_relu, tanh)}}
+  %a = spectra.activation "relu6" %n : tensor<?x?xf32>
+  spectra.yield %a : tensor<?x?xf32>
+}

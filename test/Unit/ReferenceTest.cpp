@@ -495,3 +495,27 @@ TEST(Reference, GmmFactorGradientsThroughAttentionAgreeWithCentralDifferences) {
   }
 }
 } // namespace
+
+namespace {
+TEST(Reference, GenerativeNetworkGradientsThroughAttentionAgreeWithCentralDifferences) {
+  // Generative-PRF and Generative-RKS: d(loss)/d(every generator weight and bias) by autograd
+  // through the float64 reference (batch norm, LeakyReLU, tanh) against central differences.
+  for (const char *variant : {"posrf-generative", "trigrf-generative"}) {
+    Descriptor desc = describe(variant, 8, 4, {{"hidden", 5}});
+    WeightFactory factory(desc);
+    ReferenceFeatureMap fm(desc);
+    Weights w = factory.draw(5);
+    torch::manual_seed(4);
+    std::vector<std::pair<std::string, torch::Tensor>> factors;
+    for (auto &[name, value] : w.learnable)
+      factors.emplace_back(name, (value.detach() + 0.2 * torch::randn_like(value)).set_requires_grad(true));
+    AttentionCase c = randomCase(1, 1, 6, 4, 0.8, 9);
+    torch::Tensor probe = torch::randn({1, 1, 6, 4}, f64);
+    auto loss = [&] { return (fm.attention(c.q, c.k, c.v, factory.rebuild(5, factors)) * probe).sum(); };
+    loss().backward();
+    ASSERT_EQ(factors.size(), 10u);
+    for (auto &[name, factor] : factors)
+      checkGradient(loss, factor, std::string(variant) + " d" + name);
+  }
+}
+} // namespace

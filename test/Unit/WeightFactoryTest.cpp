@@ -507,3 +507,68 @@ TEST(WeightFactory, GmmWithOneComponentAtItsInitialValuesIsBaseInDistribution) {
 }
 
 } // namespace
+
+namespace {
+
+WeightFactory generativeFactory(int64_t m, int64_t d, int64_t hidden) {
+  VariantConfig config;
+  config.m = m;
+  config.d = d;
+  config.options = {{"hidden", static_cast<double>(hidden)}};
+  return WeightFactory(describeVariant("trigrf-generative", config));
+}
+
+TEST(WeightFactory, GenerativeIsAFiveLayerGeneratorWithBatchNormAndTanhRows) {
+  const int64_t m = 32, d = 4, h = 6;
+  WeightFactory f = generativeFactory(m, d, h);
+  Weights w = f.draw(3);
+  // Five dense layers: weights [h,d], [h,h] x 3, [d,h], each with a bias; Glorot-uniform weights,
+  // zero biases, all learnable.
+  ASSERT_EQ(w.learnable.size(), 10u);
+  const std::vector<std::vector<int64_t>> shapes = {{h, d}, {h}, {h, h}, {h}, {h, h},
+                                                    {h}, {h, h}, {h}, {d, h}, {d}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto &[name, value] = w.learnable[i];
+    EXPECT_EQ(value.sizes().vec(), shapes[i]) << name;
+    EXPECT_TRUE(value.requires_grad()) << name;
+    if (i % 2 == 0) {
+      EXPECT_NE(name.find("glorot"), std::string::npos) << name;
+      double bound = std::sqrt(6.0 / static_cast<double>(shapes[i][0] + shapes[i][1]));
+      EXPECT_LE(maxAbs(value), bound) << name << ": Glorot-uniform bound";
+      EXPECT_GT(maxAbs(value), 0.3 * bound) << name << ": not degenerate";
+    } else {
+      EXPECT_NE(name.find("zeros"), std::string::npos) << name;
+      EXPECT_EQ(maxAbs(value), 0.0) << name;
+    }
+  }
+  EXPECT_EQ(w.W.sizes().vec(), (std::vector<int64_t>{m, d}));
+  EXPECT_LT(maxAbs(w.W), 1.0) << "tanh output";
+  EXPECT_GT(w.W.std().item<double>(), 0.05) << "rows differ (the noise reaches the output)";
+  // Deterministic per seed, different across seeds.
+  EXPECT_TRUE(torch::equal(w.W, f.draw(3).W));
+  EXPECT_FALSE(torch::equal(w.W, f.draw(4).W));
+
+  std::vector<std::pair<std::string, torch::Tensor>> factors;
+  for (auto &[name, value] : w.learnable) factors.emplace_back(name, value.detach().clone());
+  EXPECT_LT(maxAbs(f.rebuild(3, factors).W - w.W), 1e-12) << "rebuild at the drawn factors";
+  // Batch normalisation removes a hidden layer's bias and (up to its epsilon) its scale: shifting
+  // b1..b4 and scaling layer 1 by 3 leaves W unchanged.
+  auto shifted = factors;
+  for (size_t i : {1u, 3u, 5u, 7u}) shifted[i].second = shifted[i].second + 0.7;
+  shifted[0].second = shifted[0].second * 3;
+  EXPECT_LT(maxAbs(f.rebuild(3, shifted).W - w.W), 1e-4) << "batch norm invariance";
+  // With the last layer's weight at zero every row is tanh(b5).
+  auto constant = factors;
+  constant[8].second = torch::zeros({d, h}, torch::kFloat64);
+  constant[9].second = torch::tensor({0.5, -1.0, 2.0, 0.0}, torch::kFloat64);
+  torch::Tensor rows = f.rebuild(3, constant).W;
+  EXPECT_LT(maxAbs(rows - torch::tanh(constant[9].second).unsqueeze(0).expand({m, d})), 1e-15);
+  // The default width is the paper's 64.
+  VariantConfig config;
+  config.m = m;
+  config.d = d;
+  EXPECT_EQ(WeightFactory(describeVariant("posrf-generative", config)).draw(0).learnable[0].second.size(0),
+            64);
+}
+
+} // namespace

@@ -60,7 +60,8 @@ static cl::opt<std::string> dtype("dtype", cl::desc("q/k/v element type: f32 (de
                                                     "(GPU kernels: f32, bf16, f16)"),
                                   cl::init("f32"), cl::cat(category));
 static cl::list<std::string> componentOptions(
-    "option", cl::desc("component option NAME=VALUE (repeatable), e.g. --option a=-0.2 for gerf"),
+    "option", cl::desc("component or weight-recipe option NAME=VALUE (repeatable), e.g. "
+                       "--option a=-0.2 for gerf, --option components=4 for gmm"),
     cl::cat(category));
 static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "

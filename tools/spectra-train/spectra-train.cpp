@@ -81,6 +81,9 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --time-limit S     0 (none)       train for S seconds, then evaluate, stop and test
   --redraw-every N   0 (never)      draw fresh random features every N steps (Performer's
                                     redraw; fixed recipes only, no recompilation, resumable)
+  --option NAME=VALUE                a component or weight-recipe option of the variant
+                                    (repeatable), e.g. components=4 for gmm, hidden=32 for
+                                    generative, a=-0.2 for gerf
   --clip X 1.0   --weight-decay X 0   --seed N 42
   --features M 128   --embed 64   --layers 2   --heads 2   --head-dim 32   --ffn 128
   --dropout 0.1
@@ -161,6 +164,7 @@ using json = nlohmann::json;
 struct Args {
   std::map<std::string, std::string> values;
   std::set<std::string> flags;
+  std::vector<std::string> variantOptions;  ///< --option NAME=VALUE, in order
 };
 
 const std::set<std::string> kValueOptions = {
@@ -169,7 +173,7 @@ const std::set<std::string> kValueOptions = {
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
     "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions",
-    "redraw-every"};
+    "redraw-every", "option"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -196,7 +200,10 @@ Args parseArgs(int argc, char **argv, int first) {
         throw std::invalid_argument("option '--" + name + "' needs a value");
       value = argv[++i];
     }
-    a.values[name] = value;
+    if (name == "option")
+      a.variantOptions.push_back(value);
+    else
+      a.values[name] = value;
   }
   return a;
 }
@@ -269,6 +276,13 @@ TrainOptions optionsFrom(const Args &a) {
     o.precision = get("precision");
   if (!get("threads").empty())
     torch::set_num_threads(static_cast<int>(toInt("threads", get("threads"))));
+  for (const std::string &kv : a.variantOptions) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("--option expects NAME=VALUE with a number, got '" + kv + "'");
+    std::string name = kv.substr(0, eq);
+    o.model.options[name] = toDouble("option " + name, kv.substr(eq + 1));
+  }
   o.resume = a.flags.count("resume") > 0;
   o.progress = a.flags.count("no-progress") == 0;
   return o;
@@ -551,6 +565,8 @@ int sweepCommand(int argc, char **argv) {
     for (auto &[k, v] : a.values)
       if (k != "attentions" && k != "out")
         args.push_back("--" + k), args.push_back(v);
+    for (const std::string &kv : a.variantOptions)
+      args.push_back("--option"), args.push_back(kv);
     for (auto &f : a.flags)
       if (f != "resume")
         args.push_back("--" + f);
