@@ -270,3 +270,54 @@ TEST(SpectralAttention, PaddedQueriesStayOutOfTheStatisticsWithAQueryMask) {
 }
 
 } // namespace
+
+namespace {
+TEST(SpectralAttention, UserDeclaredLearnableRecipeTrainsThroughTheFusedKernels) {
+  // The README's learned recipe: ORF directions under a learnable affine map (per block).
+  SpectralAttentionOptions o;
+  o.ir = R"mlir(
+    spectra.weight_recipe @learned_orf(%m, %d) {
+      %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+        %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+        %q = spectra.orthogonalize %g : tensor<?x?xf32>
+        %s = spectra.chi [%d] dof %d : tensor<?xf32>
+        %o = spectra.scale_rows %q, %s : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+        %a = spectra.eye [%d] learnable : tensor<?x?xf32>
+        %b = spectra.zeros [%d] learnable : tensor<?xf32>
+        %r = spectra.affine %o by %a plus %b : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32>
+        spectra.yield %r : tensor<?x?xf32>
+      }
+      spectra.yield %w : tensor<?x?xf32>
+    }
+    spectra.feature_map @mine component @posrf weights @learned_orf m = 16 d = 8 seed = 3
+  )mlir";
+  o.irSource = "learned-recipe.mlir";
+  SpectralAttention fused(o);
+  o.mode = AttentionMode::Reference;
+  SpectralAttention reference(o);
+  ASSERT_EQ(fused->parameters().size(), 4u) << "A and b of each of the 2 ORF blocks";
+  Inputs in = makeInputs(torch::kFloat32, 8);
+  torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  std::vector<torch::Tensor> a = run(fused, in, probe), b = run(reference, in, probe);
+  ASSERT_EQ(a.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_GT(maxAbs(b[i]), 0.0) << "#" << i;
+    EXPECT_LT(maxAbs(a[i].to(torch::kFloat64) - b[i].to(torch::kFloat64)), 2e-3 * maxAbs(b[i]))
+        << "output, dq, dk, dv, dA_0, db_0, dA_1, db_1: #" << i;
+  }
+  // With A = 0 and b = 0 every feature of key j is m^-1/2 exp(-||k_j||^2 / 2) (k scaled by
+  // d^-1/4): attention weighs the kept keys by exp(-||k_j||^2 / 2) alone.
+  {
+    torch::NoGradGuard noGrad;
+    for (auto &p : fused->parameters())
+      p.zero_();
+  }
+  torch::Tensor out = fused->forward(in.q, in.k, in.v, in.mask).to(torch::kFloat64);
+  torch::Tensor k = in.k.to(torch::kFloat64) * std::pow(8.0, -0.25);
+  torch::Tensor weight = torch::exp(-0.5 * k.square().sum(-1)) *
+                         in.mask.to(torch::kFloat64).view({2, 1, 10});  // [B, H, Nk]
+  torch::Tensor expected = torch::einsum("bhj,bhjv->bhv", {weight, in.v.to(torch::kFloat64)}) /
+                           weight.sum(-1, true);
+  EXPECT_LT(maxAbs(out - expected.unsqueeze(2).expand_as(out)), 1e-5);
+}
+} // namespace

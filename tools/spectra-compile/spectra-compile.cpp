@@ -27,6 +27,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
@@ -63,6 +64,11 @@ static cl::list<std::string> componentOptions(
     "option", cl::desc("component or weight-recipe option NAME=VALUE (repeatable), e.g. "
                        "--option a=-0.2 for gerf, --option components=4 for gmm"),
     cl::cat(category));
+static cl::opt<std::string> featureMapName(
+    "feature-map",
+    cl::desc("in a file that declares several spectra.feature_map ops, compile only the one with "
+             "this name (the others must be unused)"),
+    cl::value_desc("name"), cl::init(""), cl::cat(category));
 static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "
                                           "the runtime reads); --target cpu: tiles (the kernels "
@@ -197,6 +203,29 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  if (!featureMapName.empty()) {
+    // Keep one feature map: the stages and exports then describe that one alone.
+    std::vector<std::string> names;
+    mlir::spectra::FeatureMapOp kept;
+    for (auto fm : module->getOps<mlir::spectra::FeatureMapOp>()) {
+      names.push_back(fm.getSymName().str());
+      if (fm.getSymName() == featureMapName)
+        kept = fm;
+    }
+    if (!kept)
+      return fail("no spectra.feature_map named '" + featureMapName + "'" +
+                  (names.empty() ? std::string(" (the input declares none)")
+                                 : "; the input declares: " + llvm::join(names, ", ")));
+    for (auto fm : llvm::make_early_inc_range(module->getOps<mlir::spectra::FeatureMapOp>())) {
+      if (fm == kept)
+        continue;
+      if (!SymbolTable::symbolKnownUseEmpty(fm, *module))
+        return fail("--feature-map " + featureMapName + ": feature map '" + fm.getSymName() +
+                    "' is used in the input, so it cannot be left out");
+      fm.erase();
+    }
+  }
+
   if (!printLibrary) {
     PassManager pm(&context);
     if (cpuStage) {
@@ -242,7 +271,7 @@ int main(int argc, char **argv) {
       std::string description = mlir::spectra::recordedGpuArtifact(*module);
       if (description.empty())
         return fail("--emit=artifact describes one feature map; the input declares several "
-                    "(keep one spectra.feature_map in the file, or use --emit=ptx)");
+                    "(name one with --feature-map NAME, or use --emit=ptx)");
       llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(description);
       if (!parsed)
         return fail("internal error: the artifact is not JSON: " + llvm::toString(parsed.takeError()));
@@ -255,8 +284,12 @@ int main(int argc, char **argv) {
   }
   if (emit == "descriptor") {
     llvm::Expected<std::string> descriptor = mlir::spectra::exportFeatureMap(*module);
-    if (!descriptor)
-      return fail(llvm::toString(descriptor.takeError()));
+    if (!descriptor) {
+      std::string message = llvm::toString(descriptor.takeError());
+      if (llvm::StringRef(message).contains("several feature maps"))
+        message += " with --feature-map NAME";
+      return fail(message);
+    }
     output->os() << *descriptor << "\n";
     output->keep();
     return 0;
