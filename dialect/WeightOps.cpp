@@ -119,6 +119,52 @@ LogicalResult WeightRecipeOp::verify() {
   return verifyRecipeYield(*this, block, "C2");
 }
 
+LogicalResult WeightRecipeOp::verifyRegions() {
+  // Follow each learnable draw forward through its users: a recipe yield of W ends the walk
+  // (C3 holds), a stack_blocks yield continues from the stacked result, moment_match (which
+  // needs a fixed input) stops it with C4.
+  WalkResult walked = getBody().walk([&](Operation *draw) -> WalkResult {
+    if (!draw->hasAttr("learnable"))
+      return WalkResult::advance();
+    bool reachesW = false;
+    SmallVector<Value> work(draw->getResults().begin(), draw->getResults().end());
+    llvm::SmallPtrSet<Operation *, 16> seen;
+    while (!work.empty()) {
+      Value value = work.pop_back_val();
+      for (OpOperand &use : value.getUses()) {
+        Operation *user = use.getOwner();
+        if (isa<MomentMatchOp>(user)) {
+          constraintError(*this, "C4", draw->getResult(0))
+              << "'" << user->getName() << "' takes a value computed from the learnable '"
+              << draw->getName() << "'; it needs a fixed input (it re-standardises its input, "
+                 "undoing what is learned)";
+          return WalkResult::interrupt();
+        }
+        if (isa<YieldOp>(user)) {
+          Operation *parent = user->getParentOp();
+          if (parent == getOperation() && use.getOperandNumber() == 0)
+            reachesW = true;
+          else if (isa<StackBlocksOp>(parent) && parent->getNumResults() > 0 &&
+                   seen.insert(parent).second)
+            work.push_back(parent->getResult(0));
+          continue;
+        }
+        if (seen.insert(user).second)
+          work.append(user->getResults().begin(), user->getResults().end());
+      }
+    }
+    if (!reachesW) {
+      constraintError(*this, "C3", draw->getResult(0))
+          << "the learnable '" << draw->getName()
+          << "' does not reach W (the recipe's first result), so it would never train; use it "
+             "or drop `learnable`";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(walked.wasInterrupted());
+}
+
 //===----------------------------------------------------------------------===//
 // Random draws
 //===----------------------------------------------------------------------===//

@@ -33,6 +33,14 @@ def Spectra_WeightRecipeOp : Spectra_Op<"weight_recipe", [
     Constraints:
     * C1: the body has exactly two arguments, both `index` (`m`, `d`).
     * C2: the body yields a rank-2 tensor, optionally followed by a rank-1 tensor.
+    * C3: every value drawn `learnable` reaches W (through the ops that use it,
+      `stack_blocks` included): a trainable factor that W does not depend on
+      would never train.
+    * C4: no value computed from a `learnable` one feeds
+      `spectra.moment_match` (it re-standardises its input on every build,
+      undoing what is learned); a fixed recipe belongs there. (The other op
+      that needs a fixed input, `spectra.inverse_normal_cdf`, takes only
+      uniform or low-discrepancy points, which are never learnable.)
 
     ```mlir
     spectra.weight_recipe @base(%m, %d) {
@@ -47,6 +55,7 @@ def Spectra_WeightRecipeOp : Spectra_Op<"weight_recipe", [
   // parser defines them inside the isolated name scope.
   let assemblyFormat = "$sym_name `` custom<IndexArgsRegion>($body) attr-dict-with-keyword";
   let hasVerifier = 1;
+  let hasRegionVerifier = 1;
   let extraClassDeclaration = [{
     ::mlir::Value getM() { return getBody().front().getArgument(0); }
     ::mlir::Value getD() { return getBody().front().getArgument(1); }

@@ -1166,3 +1166,42 @@ spectra.weight_recipe @w(%m, %d) {
   %a = spectra.activation "relu6" %n : tensor<?x?xf32>
   spectra.yield %a : tensor<?x?xf32>
 }
+
+// -----
+
+// Tests weight_recipe C3: a learnable value that W does not depend on would never train.
+// expected-error@+1 {{'spectra.weight_recipe' op C3: the learnable 'spectra.zeros' does not reach W (the recipe's first result), so it would never train; use it or drop `learnable`}}
+spectra.weight_recipe @w(%m, %d) {
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  // expected-note@+1 {{offending value defined here}}
+  %mu = spectra.zeros [%d] learnable : tensor<?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests weight_recipe C3: reaching only the row weights is not reaching W.
+// expected-error@+1 {{'spectra.weight_recipe' op C3: the learnable 'spectra.gaussian' does not reach W}}
+spectra.weight_recipe @w(%m, %d) {
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  // expected-note@+1 {{offending value defined here}}
+  %a = spectra.gaussian [%m] learnable : tensor<?xf32>
+  spectra.yield %g, %a : tensor<?x?xf32>, tensor<?xf32>
+}
+
+// -----
+
+// Tests weight_recipe C4: moment_match of a learned value, through a stack_blocks block.
+// expected-error@+1 {{'spectra.weight_recipe' op C4: 'spectra.moment_match' takes a value computed from the learnable 'spectra.eye'; it needs a fixed input (it re-standardises its input, undoing what is learned)}}
+spectra.weight_recipe @w(%m, %d) {
+  %s = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %n = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+    // expected-note@+1 {{offending value defined here}}
+    %a = spectra.eye [%d] learnable : tensor<?x?xf32>
+    %z = spectra.zeros [%d] : tensor<?xf32>
+    %b = spectra.affine %n by %a plus %z : tensor<?x?xf32>, tensor<?x?xf32>, tensor<?xf32>
+    spectra.yield %b : tensor<?x?xf32>
+  }
+  %w = spectra.moment_match %s : tensor<?x?xf32>
+  spectra.yield %w : tensor<?x?xf32>
+}

@@ -6,10 +6,10 @@
 // CHECK-SAME: (%[[M:.*]], %[[D:.*]]) {
 // CHECK: %[[N:.*]] = spectra.next_pow2 %[[D]]
 // CHECK: spectra.gaussian [%[[M]], %[[D]]] : tensor<?x?xf32>
-// CHECK: spectra.gaussian [%[[N]]] learnable : tensor<?xf32>
+// CHECK: spectra.gaussian [%[[N]]] : tensor<?xf32>
 // CHECK: spectra.uniform [%[[M]], %[[D]]] : tensor<?x?xf32>
-// CHECK: spectra.rademacher [%[[N]]] learnable : tensor<?xf32>
-// CHECK: spectra.chi [%[[N]]] dof %[[N]] learnable : tensor<?xf32>
+// CHECK: spectra.rademacher [%[[N]]] : tensor<?xf32>
+// CHECK: spectra.chi [%[[N]]] dof %[[N]] : tensor<?xf32>
 // CHECK: spectra.permutation [%[[N]]] : tensor<?xi64>
 // CHECK: spectra.low_discrepancy sobol [%[[M]], %[[D]]] random_shift : tensor<?x?xf32>
 // CHECK: spectra.low_discrepancy halton [%[[M]], %[[D]]] : tensor<?x?xf32>
@@ -31,10 +31,10 @@
 spectra.weight_recipe @every_block(%m, %d) {
   %n = spectra.next_pow2 %d
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
-  %gv = spectra.gaussian [%n] learnable : tensor<?xf32>
+  %gv = spectra.gaussian [%n] : tensor<?xf32>
   %u = spectra.uniform [%m, %d] : tensor<?x?xf32>
-  %b = spectra.rademacher [%n] learnable : tensor<?xf32>
-  %s = spectra.chi [%n] dof %n learnable : tensor<?xf32>
+  %b = spectra.rademacher [%n] : tensor<?xf32>
+  %s = spectra.chi [%n] dof %n : tensor<?xf32>
   %p = spectra.permutation [%n] : tensor<?xi64>
   %t = spectra.low_discrepancy sobol [%m, %d] random_shift : tensor<?x?xf32>
   %t2 = spectra.low_discrepancy halton [%m, %d] : tensor<?x?xf32>
@@ -58,6 +58,21 @@ spectra.weight_recipe @every_block(%m, %d) {
     spectra.yield %bp, %bw : tensor<?x?xf32>, tensor<?xf32>
   }
   spectra.yield %sw, %sa : tensor<?x?xf32>, tensor<?xf32>
+}
+
+// Tests that learnable draws round-trip (each reaches W, C3).
+// CHECK-LABEL: spectra.weight_recipe @learnable_draws
+// CHECK: spectra.gaussian [%{{.*}}] learnable : tensor<?xf32>
+// CHECK: spectra.rademacher [%{{.*}}] learnable : tensor<?xf32>
+// CHECK: spectra.chi [%{{.*}}] dof %{{.*}} learnable : tensor<?xf32>
+spectra.weight_recipe @learnable_draws(%m, %d) {
+  %n = spectra.next_pow2 %d
+  %g = spectra.gaussian [%n] learnable : tensor<?xf32>
+  %b = spectra.rademacher [%n] learnable : tensor<?xf32>
+  %s = spectra.chi [%n] dof %n learnable : tensor<?xf32>
+  %p = spectra.permutation [%n] : tensor<?xi64>
+  %ff = spectra.fastfood %s, %g, %p, %b : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
+  spectra.yield %ff : tensor<?x?xf32>
 }
 
 // Tests that static shapes are accepted where constants fix the sizes.
