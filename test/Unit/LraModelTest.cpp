@@ -153,6 +153,36 @@ TEST(LraModel, TrainingOnlyTheGmmMixtureMovesItAndLowersTheLoss) {
     EXPECT_GT((mixture[i].detach() - before[i]).abs().max().item<double>(), 1e-3) << "parameter " << i;
 }
 
+TEST(LraModel, VariantOptionsReachTheRecipeAndTheGeneratorGetsGradients) {
+  // Generative-RKS through the fused kernels with the variant option hidden = 12: the
+  // generator's weights and biases are parameters of the model and get gradients through dW
+  // (its training is tested in SpectralAttentionTest).
+  torch::manual_seed(6);
+  LraConfig config = small("spectra:trigrf-generative");
+  config.options = {{"hidden", 12}};
+  LraModel model(config);
+  std::vector<torch::Tensor> generator;
+  std::vector<std::string> names;
+  for (const auto &item : model->named_parameters())
+    if (item.key().find("spectral.weights.") != std::string::npos) {
+      generator.push_back(item.value());
+      names.push_back(item.key());
+    }
+  ASSERT_EQ(generator.size(), 20u) << "2 layers x 5 dense layers x (weight, bias)";
+  EXPECT_EQ(generator[0].sizes().vec(), (std::vector<int64_t>{12, 8})) << "hidden = 12 reached the recipe";
+  torch::Tensor x = tokens(8, 24, 4);
+  torch::Tensor y = torch::randint(0, 10, {8}, torch::kInt64);
+  torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+  // Every weight and the output bias get a gradient; the hidden biases sit in front of batch
+  // norm, which removes them (their exact gradient is 0).
+  for (size_t i = 0; i < generator.size(); ++i) {
+    ASSERT_TRUE(generator[i].grad().defined()) << names[i];
+    bool hiddenBias = i % 2 == 1 && i % 10 != 9;
+    if (!hiddenBias)
+      EXPECT_GT(generator[i].grad().abs().max().item<double>(), 1e-7) << names[i];
+  }
+}
+
 TEST(LraModel, BadConfigurationsAreNamed) {
   try {
     LraModel bad(small("performer"));

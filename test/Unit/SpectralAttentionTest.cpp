@@ -321,3 +321,36 @@ TEST(SpectralAttention, UserDeclaredLearnableRecipeTrainsThroughTheFusedKernels)
   EXPECT_LT(maxAbs(out - expected.unsqueeze(2).expand_as(out)), 1e-5);
 }
 } // namespace
+
+namespace {
+TEST(SpectralAttention, TrainingTheGeneratorAloneBringsGenerativeRksCloserToSoftmax) {
+  // Generative-RKS (fused kernels): fit the generator so that the attention matches softmax
+  // attention on fixed inputs. A few Adam steps on the generator's parameters alone must move
+  // them and lower the error.
+  SpectralAttentionOptions o = options("trigrf-generative", AttentionMode::Fused);
+  o.config.m = 32;
+  o.config.options = {{"hidden", 16}};
+  SpectralAttention module(o);
+  torch::manual_seed(3);
+  torch::Tensor q = torch::randn({2, 2, 24, 8}) * 1.5, k = torch::randn({2, 2, 24, 8}) * 1.5,
+                v = torch::randn({2, 2, 24, 5});
+  torch::Tensor target = at::scaled_dot_product_attention(q, k, v);
+  std::vector<torch::Tensor> params = module->parameters(), before;
+  ASSERT_EQ(params.size(), 10u);
+  for (auto &p : params)
+    before.push_back(p.detach().clone());
+  torch::optim::Adam adam(params, torch::optim::AdamOptions(0.01));
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    adam.zero_grad();
+    torch::Tensor loss = (module->forward(q, k, v) - target).square().mean();
+    loss.backward();
+    ASSERT_TRUE(torch::isfinite(loss).item<bool>());
+    (step == 0 ? first : last) = loss.item<double>();
+    adam.step();
+  }
+  EXPECT_LT(last, 0.8 * first) << "first " << first << ", last " << last;
+  EXPECT_GT((params[0].detach() - before[0]).abs().max().item<double>(), 1e-3);
+  EXPECT_GT((params[8].detach() - before[8]).abs().max().item<double>(), 1e-3);
+}
+} // namespace
