@@ -343,6 +343,22 @@ LogicalResult SparseGridOp::verify() {
   return success();
 }
 
+LogicalResult SphericalRadialOp::verify() {
+  if (std::optional<int64_t> len = dimOf(getRadius(), 0); len && *len != 1)
+    return constraintError(*this, "C1", getRadius())
+           << "the radius must hold one value, got length " << *len;
+  if (std::optional<int64_t> d = knownIndex(getDim())) {
+    for (auto [v, i, expected] : {std::tuple<Value, unsigned, int64_t>{getPoints(), 0, 2 * *d + 3},
+                                  {getPoints(), 1, *d},
+                                  {getWeights(), 0, 2 * *d + 3}})
+      if (std::optional<int64_t> s = dimOf(v, i); s && *s != expected)
+        return constraintError(*this, "C2", getDim())
+               << "with d = " << *d << " result dimension " << i << " must be " << expected
+               << ", got " << *s;
+  }
+  return success();
+}
+
 LogicalResult RotateOp::verify() {
   std::optional<int64_t> qr = dimOf(getRotation(), 0), qc = dimOf(getRotation(), 1);
   if (qr && qc && *qr != *qc)

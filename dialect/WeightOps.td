@@ -418,6 +418,33 @@ def Spectra_RotateOp : Spectra_Op<"rotate", [Pure, AllTypesMatch<["points", "res
   let hasVerifier = 1;
 }
 
+def Spectra_SphericalRadialOp : Spectra_Op<"spherical_radial", [Pure]> {
+  let summary = "the degree-3 stochastic spherical-radial rule for N(0, I_d): 2d+3 points, signed weights";
+  let description = [{
+    Genz and Monahan's rule, as SSR (Munkhoeva et al., 2018) uses it: for a
+    radius `rho` (drawn `chi_{d+2}`), the points are the origin and
+    `+-rho v_j` for the d+1 vertices v_j of a unit regular simplex in R^d
+    (pairwise inner product -1/d), with weights `1 - d/rho^2` (centre,
+    negative when rho^2 < d) and `d / (2 (d+1) rho^2)` (the others). For every
+    rho the weights sum to 1, the first and third moments vanish and the second
+    is I_d; with rho ~ chi_{d+2} and a random rotation of the points the rule is
+    an unbiased estimate of every Gaussian integral.
+
+    Constraints:
+    * C1: the radius is a rank-1 tensor of length 1 when its length is known.
+    * C2: with a constant `d`, static result dimensions are `2d+3 x d` and `2d+3`.
+
+    ```mlir
+    %p, %a = spectra.spherical_radial [%d] radius %rho : tensor<?xf32> -> tensor<?x?xf32>, tensor<?xf32>
+    ```
+  }];
+  let arguments = (ins Index:$dim, Spectra_Vector:$radius);
+  let results = (outs Spectra_Matrix:$points, Spectra_Vector:$weights);
+  let assemblyFormat =
+      "` ` `[` $dim `]` `radius` $radius attr-dict `:` type($radius) `->` type($points) `,` type($weights)";
+  let hasVerifier = 1;
+}
+
 def Spectra_SimplexOp : Spectra_Op<"simplex", [Pure]> {
   let summary = "the n vertices of a regular simplex centred at the origin, as unit rows";
   let description = [{

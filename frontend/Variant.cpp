@@ -25,7 +25,7 @@ const std::vector<std::string> &spectra::frontend::componentNames() {
 const std::vector<std::string> &spectra::frontend::weightNames() {
   static const std::vector<std::string> names = {"base", "orf", "sorf",     "qmc",     "qmc-sobol",
                                                  "mm",   "sgq", "fastfood", "fastfoodl",
-                                                 "simrf", "scrf", "gmm", "generative"};
+                                                 "simrf", "scrf", "ssr", "gmm", "generative"};
   return names;
 }
 
@@ -165,13 +165,14 @@ llvm::Expected<Instantiation> spectra::frontend::planVariant(const Variant &vari
 
   Instantiation plan;
   plan.m = options.m;
-  if (variant.weights == "sgq") {
-    // Whole copies of the (2d+1)-point rule only: truncating one breaks its weights.
-    int64_t block = 2 * options.d + 1;
+  if (variant.weights == "sgq" || variant.weights == "ssr") {
+    // Whole copies of the (2d+1)-point (SGQ) or (2d+3)-point (SSR) rule only: truncating one
+    // breaks its weights.
+    int64_t block = 2 * options.d + (variant.weights == "sgq" ? 1 : 3);
     int64_t copies = std::max<int64_t>(1, options.m / block);
     plan.m = copies * block;
     if (plan.m != options.m)
-      plan.notes.push_back("sgq uses m = " + std::to_string(plan.m) + " (" +
+      plan.notes.push_back(variant.weights + " uses m = " + std::to_string(plan.m) + " (" +
                            std::to_string(copies) + " rotated cop" + (copies == 1 ? "y" : "ies") +
                            " of the " + std::to_string(block) + "-point rule for d = " +
                            std::to_string(options.d) + "), not the requested " +

@@ -167,6 +167,12 @@ private:
         set(op, torch::full({}, op.number("value"), opts));
       return;
     }
+    if (op.name == "arith.addi" || op.name == "arith.muli") {
+      int64_t a = index(op.operands.at(0), op.name + " operand"),
+              b = index(op.operands.at(1), op.name + " operand");
+      values[op.results[0]] = Value{true, op.name == "arith.addi" ? a + b : a * b, {}};
+      return;
+    }
     if (op.name.rfind("spectra.", 0) != 0)
       fail("op '" + op.name + "' is not a weight-recipe building block");
 
@@ -303,6 +309,25 @@ private:
       torch::Tensor points = torch::cat({torch::zeros({1, d}, f64), eye, -eye}, 0);
       torch::Tensor weights = torch::full({2 * d + 1}, 1.0 / 6.0, f64);
       weights[0] = 1.0 - static_cast<double>(d) / 3.0;
+      set(op, place(points), 0);
+      set(op, place(weights), 1);
+    } else if (m == "spherical_radial") {
+      int64_t d = index(op.operands[0], "spherical_radial dimension");
+      torch::Tensor rho = tensor(op.operands[1], "spherical_radial radius").to(f64).reshape({-1});
+      if (rho.numel() != 1)
+        fail("spherical_radial: the radius must hold one value, got " + shape(rho));
+      // The d+1 vertices of a unit regular simplex in R^d: the regular simplex of R^{d+1}
+      // (rows (e_i - 1/(d+1)) / sqrt(1 - 1/(d+1))) in an orthonormal basis of the hyperplane
+      // orthogonal to the all-ones vector (Q of the QR of its first d columns).
+      const double n = static_cast<double>(d + 1);
+      torch::Tensor full = (torch::eye(d + 1, f64) - 1.0 / n) / std::sqrt(1.0 - 1.0 / n);
+      torch::Tensor basis = std::get<0>(torch::linalg_qr(full.slice(1, 0, d)));  // (d+1) x d
+      torch::Tensor v = full.matmul(basis);                                       // (d+1) x d
+      torch::Tensor r = rho.reshape({1, 1});
+      torch::Tensor points = torch::cat({torch::zeros({1, d}, f64), v * r, -v * r}, 0);
+      torch::Tensor r2 = rho.square();
+      torch::Tensor outer = (static_cast<double>(d) / (2.0 * n) / r2).expand({2 * (d + 1)});
+      torch::Tensor weights = torch::cat({1.0 - static_cast<double>(d) / r2, outer}, 0);
       set(op, place(points), 0);
       set(op, place(weights), 1);
     } else if (m == "rotate") {

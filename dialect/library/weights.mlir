@@ -74,6 +74,25 @@ spectra.weight_recipe @sgq(%m, %d) {
   spectra.yield %w, %a : tensor<?x?xf32>, tensor<?xf32>
 }
 
+// SSR (Munkhoeva et al., 2018): the degree-3 stochastic spherical-radial rule. Per block of
+// 2d+3 rows, a radius rho ~ chi_{d+2}, the origin and +-rho times the d+1 vertices of a regular
+// simplex under a random rotation Q, with signed weights 1 - d/rho^2 and d/(2(d+1)rho^2),
+// averaged over the blocks. The frontend rounds m down to a multiple of 2d+3 (at least one).
+spectra.weight_recipe @ssr(%m, %d) {
+  %w, %a = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {
+    %one = arith.constant 1 : index
+    %two = arith.constant 2 : index
+    %dof = arith.addi %d, %two : index
+    %rho = spectra.chi [%one] dof %dof : tensor<?xf32>
+    %p, %wt = spectra.spherical_radial [%d] radius %rho : tensor<?xf32> -> tensor<?x?xf32>, tensor<?xf32>
+    %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+    %q = spectra.orthogonalize %g : tensor<?x?xf32>
+    %r = spectra.rotate %p by %q : tensor<?x?xf32>, tensor<?x?xf32>
+    spectra.yield %r, %wt : tensor<?x?xf32>, tensor<?xf32>
+  }
+  spectra.yield %w, %a : tensor<?x?xf32>, tensor<?xf32>
+}
+
 // FastFood: (1/sqrt(n)) S H G Pi H B blocks with chi_n row norms.
 spectra.weight_recipe @fastfood(%m, %d) {
   %n = spectra.next_pow2 %d

@@ -1205,3 +1205,28 @@ spectra.weight_recipe @w(%m, %d) {
   %w = spectra.moment_match %s : tensor<?x?xf32>
   spectra.yield %w : tensor<?x?xf32>
 }
+
+// -----
+
+// Tests spherical_radial C1: one radius.
+spectra.weight_recipe @w(%m, %d) {
+  %two = arith.constant 2 : index
+  // expected-note@+1 {{offending value defined here}}
+  %rho = spectra.chi [%two] dof %d : tensor<2xf32>
+  // expected-error@+1 {{'spectra.spherical_radial' op C1: the radius must hold one value, got length 2}}
+  %p, %a = spectra.spherical_radial [%d] radius %rho : tensor<2xf32> -> tensor<?x?xf32>, tensor<?xf32>
+  spectra.yield %p, %a : tensor<?x?xf32>, tensor<?xf32>
+}
+
+// -----
+
+// Tests spherical_radial C2: 2d+3 points for a constant d.
+spectra.weight_recipe @w(%m, %d) {
+  %one = arith.constant 1 : index
+  // expected-note@+1 {{offending value defined here}}
+  %four = arith.constant 4 : index
+  %rho = spectra.chi [%one] dof %d : tensor<?xf32>
+  // expected-error@+1 {{'spectra.spherical_radial' op C2: with d = 4 result dimension 0 must be 11, got 9}}
+  %p, %a = spectra.spherical_radial [%four] radius %rho : tensor<?xf32> -> tensor<9x4xf32>, tensor<?xf32>
+  spectra.yield %p, %a : tensor<9x4xf32>, tensor<?xf32>
+}

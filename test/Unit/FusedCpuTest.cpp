@@ -229,6 +229,14 @@ TEST(FusedCpuBackward, QuadratureWeightsAndLearnableFactors) {
   sgq.d = 8;
   FusedCpuAttention a("posrf-sgq", sgq);
   expectGradientsMatch(a, "posrf-sgq");
+  // SSR: the spherical-radial rule's signed weights (centre 1 - d/rho^2 may be negative).
+  VariantConfig ssr;
+  ssr.m = 2 * (2 * 8 + 3);
+  ssr.d = 8;
+  for (const char *variant : {"posrf-ssr", "trigrf-ssr"}) {
+    FusedCpuAttention c(variant, ssr);
+    expectGradientsMatch(c, variant);
+  }
   VariantConfig ff;
   ff.m = 16;
   ff.d = 8;

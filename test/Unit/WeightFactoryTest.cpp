@@ -572,3 +572,50 @@ TEST(WeightFactory, GenerativeIsAFiveLayerGeneratorWithBatchNormAndTanhRows) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(WeightFactory, SsrIsTheStochasticSphericalRadialRule) {
+  const int64_t d = 6, block = 2 * d + 3, copies = 3, m = copies * block;
+  WeightFactory f = factory("posrf-ssr", m, d);
+  Weights w = f.draw(4);
+  ASSERT_TRUE(w.rowWeights.has_value());
+  torch::Tensor a = *w.rowWeights, p = w.W;
+  ASSERT_EQ(p.sizes().vec(), (std::vector<int64_t>{m, d}));
+  // Exact moments of N(0, I) for every radius and rotation: weights sum to 1, first and third
+  // moments vanish, the second is I.
+  EXPECT_NEAR(a.sum().item<double>(), 1.0, 1e-12);
+  torch::Tensor ap = a.unsqueeze(1) * p;
+  EXPECT_LT(maxAbs(ap.sum(0)), 1e-10);
+  EXPECT_LT(maxAbs(ap.t().matmul(p) - torch::eye(d, torch::kFloat64)), 1e-10);
+  EXPECT_LT(std::abs((a * p.select(1, 0).pow(2) * p.select(1, 1)).sum().item<double>()), 1e-10);
+  EXPECT_LT(std::abs((a * p.select(1, 2).pow(3)).sum().item<double>()), 1e-10);
+  for (int64_t b = 0; b < copies; ++b) {
+    torch::Tensor rows = p.slice(0, b * block, (b + 1) * block), wt = a.slice(0, b * block, (b + 1) * block);
+    // The origin, then +-rho v_j at one radius rho.
+    EXPECT_LT(maxAbs(rows[0]), 1e-12);
+    torch::Tensor norms = rows.slice(0, 1).norm(2, 1);
+    double rho = norms[0].item<double>();
+    EXPECT_LT(maxAbs(norms - rho), 1e-10) << "block " << b;
+    EXPECT_LT(maxAbs(rows.slice(0, 1, d + 2) + rows.slice(0, d + 2)), 1e-12) << "+- pairs";
+    // The d+1 directions are a regular simplex: pairwise cosine -1/d.
+    torch::Tensor v = rows.slice(0, 1, d + 2) / rho;
+    torch::Tensor gram = v.matmul(v.t());
+    torch::Tensor expected = torch::full({d + 1, d + 1}, -1.0 / d, torch::kFloat64) +
+                             (1.0 + 1.0 / d) * torch::eye(d + 1, torch::kFloat64);
+    EXPECT_LT(maxAbs(gram - expected), 1e-10) << "block " << b;
+    // Weights 1 - d/rho^2 and d / (2 (d+1) rho^2), averaged over the copies.
+    EXPECT_NEAR(wt[0].item<double>() * copies, 1.0 - d / (rho * rho), 1e-10);
+    EXPECT_LT(maxAbs(wt.slice(0, 1) * copies - d / (2.0 * (d + 1) * rho * rho)), 1e-10);
+  }
+  // rho ~ chi_{d+2}: over many blocks E[rho^2] = d + 2 (variance 2 (d + 2)).
+  const int64_t many = 4000;
+  Weights big = factory("posrf-ssr", many * block, d).draw(9);
+  torch::Tensor rho2 = big.W.slice(0, 1, many * block, block).square().sum(1);
+  EXPECT_NEAR(rho2.mean().item<double>(), d + 2.0, 5 * std::sqrt(2.0 * (d + 2) / many));
+  // m is rounded down to whole rules (one at least).
+  EXPECT_EQ(factory("posrf-ssr", 2 * block + 5, d).draw(0).W.size(0), 2 * block);
+  EXPECT_EQ(factory("posrf-ssr", 4, d).draw(0).W.size(0), block);
+}
+
+} // namespace
