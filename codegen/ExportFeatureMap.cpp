@@ -152,12 +152,14 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
   root["d"] = featureMap.getDAttr().getInt();
   root["seed"] = featureMap.getSeedAttr().getInt();
   json::Object options;
-  if (std::optional<DictionaryAttr> dict = featureMap.getOptions())
-    for (NamedAttribute option : *dict)
+  if (std::optional<DictionaryAttr> dict = featureMap.getOptions()) {
+    for (NamedAttribute option : *dict) {
       if (auto f = llvm::dyn_cast<FloatAttr>(option.getValue()))
         options[option.getName().getValue()] = f.getValueAsDouble();
       else if (auto i = llvm::dyn_cast<IntegerAttr>(option.getValue()))
         options[option.getName().getValue()] = i.getValue().getSExtValue(); // recipe options
+    }
+  }
   root["options"] = std::move(options);
 
   {
