@@ -473,49 +473,38 @@ TEST(DerivedPartials, UserDeclaredComponentGetsItsDerivatives) {
 } // namespace
 
 namespace {
-TEST(Reference, GmmFactorGradientsThroughAttentionAgreeWithCentralDifferences) {
-  // GMM-PRF and GMM-RKS: d(loss)/d(Sigma_c, mu_c) by autograd through the float64 reference
-  // against central differences, away from the initial values (Sigma = I, mu = 0).
-  for (const char *variant : {"posrf-gmm", "trigrf-gmm"}) {
-    Descriptor desc = describe(variant, 8, 4, {{"components", 2}});
-    WeightFactory factory(desc);
-    ReferenceFeatureMap fm(desc);
-    Weights w = factory.draw(5);
-    torch::manual_seed(4);
-    std::vector<std::pair<std::string, torch::Tensor>> factors;
-    for (auto &[name, value] : w.learnable)
-      factors.emplace_back(name, (value.detach() + 0.2 * torch::randn_like(value)).set_requires_grad(true));
-    AttentionCase c = randomCase(1, 1, 6, 4, 0.8, 9);
-    torch::Tensor probe = torch::randn({1, 1, 6, 4}, f64);
-    auto loss = [&] { return (fm.attention(c.q, c.k, c.v, factory.rebuild(5, factors)) * probe).sum(); };
-    loss().backward();
-    ASSERT_EQ(factors.size(), 4u);
-    for (auto &[name, factor] : factors)
-      checkGradient(loss, factor, std::string(variant) + " d" + name);
-  }
+/// d(loss)/d(every learnable factor of `variant`) by autograd through the float64 reference
+/// against central differences, at factors moved away from their initial values.
+void expectFactorGradientsMatchCentralDifferences(const std::string &variant,
+                                                  std::map<std::string, double> options,
+                                                  size_t factorCount) {
+  Descriptor desc = describe(variant, 8, 4, std::move(options));
+  WeightFactory factory(desc);
+  ReferenceFeatureMap fm(desc);
+  Weights w = factory.draw(5);
+  torch::manual_seed(4);
+  std::vector<std::pair<std::string, torch::Tensor>> factors;
+  for (auto &[name, value] : w.learnable)
+    factors.emplace_back(name, (value.detach() + 0.2 * torch::randn_like(value)).set_requires_grad(true));
+  AttentionCase c = randomCase(1, 1, 6, 4, 0.8, 9);
+  torch::Tensor probe = torch::randn({1, 1, 6, 4}, f64);
+  auto loss = [&] { return (fm.attention(c.q, c.k, c.v, factory.rebuild(5, factors)) * probe).sum(); };
+  loss().backward();
+  ASSERT_EQ(factors.size(), factorCount) << variant;
+  for (auto &[name, factor] : factors)
+    checkGradient(loss, factor, variant + " d" + name);
 }
-} // namespace
 
-namespace {
+TEST(Reference, GmmFactorGradientsThroughAttentionAgreeWithCentralDifferences) {
+  // GMM-PRF and GMM-RKS: Sigma_c and mu_c of 2 components, away from Sigma = I, mu = 0.
+  for (const char *variant : {"posrf-gmm", "trigrf-gmm"})
+    expectFactorGradientsMatchCentralDifferences(variant, {{"components", 2}}, 4);
+}
+
 TEST(Reference, GenerativeNetworkGradientsThroughAttentionAgreeWithCentralDifferences) {
-  // Generative-PRF and Generative-RKS: d(loss)/d(every generator weight and bias) by autograd
-  // through the float64 reference (batch norm, LeakyReLU, tanh) against central differences.
-  for (const char *variant : {"posrf-generative", "trigrf-generative"}) {
-    Descriptor desc = describe(variant, 8, 4, {{"hidden", 5}});
-    WeightFactory factory(desc);
-    ReferenceFeatureMap fm(desc);
-    Weights w = factory.draw(5);
-    torch::manual_seed(4);
-    std::vector<std::pair<std::string, torch::Tensor>> factors;
-    for (auto &[name, value] : w.learnable)
-      factors.emplace_back(name, (value.detach() + 0.2 * torch::randn_like(value)).set_requires_grad(true));
-    AttentionCase c = randomCase(1, 1, 6, 4, 0.8, 9);
-    torch::Tensor probe = torch::randn({1, 1, 6, 4}, f64);
-    auto loss = [&] { return (fm.attention(c.q, c.k, c.v, factory.rebuild(5, factors)) * probe).sum(); };
-    loss().backward();
-    ASSERT_EQ(factors.size(), 10u);
-    for (auto &[name, factor] : factors)
-      checkGradient(loss, factor, std::string(variant) + " d" + name);
-  }
+  // Generative-PRF and Generative-RKS: every generator weight and bias (batch norm, LeakyReLU,
+  // tanh on the way).
+  for (const char *variant : {"posrf-generative", "trigrf-generative"})
+    expectFactorGradientsMatchCentralDifferences(variant, {{"hidden", 5}}, 10);
 }
 } // namespace
