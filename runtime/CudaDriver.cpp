@@ -31,6 +31,12 @@ struct Api {
   CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  // For devices() only: bound when present, never required.
+  CUresult (*cuDeviceGetCount)(int *) = nullptr;
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice) = nullptr;
+  CUresult (*cuDeviceTotalMem)(size_t *, CUdevice) = nullptr;
+  CUresult (*cuMemGetInfo)(size_t *, size_t *) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
   std::string error;  // why the driver is unavailable ("" when it is)
 };
 
@@ -63,6 +69,12 @@ const Api &api() {
           bind(lib, "cuGetErrorName", a.cuGetErrorName, a.error) &&
           bind(lib, "cuGetErrorString", a.cuGetErrorString, a.error)))
       return;
+    std::string optional;
+    bind(lib, "cuDeviceGetCount", a.cuDeviceGetCount, optional);
+    bind(lib, "cuDeviceGetName", a.cuDeviceGetName, optional);
+    bind(lib, "cuDeviceTotalMem_v2", a.cuDeviceTotalMem, optional);
+    bind(lib, "cuMemGetInfo_v2", a.cuMemGetInfo, optional);
+    bind(lib, "cuDevicePrimaryCtxRelease_v2", a.cuDevicePrimaryCtxRelease, optional);
     if (CUresult r = a.cuInit(0); r != 0)
       a.error = "cuInit failed with CUDA error " + std::to_string(r) + " (no usable GPU?)";
   });
@@ -124,6 +136,37 @@ Module loadPtx(int device, const std::string &ptx, const std::string &what) {
   TORCH_CHECK(r == 0, "spectra: loading the PTX of ", what, " on cuda:", device,
               " failed: ", describe(r), log[0] ? "\nptx JIT log:\n" : "", log);
   return module;
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  const Api &a = api();
+  int count = 0;
+  if (!a.error.empty() || !a.cuDeviceGetCount || a.cuDeviceGetCount(&count) != 0)
+    return out;
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev;
+    if (a.cuDeviceGet(&dev, i) != 0)
+      continue;
+    DeviceInfo info;
+    char name[256] = {0};
+    if (a.cuDeviceGetName && a.cuDeviceGetName(name, sizeof(name) - 1, dev) == 0)
+      info.name = name;
+    size_t total = 0, free = 0;
+    if (a.cuDeviceTotalMem && a.cuDeviceTotalMem(&total, dev) == 0)
+      info.totalBytes = static_cast<int64_t>(total);
+    info.freeBytes = info.totalBytes;
+    CUcontext primary = nullptr, previous = nullptr;
+    if (a.cuMemGetInfo && a.cuDevicePrimaryCtxRelease && a.cuDevicePrimaryCtxRetain(&primary, dev) == 0) {
+      a.cuCtxGetCurrent(&previous);
+      if (a.cuCtxSetCurrent(primary) == 0 && a.cuMemGetInfo(&free, &total) == 0)
+        info.freeBytes = static_cast<int64_t>(free);
+      a.cuCtxSetCurrent(previous);
+      a.cuDevicePrimaryCtxRelease(dev);
+    }
+    out.push_back(info);
+  }
+  return out;
 }
 
 std::pair<int, int> computeCapability(int device) {

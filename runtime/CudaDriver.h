@@ -11,8 +11,10 @@
 #define SPECTRA_RUNTIME_CUDADRIVER_H
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace spectra::cuda {
 
@@ -36,6 +38,18 @@ std::pair<int, int> computeCapability(int device);
 /// `params` as cuLaunchKernel takes them.
 void launch(int device, Function function, const std::string &name, const unsigned grid[3],
             const unsigned block[3], unsigned sharedBytes, Stream stream, void **params);
+
+/// A visible device and its memory.
+struct DeviceInfo {
+  std::string name;
+  int64_t freeBytes = 0, totalBytes = 0;
+};
+
+/// The visible devices (cuda:0, cuda:1, ... in order), each with the free memory its primary
+/// context reports; the context is retained for the query and released after, so a process
+/// that only plans (spectra-train sweep) holds nothing on the devices. Empty when the driver is
+/// unavailable or sees no device.
+std::vector<DeviceInfo> devices();
 
 } // namespace spectra::cuda
 

@@ -13,9 +13,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "models/ListOps.h"
+#include "models/Sweep.h"
 #include "runtime/Paths.h"
 #ifdef SPECTRA_TRAIN_WITH_TORCH
 #include "models/Trainer.h"
+#include "runtime/CudaDriver.h"
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 #endif
@@ -35,6 +37,8 @@
 #include <vector>
 #include <iomanip>
 #include <set>
+#include <sched.h>
+#include <thread>
 
 using namespace spectra::data;
 
@@ -53,9 +57,15 @@ const char *kUsage = R"(usage: spectra-train <command> [options]
 commands:
   [train] --task T --attention A --data DIR [--out DIR] [options]
         one training run (the command word may be left out)
-  sweep --task T --data DIR [--out DIR] [--attentions LIST] [training options]
+  sweep --task T --data DIR [--out DIR] [--attentions LIST] [--parallel K] [training options]
         every attention in LIST (default: the paper's 18 variants and softmax), each in its own
-        process, then the results table and plot; finished runs are kept, interrupted ones resumed
+        process, then the results table and plot; finished runs are kept, interrupted ones resumed.
+        --parallel K: K runs at once on each visible GPU (or on the one --device cuda:N names;
+        each run pinned to its GPU), or K at once on the CPU; default: as many as the free memory
+        holds (a run's peak from the sweep's finished reports, else 3 GiB on a GPU, 2 GiB on the
+        CPU), at most one per CPU core. Side by side, each run logs to <run>/train.log and the
+        sweep prints a status line a minute; <out>/<task>/sweep-history.jsonl keeps each
+        sweep's wall time. --threads (default: the cores shared out) applies to every run.
   table [--out DIR]
         writes DIR/results.{md,csv,png} from the runs under DIR
   generate-listops --out DIR [...]
@@ -173,7 +183,7 @@ const std::set<std::string> kValueOptions = {
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
     "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions",
-    "redraw-every", "option"};
+    "redraw-every", "option",      "parallel"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -298,8 +308,9 @@ std::string formatted(double x, int digits);
 
 int trainCommand(int argc, char **argv, int first) {
   Args a = parseArgs(argc, argv, first);
-  if (a.values.count("attentions"))
-    throw std::invalid_argument("--attentions belongs to 'spectra-train sweep'");
+  for (const char *only : {"attentions", "parallel"})
+    if (a.values.count(only))
+      throw std::invalid_argument(std::string("--") + only + " belongs to 'spectra-train sweep'");
   TrainOptions o = optionsFrom(a);
   auto r = spectra::models::train(o, std::cerr);
   std::cout << std::fixed << std::setprecision(4) << "\n== " << o.task << " / " << o.attention
@@ -536,6 +547,48 @@ int writeTable(const std::string &out) {
   return 0;
 }
 
+/// "step N" from the last record of a run's metrics.jsonl ("" before the first).
+std::string lastStep(const std::string &dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty())
+      last = line;
+  json j = json::parse(last, nullptr, false);
+  if (j.is_discarded() || !j.contains("step"))
+    return "";
+  return "step " + std::to_string(j["step"].get<int64_t>());
+}
+
+/// The largest peak of the task's finished runs under `out` on the same kind of device (0 when
+/// there is none): what the next runs of the sweep are planned with.
+int64_t observedRunBytes(const std::string &out, const std::string &task, bool cuda) {
+  int64_t peak = 0;
+  std::string dir = out + "/" + task;
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return 0;
+  while (dirent *e = ::readdir(d)) {
+    if (e->d_name[0] == '.')
+      continue;
+    std::ifstream in(dir + "/" + e->d_name + "/report.json");
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("peak_bytes") || !j.contains("device"))
+      continue;
+    if ((j["device"].get<std::string>().rfind("cuda", 0) == 0) == cuda)
+      peak = std::max(peak, j["peak_bytes"].get<int64_t>());
+  }
+  ::closedir(d);
+  return peak;
+}
+
+int cpuCores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 int sweepCommand(int argc, char **argv) {
   Args a = parseArgs(argc, argv, 2);
   if (!a.values.count("task") || !a.values.count("data"))
@@ -552,34 +605,112 @@ int sweepCommand(int argc, char **argv) {
     std::stringstream list(a.values["attentions"]);
     std::string item;
     while (std::getline(list, item, ','))
-      if (!item.empty())
+      if (!item.empty() && std::find(attentions.begin(), attentions.end(), item) == attentions.end())
         attentions.push_back(item);
   }
+
+  // Where the runs go: --parallel K runs at once per device (K from the memory when not given),
+  // over every visible GPU (or the one --device names), else over the CPU's cores.
+  namespace sweep = spectra::sweep;
+  sweep::Request request;
+  request.device = a.values.count("device") ? a.values["device"] : "auto";
+  if (a.values.count("parallel")) {
+    int64_t k = toInt("parallel", a.values["parallel"]);
+    if (k < 1)
+      throw std::invalid_argument("--parallel must be at least 1, got " + a.values["parallel"]);
+    request.parallel = static_cast<int>(k);
+  }
+  if (a.values.count("threads"))
+    request.threads = toInt("threads", a.values["threads"]);
+  request.runs = attentions.size();
+  sweep::Resources resources;
+  resources.cpuCores = cpuCores();
+  resources.hostAvailableBytes = sweep::hostAvailableBytes();
+  if (request.device != "cpu") {
+    const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    auto devices = spectra::cuda::devices();
+    for (size_t i = 0; i < devices.size(); ++i)
+      resources.gpus.push_back({static_cast<int>(i), sweep::visibleIdOf(static_cast<int>(i), visible),
+                                devices[i].name, devices[i].freeBytes, devices[i].totalBytes});
+  }
+  bool onGpu = request.device != "cpu" && !resources.gpus.empty();
+  request.runBytes = observedRunBytes(out, task, onGpu);
+  sweep::Plan plan = sweep::plan(resources, request);
+  bool several = plan.slots.size() > 1;
+  std::cerr << "[sweep] " << attentions.size() << " run(s) of " << task << " into " << out << "/" << task
+            << ": " << plan.explanation
+            << (request.runBytes > 0 ? " (run peak from the finished runs' reports)" : "") << "\n";
+  for (auto &w : plan.warnings)
+    std::cerr << "[sweep] warning: " << w << "\n";
+
   std::string exe = selfPath();
-  std::vector<std::string> failed;
-  for (size_t i = 0; i < attentions.size(); ++i) {
-    std::string dir = out + "/" + task + "/" + runName(attentions[i]);
-    std::cerr << "[sweep " << i + 1 << "/" << attentions.size() << "] " << task << " "
-              << attentions[i] << " -> " << dir << "\n";
-    std::vector<std::string> args = {exe, "train", "--attention", attentions[i], "--out", dir};
+  std::vector<sweep::Job> jobs;
+  for (const std::string &attention : attentions) {
+    std::string dir = out + "/" + task + "/" + runName(attention);
+    sweep::Job job{attention, {exe, "train", "--attention", attention, "--out", dir}, ""};
     for (auto &[k, v] : a.values)
-      if (k != "attentions" && k != "out")
-        args.push_back("--" + k), args.push_back(v);
+      if (k != "attentions" && k != "out" && k != "parallel" && k != "device" && k != "threads")
+        job.argv.push_back("--" + k), job.argv.push_back(v);
     for (const std::string &kv : a.variantOptions)
-      args.push_back("--option"), args.push_back(kv);
+      job.argv.push_back("--option"), job.argv.push_back(kv);
     for (auto &f : a.flags)
-      if (f != "resume")
-        args.push_back("--" + f);
+      if (f != "resume" && f != "no-progress")
+        job.argv.push_back("--" + f);
+    // Runs side by side write to their own logs, without progress bars.
+    if (several || a.flags.count("no-progress"))
+      job.argv.push_back("--no-progress");
+    if (several) {
+      std::string error;
+      if (!spectra::makeDirectories(dir, &error))
+        throw std::runtime_error(error);
+      job.logPath = dir + "/train.log";
+    }
     // A run with a checkpoint resumes (the trainer refuses other options, keeps a finished
     // run's report and continues an interrupted one); delete its directory to train it again.
     if (exists(dir + "/checkpoint.pt") || exists(dir + "/metrics.jsonl"))
-      args.push_back("--resume");
-    int rc = runChild(args);
-    if (rc != 0) {
-      std::cerr << "[sweep] " << attentions[i] << " failed (exit " << rc << "); going on\n";
-      failed.push_back(attentions[i]);
+      job.argv.push_back("--resume");
+    jobs.push_back(std::move(job));
+  }
+  sweep::QueueCallbacks callbacks;
+  callbacks.say = [](const std::string &line) { std::cerr << "[sweep] " << line << std::endl; };
+  callbacks.progress = [&](size_t j) { return lastStep(out + "/" + task + "/" + runName(attentions[j])); };
+  callbacks.statusEverySeconds = several && !a.flags.count("no-progress") ? 60 : 0;
+  sweep::QueueResult result = sweep::runQueue(jobs, plan.slots, callbacks);
+
+  std::vector<std::string> failed;
+  json record = {{"task", task},
+                 {"runs", attentions.size()},
+                 {"slots", json::array()},
+                 {"parallel_per_device", plan.perDevice},
+                 {"threads_per_run", plan.threadsPerRun},
+                 {"max_concurrent", result.maxConcurrent},
+                 {"wall_seconds", result.seconds},
+                 {"interrupted", result.interrupted},
+                 {"outcomes", json::array()}};
+  for (auto &slot : plan.slots)
+    record["slots"].push_back(slot.label);
+  for (auto &o : result.outcomes) {
+    record["outcomes"].push_back({{"attention", o.name}, {"slot", o.slot}, {"exit", o.exitCode}, {"seconds", o.seconds}});
+    if (o.exitCode > 0)
+      failed.push_back(o.name);
+  }
+  {
+    std::string error;
+    if (spectra::makeDirectories(out + "/" + task, &error)) {
+      std::ofstream history(out + "/" + task + "/sweep-history.jsonl", std::ios::app);
+      history << record.dump() << "\n";
     }
   }
+  std::cerr << "[sweep] " << std::fixed << std::setprecision(1);
+  if (result.interrupted)
+    std::cerr << "interrupted after " << result.seconds << " s";
+  else
+    std::cerr << "done: " << attentions.size() << " run(s) in " << result.seconds << " s, "
+              << result.maxConcurrent << " at most at once (" << std::setprecision(2)
+              << (result.seconds > 0 ? 3600.0 * attentions.size() / result.seconds : 0) << " runs/h)";
+  std::cerr << "; history in " << out << "/" << task << "/sweep-history.jsonl" << std::endl;
+  if (result.interrupted)
+    return 130;
   int rc = writeTable(out);
   if (!failed.empty()) {
     std::cerr << "spectra-train: " << failed.size() << " run(s) failed:";
