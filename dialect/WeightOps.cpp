@@ -295,6 +295,15 @@ LogicalResult TakeColumnsOp::verify() {
   return success();
 }
 
+LogicalResult NormCouplingOp::verify() {
+  if (getSweeps() < 1)
+    return constraintError(*this, "C1") << "sweeps must be at least 1, got " << getSweeps();
+  if (std::optional<int64_t> rows = dimOf(getInput(), 0); rows && *rows < 2)
+    return constraintError(*this, "C2", getInput())
+           << "couples at least 2 rows, got " << *rows;
+  return success();
+}
+
 LogicalResult MomentMatchOp::verify() {
   std::optional<int64_t> rows = dimOf(getPoints(), 0), cols = dimOf(getPoints(), 1);
   if (Operation *def = getPoints().getDefiningOp()) {

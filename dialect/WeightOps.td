@@ -469,6 +469,34 @@ def Spectra_SimplexOp : Spectra_Op<"simplex", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Spectra_NormCouplingOp : Spectra_Op<"norm_coupling", [Pure, SameOperandsAndResultType]> {
+  let summary = "rows turned, one at a time, to point opposite the sum of the others, norms kept";
+  let description = [{
+    SimRF+'s weight-dependent coupling (Reid et al., 2023): for i = 1..n in
+    turn, `w_i <- -||w_i|| s_i / ||s_i||` with `s_i` the sum of the other rows
+    (as they are at that moment; a row whose `s_i` is zero is left alone),
+    repeated `sweeps` times. Each update minimises `w_i . s_i` with the others
+    fixed, so `||sum_i w_i||^2`, and with it the sum of the pairwise inner
+    products `sum_{i<j} w_i . w_j`, never increases (with norms that satisfy
+    the polygon inequality it reaches 0). Only directions change: with chi
+    norms, the same simplex start and a random rotation applied afterwards
+    (`spectra.rotate`), every row stays marginally N(0, I). Differentiable in
+    its input.
+
+    Constraints:
+    * C1: `sweeps` is at least 1.
+    * C2: the input has at least 2 rows when its row count is known.
+
+    ```mlir
+    %c = spectra.norm_coupling %b sweeps 3 : tensor<?x?xf32>
+    ```
+  }];
+  let arguments = (ins Spectra_Matrix:$input, I64Attr:$sweeps);
+  let results = (outs Spectra_Matrix:$result);
+  let assemblyFormat = "$input `sweeps` $sweeps attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Spectra_CirculantOp : Spectra_Op<"circulant", [Pure]> {
   let summary = "the circulant matrix of a vector: row i is the vector rotated right by i";
   let description = [{

@@ -25,7 +25,7 @@ const std::vector<std::string> &spectra::frontend::componentNames() {
 const std::vector<std::string> &spectra::frontend::weightNames() {
   static const std::vector<std::string> names = {"base", "orf", "sorf",     "qmc",     "qmc-sobol",
                                                  "mm",   "sgq", "fastfood", "fastfoodl",
-                                                 "simrf", "scrf", "ssr", "gmm", "generative"};
+                                                 "simrf", "simrf-plus", "scrf", "ssr", "gmm", "generative"};
   return names;
 }
 

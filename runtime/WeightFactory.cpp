@@ -341,6 +341,26 @@ private:
       // Row i = (e_i - 1/n) / sqrt(1 - 1/n): unit rows, pairwise inner product -1/(n-1).
       torch::Tensor centred = torch::eye(n, f64) - 1.0 / static_cast<double>(n);
       set(op, place(centred / std::sqrt(1.0 - 1.0 / static_cast<double>(n))));
+    } else if (m == "norm_coupling") {
+      torch::Tensor x = tensor(op.operands[0], "norm_coupling input");
+      int64_t sweeps = static_cast<int64_t>(op.number("sweeps"));
+      if (x.size(0) < 2 || sweeps < 1)
+        fail("norm_coupling: needs at least 2 rows and 1 sweep, got " + shape(x) + " and " +
+             std::to_string(sweeps));
+      // Row by row, out of place (so a learnable input keeps its gradient): w_i <- -|w_i| s_i/|s_i|.
+      std::vector<torch::Tensor> rows = x.unbind(0);
+      torch::Tensor total = x.sum(0);
+      for (int64_t sweep = 0; sweep < sweeps; ++sweep)
+        for (size_t i = 0; i < rows.size(); ++i) {
+          torch::Tensor others = total - rows[i];
+          double length = others.norm().item<double>();
+          if (!(length > 1e-12 * (1 + rows[i].norm().item<double>())))
+            continue;
+          torch::Tensor turned = -rows[i].norm() * others / others.norm();
+          total = others + turned;
+          rows[i] = turned;
+        }
+      set(op, torch::stack(rows, 0));
     } else if (m == "circulant") {
       torch::Tensor c = tensor(op.operands[0], "circulant vector");
       int64_t n = c.size(0);

@@ -429,6 +429,27 @@ spectra.weight_recipe @r(%m, %d) {
 
 // -----
 
+// Tests norm_coupling C1: at least one sweep.
+spectra.weight_recipe @r(%m, %d) {
+  %s = spectra.simplex [%d] : tensor<?x?xf32>
+  // expected-error@+1 {{'spectra.norm_coupling' op C1: sweeps must be at least 1, got 0}}
+  %c = spectra.norm_coupling %s sweeps 0 : tensor<?x?xf32>
+  spectra.yield %c : tensor<?x?xf32>
+}
+
+// -----
+
+// Tests norm_coupling C2: one row has nothing to be coupled to.
+spectra.weight_recipe @r(%m, %d) {
+  // expected-note@+1 {{offending value defined here}}
+  %t = spectra.gaussian [%m, %d] : tensor<1x?xf32>
+  // expected-error@+1 {{'spectra.norm_coupling' op C2: couples at least 2 rows, got 1}}
+  %c = spectra.norm_coupling %t sweeps 3 : tensor<1x?xf32>
+  spectra.yield %c : tensor<1x?xf32>
+}
+
+// -----
+
 // Tests circulant C1: the result is square also when n is not known.
 spectra.weight_recipe @r(%m, %d) {
   %v = spectra.gaussian [%d] : tensor<?xf32>

@@ -24,6 +24,7 @@
 // CHECK: spectra.sparse_grid [%[[D]]] degree 3 : tensor<?x?xf32>, tensor<?xf32>
 // CHECK: spectra.rotate %{{.*}} by %{{.*}} : tensor<?x?xf32>, tensor<?x?xf32>
 // CHECK: spectra.simplex [%[[D]]] : tensor<?x?xf32>
+// CHECK: spectra.norm_coupling %{{.*}} sweeps 3 : tensor<?x?xf32>
 // CHECK: spectra.circulant %{{.*}} : tensor<?xf32> -> tensor<?x?xf32>
 // CHECK: spectra.fastfood %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
 // CHECK: spectra.stack_blocks rows %[[M]] average_weights : tensor<?x?xf32>, tensor<?xf32> {
@@ -51,6 +52,7 @@ spectra.weight_recipe @every_block(%m, %d) {
   %pts, %wts = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
   %rot = spectra.rotate %pts by %q : tensor<?x?xf32>, tensor<?x?xf32>
   %sx = spectra.simplex [%d] : tensor<?x?xf32>
+  %nc = spectra.norm_coupling %sx sweeps 3 : tensor<?x?xf32>
   %circ = spectra.circulant %gv : tensor<?xf32> -> tensor<?x?xf32>
   %ff = spectra.fastfood %s, %gv, %p, %b : tensor<?xf32>, tensor<?xf32>, tensor<?xi64>, tensor<?xf32> -> tensor<?x?xf32>
   %sw, %sa = spectra.stack_blocks rows %m average_weights : tensor<?x?xf32>, tensor<?xf32> {

@@ -67,7 +67,7 @@ TEST(VariantName, UnknownComponentListsValidNames) {
   EXPECT_NE(msg.find("valid components: posrf, oprf, saderf, trigrf, posrf-hyp, gerf, hcexp"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("valid weights: base, orf, sorf, qmc, qmc-sobol, mm, sgq, fastfood, fastfoodl, simrf, scrf, ssr, gmm, generative"),
+  EXPECT_NE(msg.find("valid weights: base, orf, sorf, qmc, qmc-sobol, mm, sgq, fastfood, fastfoodl, simrf, simrf-plus, scrf, ssr, gmm, generative"),
             std::string::npos)
       << msg;
 }

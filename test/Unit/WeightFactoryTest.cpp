@@ -30,7 +30,7 @@ double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
 
 TEST(WeightFactory, DrawsAreDeterministicPerSeedAndDifferAcrossSeeds) {
   for (const char *variant : {"posrf-base", "posrf-orf", "posrf-sorf", "posrf-qmc", "posrf-mm",
-                              "posrf-fastfood", "posrf-qmc-sobol"}) {
+                              "posrf-fastfood", "posrf-qmc-sobol", "posrf-simrf-plus"}) {
     WeightFactory f = factory(variant, 64, 16);
     torch::Tensor a = f.draw(3).W, b = f.draw(3).W, c = f.draw(4).W;
     EXPECT_TRUE(torch::equal(a, b)) << variant;
@@ -121,6 +121,51 @@ TEST(WeightFactory, SimrfBlocksAreRotatedRegularSimplicesWithChiNorms) {
   torch::Tensor simplex = torch::full({d, d}, -1.0 / (d - 1), torch::kFloat64) +
                           (1.0 + 1.0 / (d - 1)) * torch::eye(d, torch::kFloat64);
   EXPECT_GT(maxAbs(cross - simplex), 0.5);
+}
+
+TEST(WeightFactory, SimrfPlusBlocksSumToZeroAndRowsStayStandardNormal) {
+  const int64_t d = 8, m = 32;
+  WeightFactory plus = factory("posrf-simrf-plus", m, d), indep = factory("posrf-simrf", m, d);
+  std::vector<torch::Tensor> squaredNorms, firstCoords, positive;
+  double plusPairs = 0, indepPairs = 0;
+  torch::Tensor z = torch::full({d}, 1.0 / std::sqrt(static_cast<double>(d)), torch::kFloat64);
+  for (int64_t seed = 0; seed < 400; ++seed) {
+    torch::Tensor w = plus.draw(seed).W, v = indep.draw(seed).W;
+    ASSERT_EQ(w.sizes(), (std::vector<int64_t>{m, d}));
+    for (int64_t b = 0; b < m / d; ++b) {
+      torch::Tensor block = w.slice(0, b * d, (b + 1) * d), other = v.slice(0, b * d, (b + 1) * d);
+      // The defining property: each direction opposes the sum of the others, so (chi norms
+      // satisfy the polygon inequality) the block sums to zero, where SimRF's does not.
+      torch::Tensor norms = block.norm(2, 1);
+      if (norms.max().item<double>() < (norms.sum() - norms.max()).item<double>()) {
+        EXPECT_LT(block.sum(0).norm().item<double>(), 1e-9 * norms.sum().item<double>())
+            << "seed " << seed << " block " << b;
+      }
+      plusPairs += (block.sum(0).square().sum() - block.square().sum()).item<double>() / 2;
+      indepPairs += (other.sum(0).square().sum() - other.square().sum()).item<double>() / 2;
+    }
+    squaredNorms.push_back(w.square().sum(1));
+    firstCoords.push_back(w.select(1, 0));
+    // PosRF's feature of a unit-norm z: exp(w.z - |z|^2/2) has mean 1 for w ~ N(0, I).
+    positive.push_back(torch::exp(w.matmul(z) - 0.5));
+  }
+  // sum_{i<j} w_i . w_j per block: SimRF+ makes it as negative as the norms allow (-sum |w_i|^2
+  // / 2, about -d^2/2 = -32), SimRF's is about -sum_{i<j} |w_i||w_j| / (d-1) + noise.
+  double blocks = 400.0 * (m / d);
+  EXPECT_LT(plusPairs / blocks, -0.9 * d * d / 2) << "SimRF+ pairs " << plusPairs / blocks;
+  EXPECT_LT(plusPairs / blocks, indepPairs / blocks - 1.0) << "SimRF " << indepPairs / blocks;
+  // Norms unchanged by the coupling: chi_d (mean d, variance 2d of the square).
+  torch::Tensor s = torch::cat(squaredNorms);
+  double n = static_cast<double>(s.numel());
+  EXPECT_LT(std::abs(s.mean().item<double>() - d), 4.0 * std::sqrt(2.0 * d / n));
+  EXPECT_LT(std::abs(s.var().item<double>() - 2.0 * d), 0.15 * 2.0 * d);
+  // Marginally N(0, I): second moments I, a coordinate's kurtosis 3, and the PosRF feature's
+  // mean 1 (sd of one feature sqrt(e - 1) = 1.31; blocks are the independent units).
+  EXPECT_LT(isotropyError(plus, 400), 0.1);
+  torch::Tensor x = torch::cat(firstCoords);
+  EXPECT_LT(std::abs(x.pow(4).mean().item<double>() - 3.0), 0.25);
+  double meanFeature = torch::cat(positive).mean().item<double>();
+  EXPECT_LT(std::abs(meanFeature - 1.0), 4.0 * 1.31 / std::sqrt(blocks)) << meanFeature;
 }
 
 TEST(WeightFactory, ScrfBlocksAreSignedCirculantGaussians) {
@@ -276,6 +321,53 @@ TEST(WeightFactory, FastFoodLGradientsMatchFiniteDifferences) {
     torch::Tensor grad = w.learnable[k].second.grad();
     ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
     for (int64_t i = 0; i < grad.size(0); i += 3) {
+      auto shifted = [&](double h) {
+        std::vector<std::pair<std::string, torch::Tensor>> factors;
+        for (auto &[name, t] : w.learnable)
+          factors.emplace_back(name, t.detach().clone());
+        factors[k].second[i] += h;
+        return loss(factors).item<double>();
+      };
+      double h = 1e-6, numeric = (shifted(h) - shifted(-h)) / (2 * h);
+      EXPECT_NEAR(grad[i].item<double>(), numeric, 1e-6 * (1 + std::abs(numeric)))
+          << w.learnable[k].first << "[" << i << "]";
+    }
+  }
+}
+
+TEST(WeightFactory, NormCouplingIsDifferentiableInLearnableNorms) {
+  // SimRF+ with trainable norms (a user recipe): the coupling keeps every row's norm, and the
+  // gradient through its row-by-row updates matches central differences.
+  const char *ir = R"mlir(
+    spectra.weight_recipe @learned_simrf_plus(%m, %d) {
+      %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+        %s = spectra.simplex [%d] : tensor<?x?xf32>
+        %n = spectra.chi [%d] dof %d learnable : tensor<?xf32>
+        %b = spectra.scale_rows %s, %n : tensor<?x?xf32>, tensor<?xf32> -> tensor<?x?xf32>
+        %c = spectra.norm_coupling %b sweeps 3 : tensor<?x?xf32>
+        %g = spectra.gaussian [%d, %d] : tensor<?x?xf32>
+        %q = spectra.orthogonalize %g : tensor<?x?xf32>
+        %r = spectra.rotate %c by %q : tensor<?x?xf32>, tensor<?x?xf32>
+        spectra.yield %r : tensor<?x?xf32>
+      }
+      spectra.yield %w : tensor<?x?xf32>
+    }
+    spectra.feature_map @f component @posrf weights @learned_simrf_plus m = 12 d = 6 seed = 0
+  )mlir";
+  WeightFactory f(describeIR(ir));
+  Weights w = f.draw(4);
+  ASSERT_EQ(w.learnable.size(), 2u);  // one chi draw per block
+  for (int64_t b = 0; b < 2; ++b)
+    EXPECT_LT(maxAbs(w.W.slice(0, 6 * b, 6 * (b + 1)).norm(2, 1) - w.learnable[b].second.detach()), 1e-10);
+  torch::Tensor probe = torch::randn({12, 6}, torch::kFloat64);
+  auto loss = [&](const std::vector<std::pair<std::string, torch::Tensor>> &factors) {
+    return (f.rebuild(4, factors).W * probe).sum();
+  };
+  loss(w.learnable).backward();
+  for (size_t k = 0; k < w.learnable.size(); ++k) {
+    torch::Tensor grad = w.learnable[k].second.grad();
+    ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
+    for (int64_t i = 0; i < grad.size(0); ++i) {
       auto shifted = [&](double h) {
         std::vector<std::pair<std::string, torch::Tensor>> factors;
         for (auto &[name, t] : w.learnable)
