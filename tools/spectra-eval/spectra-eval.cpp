@@ -168,7 +168,17 @@ Descriptor describeFrom(const Args &args, const std::string &variant, int64_t m)
       auto eq = kv.find('=');
       if (eq == std::string::npos)
         throw std::invalid_argument("--option expects NAME=VALUE, got '" + kv + "'");
-      config.options[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
+      std::string value = kv.substr(eq + 1);
+      size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(value, &used);
+      } catch (...) {
+        used = std::string::npos;
+      }
+      if (eq == 0 || used != value.size())
+        throw std::invalid_argument("--option expects NAME=VALUE with a number, got '" + kv + "'");
+      config.options[kv.substr(0, eq)] = v;
     }
   return describeVariant(variant, config);
 }
