@@ -178,8 +178,9 @@ TEST(LraModel, VariantOptionsReachTheRecipeAndTheGeneratorGetsGradients) {
   for (size_t i = 0; i < generator.size(); ++i) {
     ASSERT_TRUE(generator[i].grad().defined()) << names[i];
     bool hiddenBias = i % 2 == 1 && i % 10 != 9;
-    if (!hiddenBias)
+    if (!hiddenBias) {
       EXPECT_GT(generator[i].grad().abs().max().item<double>(), 1e-7) << names[i];
+    }
   }
 }
 

@@ -28,6 +28,34 @@ WeightFactory factory(const std::string &variant, int64_t m, int64_t d) {
 
 double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
 
+/// The gradient of sum(W(factors) * probe) for a random probe, taken by autograd through
+/// WeightFactory::rebuild, against central differences in float64, at every `stride`-th entry
+/// of each learnable factor of `w` (a draw of `seed`).
+void expectFactorGradientsMatchCentralDifferences(const WeightFactory &f, int64_t seed, const Weights &w,
+                                                  int64_t stride) {
+  torch::Tensor probe = torch::randn(w.W.sizes(), torch::kFloat64);
+  auto loss = [&](const std::vector<std::pair<std::string, torch::Tensor>> &factors) {
+    return (f.rebuild(seed, factors).W * probe).sum();
+  };
+  loss(w.learnable).backward();
+  for (size_t k = 0; k < w.learnable.size(); ++k) {
+    torch::Tensor grad = w.learnable[k].second.grad();
+    ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
+    for (int64_t i = 0; i < grad.size(0); i += stride) {
+      auto shifted = [&](double h) {
+        std::vector<std::pair<std::string, torch::Tensor>> factors;
+        for (auto &[name, t] : w.learnable)
+          factors.emplace_back(name, t.detach().clone());
+        factors[k].second[i] += h;
+        return loss(factors).item<double>();
+      };
+      double h = 1e-6, numeric = (shifted(h) - shifted(-h)) / (2 * h);
+      EXPECT_NEAR(grad[i].item<double>(), numeric, 1e-6 * (1 + std::abs(numeric)))
+          << w.learnable[k].first << "[" << i << "]";
+    }
+  }
+}
+
 TEST(WeightFactory, DrawsAreDeterministicPerSeedAndDifferAcrossSeeds) {
   for (const char *variant : {"posrf-base", "posrf-orf", "posrf-sorf", "posrf-qmc", "posrf-mm",
                               "posrf-fastfood", "posrf-qmc-sobol", "posrf-simrf-plus"}) {
@@ -312,27 +340,7 @@ TEST(WeightFactory, FastFoodRowNormsAreTheChiFactors) {
 TEST(WeightFactory, FastFoodLGradientsMatchFiniteDifferences) {
   WeightFactory f = factory("posrf-fastfoodl", 16, 8);
   Weights w = f.draw(2);
-  torch::Tensor probe = torch::randn({16, 8}, torch::kFloat64);
-  auto loss = [&](const std::vector<std::pair<std::string, torch::Tensor>> &factors) {
-    return (f.rebuild(2, factors).W * probe).sum();
-  };
-  loss(w.learnable).backward();
-  for (size_t k = 0; k < w.learnable.size(); ++k) {
-    torch::Tensor grad = w.learnable[k].second.grad();
-    ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
-    for (int64_t i = 0; i < grad.size(0); i += 3) {
-      auto shifted = [&](double h) {
-        std::vector<std::pair<std::string, torch::Tensor>> factors;
-        for (auto &[name, t] : w.learnable)
-          factors.emplace_back(name, t.detach().clone());
-        factors[k].second[i] += h;
-        return loss(factors).item<double>();
-      };
-      double h = 1e-6, numeric = (shifted(h) - shifted(-h)) / (2 * h);
-      EXPECT_NEAR(grad[i].item<double>(), numeric, 1e-6 * (1 + std::abs(numeric)))
-          << w.learnable[k].first << "[" << i << "]";
-    }
-  }
+  expectFactorGradientsMatchCentralDifferences(f, 2, w, 3);
 }
 
 TEST(WeightFactory, NormCouplingIsDifferentiableInLearnableNorms) {
@@ -359,27 +367,7 @@ TEST(WeightFactory, NormCouplingIsDifferentiableInLearnableNorms) {
   ASSERT_EQ(w.learnable.size(), 2u);  // one chi draw per block
   for (int64_t b = 0; b < 2; ++b)
     EXPECT_LT(maxAbs(w.W.slice(0, 6 * b, 6 * (b + 1)).norm(2, 1) - w.learnable[b].second.detach()), 1e-10);
-  torch::Tensor probe = torch::randn({12, 6}, torch::kFloat64);
-  auto loss = [&](const std::vector<std::pair<std::string, torch::Tensor>> &factors) {
-    return (f.rebuild(4, factors).W * probe).sum();
-  };
-  loss(w.learnable).backward();
-  for (size_t k = 0; k < w.learnable.size(); ++k) {
-    torch::Tensor grad = w.learnable[k].second.grad();
-    ASSERT_TRUE(grad.defined()) << w.learnable[k].first << " gets no gradient";
-    for (int64_t i = 0; i < grad.size(0); ++i) {
-      auto shifted = [&](double h) {
-        std::vector<std::pair<std::string, torch::Tensor>> factors;
-        for (auto &[name, t] : w.learnable)
-          factors.emplace_back(name, t.detach().clone());
-        factors[k].second[i] += h;
-        return loss(factors).item<double>();
-      };
-      double h = 1e-6, numeric = (shifted(h) - shifted(-h)) / (2 * h);
-      EXPECT_NEAR(grad[i].item<double>(), numeric, 1e-6 * (1 + std::abs(numeric)))
-          << w.learnable[k].first << "[" << i << "]";
-    }
-  }
+  expectFactorGradientsMatchCentralDifferences(f, 4, w, 1);
 }
 
 TEST(WeightFactory, RebuildChecksTheFactors) {
