@@ -5,6 +5,7 @@
 #include "dialect/BuiltinLibrary.h"
 #include "passes/Passes.h"
 
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -80,6 +81,9 @@ std::string recordedGpuArtifact(ModuleOp module, StringRef featureMap) {
 }
 
 void registerGpuPipelines() {
+  PassRegistration<Pass>([] { return createSerializeKernelsToPtxPass(); });
+  // Upstream's one-module serialiser, to compare against (test/Codegen/serialize-kernels.test).
+  registerGpuModuleToBinaryPass();
   PassPipelineRegistration<GpuPipelineOptions>(
       "spectra-gpu-pipeline",
       "spectra IR to PTX: GPU kernels, NVVM, gpu-module-to-binary (what the C API runs)",

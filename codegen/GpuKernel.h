@@ -101,7 +101,8 @@ struct GpuPipelineOptions : public PassPipelineOptions<GpuPipelineOptions> {
 ///         map's launch description in the module attribute
 ///         `spectra.gpu_artifacts`), spectra-keep-kernels
 ///   llvm  + the NVVM target and the lowering of each gpu.module to NVVM
-///   ptx   + gpu-module-to-binary (format=isa)
+///   ptx   + spectra-serialize-kernels-to-ptx (gpu-module-to-binary format=isa, the
+///         kernels serialised in parallel)
 enum class GpuStage { Kernels, NVVM, PTX };
 
 /// Adds the GPU pipeline up to and including `until` to `pm` (a module pass manager).
@@ -114,6 +115,10 @@ void buildGpuPipeline(OpPassManager &pm, const GpuPipelineOptions &options,
 /// target (chip, PTX features, O3), lower each gpu.module to NVVM, serialise to PTX.
 /// Registered in spectra-opt as spectra-gpu-lowering.
 void buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary = true);
+
+/// gpu-module-to-binary (PTX) with each gpu.module's kernels serialised in parallel and joined
+/// into one PTX text (spectra-serialize-kernels-to-ptx).
+std::unique_ptr<Pass> createSerializeKernelsToPtxPass();
 
 /// The launch description spectra-build-gpu-kernels recorded for `featureMap`
 /// (the only one when empty) in `module`, or "" when there is none (or, with no

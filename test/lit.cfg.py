@@ -49,3 +49,5 @@ ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.path.exists(
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+    # The toolkit whose libdevice the GPU lowering links (ptxas sits in its bin/).
+    config.substitutions.append(("%cuda_home", os.path.dirname(os.path.dirname(os.path.realpath(ptxas)))))
