@@ -353,10 +353,10 @@ private:
       for (int64_t sweep = 0; sweep < sweeps; ++sweep)
         for (size_t i = 0; i < rows.size(); ++i) {
           torch::Tensor others = total - rows[i];
-          double length = others.norm().item<double>();
-          if (!(length > 1e-12 * (1 + rows[i].norm().item<double>())))
+          torch::Tensor length = others.norm(), own = rows[i].norm();
+          if (!(length.item<double>() > 1e-12 * (1 + own.item<double>())))
             continue;
-          torch::Tensor turned = -rows[i].norm() * others / others.norm();
+          torch::Tensor turned = -own * others / length;
           total = others + turned;
           rows[i] = turned;
         }

@@ -22,14 +22,12 @@
 #include <torch/torch.h>
 #endif
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <dirent.h>
 #include <fstream>
@@ -360,25 +358,10 @@ std::string selfPath() {
   return buffer;
 }
 
-/// Runs argv as a child process (its output goes to ours) and returns its exit status.
+/// Runs argv as a child process (its output goes to ours) and returns its exit status: a queue
+/// of one job on one slot.
 int runChild(const std::vector<std::string> &args) {
-  pid_t pid = ::fork();
-  if (pid < 0)
-    throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    std::vector<char *> cargs;
-    for (auto &s : args)
-      cargs.push_back(const_cast<char *>(s.c_str()));
-    cargs.push_back(nullptr);
-    ::execv(cargs[0], cargs.data());
-    std::perror("spectra-train: exec");
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFSIGNALED(status))
-    return 128 + WTERMSIG(status);
-  return WEXITSTATUS(status);
+  return spectra::sweep::runQueue({{args[0], args, ""}}, {{"", "", {}}}).outcomes[0].exitCode;
 }
 
 struct Row {
