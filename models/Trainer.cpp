@@ -1,6 +1,7 @@
 //===- Trainer.cpp - LRA training: the paper's loop, checkpoints, resume --===//
 
 #include "models/Trainer.h"
+#include "models/TrainStep.h"
 #include "runtime/Paths.h"
 
 #include <ATen/autocast_mode.h>
@@ -43,12 +44,19 @@ struct Batch {
   torch::Tensor tokens, tokens2, labels;
 };
 
-torch::Tensor padTokens(const std::vector<const std::vector<int32_t> *> &rows) {
+/// Host tensors for a CUDA device are pinned, so their copy is asynchronous (a copy from
+/// pageable memory waits for the device).
+torch::TensorOptions hostOptions(const torch::Device &device) {
+  return torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device.is_cuda());
+}
+
+torch::Tensor padTokens(const std::vector<const std::vector<int32_t> *> &rows,
+                        const torch::Device &device) {
   size_t longest = 1;
   for (auto *r : rows)
     longest = std::max(longest, r->size());
   torch::Tensor t = torch::zeros({static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)},
-                                 torch::kInt64);
+                                 hostOptions(device));
   auto a = t.accessor<int64_t, 2>();
   for (size_t i = 0; i < rows.size(); ++i)
     for (size_t j = 0; j < rows[i]->size(); ++j)
@@ -61,16 +69,18 @@ torch::Tensor padTokens(const std::vector<const std::vector<int32_t> *> &rows) {
 Batch collate(const std::vector<data::Example> &examples, const std::vector<int64_t> &indices,
               bool dual, const torch::Device &device) {
   std::vector<const std::vector<int32_t> *> a, b;
-  torch::Tensor labels = torch::empty({static_cast<int64_t>(indices.size())}, torch::kInt64);
+  torch::Tensor labels = torch::empty({static_cast<int64_t>(indices.size())}, hostOptions(device));
+  auto label = labels.accessor<int64_t, 1>();
   for (size_t i = 0; i < indices.size(); ++i) {
     const data::Example &e = examples[indices[i]];
     a.push_back(&e.tokens);
     b.push_back(&e.tokens2);
-    labels[i] = e.label;
+    label[i] = e.label;
   }
-  Batch batch{padTokens(a).to(device), {}, labels.to(device)};
+  auto copy = [&](const torch::Tensor &t) { return t.to(device, /*non_blocking=*/true); };
+  Batch batch{copy(padTokens(a, device)), {}, copy(labels)};
   if (dual)
-    batch.tokens2 = padTokens(b).to(device);
+    batch.tokens2 = copy(padTokens(b, device));
   return batch;
 }
 
@@ -143,38 +153,45 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
   torch::NoGradGuard noGrad;
   model->eval();
   Evaluation e;
-  double lossSum = 0;
-  int64_t correct = 0;
+  // Sums on the device, read once at the end (no synchronisation per batch).
+  torch::Tensor lossSum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  torch::Tensor correct = torch::zeros({}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   int64_t total = static_cast<int64_t>(split.size());
   if (maxBatches > 0)
     total = std::min(total, maxBatches * batch);
+  torch::Tensor emptyMask;
   for (int64_t start = 0; start < total; start += batch) {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < std::min(total, start + batch); ++i)
       idx.push_back(i);
     Batch b = collate(split, idx, dual, device);
     torch::Tensor logits;
-    try {
+    DeferredInputChecks checks;
+    {
       AutocastScope amp(device, dtype);
       logits = model->forward(b.tokens, b.tokens2);
-    } catch (const c10::Error &e) {
-      // A model whose activations overflow (spectral attention refuses non-finite inputs)
-      // gets this batch wrong, with an infinite loss.
-      if (std::string(e.what_without_backtrace()).find("must be finite") == std::string::npos)
-        throw;
-      lossSum = INFINITY;
-      continue;
     }
     logits = logits.to(torch::kFloat32);
-    lossSum += torch::nn::functional::cross_entropy(
-                   logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
-    correct += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
+    torch::Tensor batchLoss = torch::nn::functional::cross_entropy(
+        logits, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+    torch::Tensor batchCorrect = logits.argmax(-1).eq(b.labels).sum();
+    if (checks.nonFinite().defined()) {
+      // A model whose activations overflow (the attention saw inf or NaN) gets this batch
+      // wrong, with an infinite loss.
+      batchLoss = torch::where(checks.nonFinite(), INFINITY, batchLoss.to(torch::kFloat64));
+      batchCorrect = torch::where(checks.nonFinite(), 0, batchCorrect);
+    }
+    lossSum.add_(batchLoss.to(torch::kFloat64));
+    correct.add_(batchCorrect);
+    if (checks.emptyMask().defined())
+      emptyMask = emptyMask.defined() ? emptyMask.logical_or(checks.emptyMask()) : checks.emptyMask();
   }
   model->train();
+  if (emptyMask.defined())
+    TORCH_CHECK(!emptyMask.item<bool>(), "spectra attention: ", kEmptyKeyMask);
   e.examples = total;
-  e.loss = total ? lossSum / total : 0;  // may be inf or NaN: written as null
-  e.accuracy = total ? static_cast<double>(correct) / total : 0;
+  e.loss = total ? lossSum.item<double>() / total : 0;  // may be inf or NaN: written as null
+  e.accuracy = total ? static_cast<double>(correct.item<int64_t>()) / total : 0;
   return e;
 }
 
@@ -687,8 +704,17 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   if (device.is_cuda())
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
   BatchOrder order(static_cast<int64_t>(data.train.size()), o.batch, o.seed);
-  double windowLoss = 0;
-  int64_t windowCorrect = 0, windowExamples = 0;
+  // The step runs on the device without waiting for it: its skip decisions and the window's
+  // sums are device scalars, read once per metrics window.
+  DeviceStep stepper(optimizer, device, dtype == torch::kHalf, kDivergedAfterNonFiniteSteps,
+                     {c.skipped, c.nonFiniteRun, c.divergedAt, c.lossScale, c.goodSteps});
+  auto save = [&](const std::string &path, bool withOptimizer) {
+    if (withOptimizer)
+      stepper.syncOptimizerState();
+    saveCheckpoint(path, model, withOptimizer ? &optimizer : nullptr, c, trajectory);
+  };
+  StepWindow window;        // the last window read (the progress bar shows it)
+  torch::Tensor emptyMask;  // a mask row that kept nothing (an error, reported at the window's end)
   auto sessionStart = Clock::now();
   int64_t sessionStartStep = c.step;
   double secondsBefore = c.trainSeconds;
@@ -697,8 +723,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   auto windowRecord = [&](int64_t step) {
     json record = {{"split", "train"},
                    {"step", c.step},
-                   {"loss", windowExamples ? json(windowLoss / windowExamples) : json()},
-                   {"accuracy", windowExamples ? json(static_cast<double>(windowCorrect) / windowExamples) : json()},
+                   {"loss", window.examples ? json(window.lossSum / window.examples) : json()},
+                   {"accuracy", window.examples ? json(static_cast<double>(window.correct) / window.examples) : json()},
                    {"lr", learningRate(o, step)},
                    {"time_s", c.trainSeconds}};
     if (c.skipped > 0)
@@ -722,105 +748,67 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
     torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));
     Batch b = collate(data.train, order.indices(step), data.dualEncoder, device);
-    torch::Tensor logits, loss;
-    bool finite = true;
-    try {
+    torch::Tensor logits, loss, inputsBad;
+    {
+      // Non-finite attention inputs (an earlier layer overflowed) make the step non-finite,
+      // like a NaN loss: the update is skipped.
+      DeferredInputChecks checks;
       {
         AutocastScope amp(device, dtype);
         logits = model->forward(b.tokens, b.tokens2);
       }
       loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), b.labels);
-      finite = std::isfinite(loss.item<double>());
-    } catch (const c10::Error &e) {
-      // Spectral attention refuses non-finite q, k, v (an earlier layer overflowed): a
-      // non-finite step like a NaN loss. Any other error is an error.
-      if (std::string(e.what_without_backtrace()).find("must be finite") == std::string::npos)
-        throw;
-      finite = false;
+      inputsBad = checks.nonFinite();
+      if (checks.emptyMask().defined())
+        emptyMask = emptyMask.defined() ? emptyMask.logical_or(checks.emptyMask()) : checks.emptyMask();
     }
     optimizer.zero_grad();
-    bool fp16 = dtype == torch::kHalf;
-    bool apply = finite;
-    if (finite) {
-      (fp16 ? loss * c.lossScale : loss).backward();
-      torch::NoGradGuard noGrad;
-      if (fp16) {
-        // Dynamic loss scaling: unscale, skip the step on inf/NaN and halve the scale; double
-        // it after 2000 clean steps.
-        bool gradsFinite = true;
-        for (auto &p : parameters)
-          if (p.grad().defined()) {
-            p.grad().div_(c.lossScale);
-            gradsFinite = gradsFinite && torch::isfinite(p.grad()).all().item<bool>();
-          }
-        if (!gradsFinite) {
-          apply = false;
-          c.lossScale /= 2;
-          c.goodSteps = 0;
-        } else if (++c.goodSteps >= 2000) {
-          c.lossScale *= 2;
-          c.goodSteps = 0;
-        }
-      }
-    }
-    if (apply) {
-      double norm = torch::nn::utils::clip_grad_norm_(parameters, o.clip);
-      // Non-finite gradients would make every parameter NaN: the step is skipped instead (in
-      // fp16 an overflow like any other: the loss scale halves).
-      apply = std::isfinite(norm);
-      finite = finite && apply;
-      if (!apply && fp16) {
-        c.lossScale /= 2;
-        c.goodSteps = 0;
-      }
-    }
-    if (apply) {
-      for (auto &group : optimizer.param_groups())
-        static_cast<torch::optim::AdamWOptions &>(group.options()).lr(learningRate(o, step));
-      optimizer.step();
-    }
-    if (!finite) {
-      ++c.skipped;
-      if (++c.nonFiniteRun == 1)
-        progress.say("step " + std::to_string(step + 1) +
-                     ": non-finite loss or gradients; the update is skipped");
-      if (c.nonFiniteRun >= kDivergedAfterNonFiniteSteps) {
-        c.step = step + 1;
-        c.divergedAt = c.step;
-        c.trainSeconds = secondsBefore + sessionSeconds();
-        stopped = true;
-        progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfterNonFiniteSteps) +
-                     " non-finite steps in a row: the run diverged; testing the best checkpoint "
-                     "(lower --lr, or --precision fp32, to train this attention)");
-        if (windowExamples)
-          metrics.write(windowRecord(step));
-        metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});
-        c.finished = true;
-        c.peakBytes = std::max(c.peakBytes, peakBytes(device));
-        saveCheckpoint(checkpointPath, model, &optimizer, c, trajectory);
-        break;
-      }
-    } else {
-      c.nonFiniteRun = 0;
-    }
-    if (finite) {
-      windowLoss += loss.item<double>() * b.labels.size(0);
-      windowCorrect += logits.argmax(-1).eq(b.labels).sum().item<int64_t>();
-      windowExamples += b.labels.size(0);
-    }
+    stepper.lossToBackward(loss).backward();
+    stepper.update(step, learningRate(o, step), o.clip, loss,
+                   logits.detach().argmax(-1).eq(b.labels).sum(), b.labels.size(0), inputsBad);
     c.step = step + 1;
     c.trainSeconds = secondsBefore + sessionSeconds();
     double rate = (c.step - sessionStartStep) / std::max(1e-9, sessionSeconds());
 
     bool outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
     bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps || outOfTime;
-    if (windowEnd)
+    if (windowEnd) {
+      // The window's one synchronisation.
+      window = stepper.read();
+      if (emptyMask.defined())
+        TORCH_CHECK(!emptyMask.item<bool>(), "spectra attention: ", kEmptyKeyMask);
+      c.skipped = window.counters.skipped;
+      c.nonFiniteRun = window.counters.nonFiniteRun;
+      c.lossScale = window.counters.lossScale;
+      c.goodSteps = window.counters.goodSteps;
+      if (window.nonFinite > 0)
+        progress.say("step " + std::to_string(window.firstNonFinite) +
+                     ": non-finite loss or gradients; the update is skipped" +
+                     (window.nonFinite > 1 ? " (" + std::to_string(window.nonFinite) +
+                                                 " such steps in this window, up to step " +
+                                                 std::to_string(c.step) + ")"
+                                           : ""));
+      if (window.counters.divergedAt > 0) {
+        // The updates stopped at the divergence; the steps after it in the window changed nothing.
+        c.step = c.divergedAt = window.counters.divergedAt;
+        c.trainSeconds = secondsBefore + sessionSeconds();
+        stopped = true;
+        progress.say("step " + std::to_string(c.step) + ": " + std::to_string(kDivergedAfterNonFiniteSteps) +
+                     " non-finite steps in a row: the run diverged; testing the best checkpoint "
+                     "(lower --lr, or --precision fp32, to train this attention)");
+        if (window.examples)
+          metrics.write(windowRecord(c.step - 1));
+        metrics.write({{"split", "train"}, {"step", c.step}, {"diverged", true}, {"skipped", c.skipped}});
+        c.finished = true;
+        c.peakBytes = std::max(c.peakBytes, peakBytes(device));
+        save(checkpointPath, true);
+        break;
+      }
       metrics.write(windowRecord(step));
-    progress.update(c.step, windowExamples ? windowLoss / windowExamples : NAN,
-                    windowExamples ? static_cast<double>(windowCorrect) / windowExamples : NAN, rate,
-                    c.bestVal, c.bestStep, windowEnd);
-    if (windowEnd)
-      windowLoss = 0, windowCorrect = 0, windowExamples = 0;
+    }
+    progress.update(c.step, window.examples ? window.lossSum / window.examples : NAN,
+                    window.examples ? static_cast<double>(window.correct) / window.examples : NAN,
+                    rate, c.bestVal, c.bestStep, windowEnd);
 
     if (outOfTime) {
       timeLimited = true;
@@ -834,7 +822,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
         c.bestVal = v.accuracy, c.bestStep = c.step, c.badEvals = 0;
         // Written as pending and moved into place after the checkpoint: a kill between the two
         // leaves a best.pt that matches the checkpoint's counters (see promotePendingBest).
-        saveCheckpoint(bestPath + ".pending", model, nullptr, c, trajectory);
+        save(bestPath + ".pending", false);
       } else {
         ++c.badEvals;
       }
@@ -849,7 +837,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                      {"time_s", c.trainSeconds}});
       c.peakBytes = std::max(c.peakBytes, peakBytes(device));
       c.finished = stopped || c.step >= o.steps;
-      saveCheckpoint(checkpointPath, model, &optimizer, c, trajectory);
+      save(checkpointPath, true);
       if (better)
         promotePendingBest(bestPath, c.bestStep);
       std::ostringstream msg;

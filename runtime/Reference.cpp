@@ -174,6 +174,21 @@ evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::T
   return out;
 }
 
+namespace {
+thread_local DeferredInputChecks *innermostDeferred = nullptr;
+
+/// Adds a bool flag to an accumulated one (on the flag's device: no synchronisation).
+void accumulate(torch::Tensor &into, const torch::Tensor &flag) {
+  into = into.defined() && into.device() == flag.device() ? into.logical_or(flag) : flag;
+}
+} // namespace
+
+DeferredInputChecks::DeferredInputChecks() : outer(innermostDeferred) { innermostDeferred = this; }
+DeferredInputChecks::~DeferredInputChecks() { innermostDeferred = outer; }
+DeferredInputChecks *DeferredInputChecks::active() { return innermostDeferred; }
+void DeferredInputChecks::noteNonFinite(const torch::Tensor &flag) { accumulate(nonFiniteFlag, flag); }
+void DeferredInputChecks::noteEmptyMask(const torch::Tensor &flag) { accumulate(emptyMaskFlag, flag); }
+
 void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
                           const torch::Tensor &v, const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask) {
@@ -200,17 +215,22 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
     TORCH_CHECK(keyMask->dim() == 2 && keyMask->size(0) == k.size(0) && keyMask->size(1) == k.size(2),
                 "spectra attention: the key mask must be [batch, key length] = [", k.size(0), ", ",
                 k.size(2), "], got ", keyMask->sizes());
-    TORCH_CHECK(keyMask->any(1).all().item<bool>(),
-                "spectra attention: every sequence needs at least one unmasked key");
+    torch::Tensor kept = keyMask->any(1).all();
+    if (DeferredInputChecks *deferred = DeferredInputChecks::active())
+      deferred->noteEmptyMask(kept.logical_not());
+    else
+      TORCH_CHECK(kept.item<bool>(), "spectra attention: ", kEmptyKeyMask);
   }
   // One pass per tensor (min and max propagate NaN and show an inf) and one synchronisation.
   auto [qlo, qhi] = torch::aminmax(q.detach());
   auto [klo, khi] = torch::aminmax(k.detach());
   auto [vlo, vhi] = torch::aminmax(v.detach());
-  TORCH_CHECK(torch::isfinite(torch::stack({qlo, qhi, klo, khi, vlo, vhi}).to(torch::kFloat32))
-                  .all()
-                  .item<bool>(),
-              "spectra attention: q, k and v must be finite (found inf or nan)");
+  torch::Tensor finite =
+      torch::isfinite(torch::stack({qlo, qhi, klo, khi, vlo, vhi}).to(torch::kFloat32)).all();
+  if (DeferredInputChecks *deferred = DeferredInputChecks::active())
+    deferred->noteNonFinite(finite.logical_not());
+  else
+    TORCH_CHECK(finite.item<bool>(), "spectra attention: ", kNonFiniteInputs);
 
 }
 
@@ -225,13 +245,19 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
   // Statistics: the masks' weights (1 for every row without a mask).
   torch::Tensor keyWeight = keyMask ? keyMask->to(opts).view({B, 1, -1, 1})
                                     : torch::ones({1, 1, k.size(2), 1}, opts);
-  if (queryMask)
+  if (queryMask) {
     TORCH_CHECK(queryMask->scalar_type() == torch::kBool && queryMask->dim() == 2 &&
-                    queryMask->size(0) == B && queryMask->size(1) == q.size(2) &&
-                    queryMask->any(1).all().item<bool>(),
+                    queryMask->size(0) == B && queryMask->size(1) == q.size(2),
                 "spectra attention: the query mask must be bool [", B, ", ", q.size(2),
                 "] keeping at least one query per batch, got ", queryMask->scalar_type(), " ",
                 queryMask->sizes());
+    torch::Tensor kept = queryMask->any(1).all();
+    if (DeferredInputChecks *deferred = DeferredInputChecks::active())
+      deferred->noteEmptyMask(kept.logical_not());
+    else
+      TORCH_CHECK(kept.item<bool>(), "spectra attention: the query mask must be bool [", B, ", ",
+                  q.size(2), "] keeping at least one query per batch; a row keeps none");
+  }
   torch::Tensor queryWeight = queryMask ? queryMask->to(opts).view({B, 1, -1, 1})
                                         : torch::ones({1, 1, q.size(2), 1}, opts);
   auto statistic = [&](const ProgramOp &op) {

@@ -88,8 +88,41 @@ std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>>
 evaluatePartials(const Descriptor &desc, const torch::Tensor &wx, const torch::Tensor &xx,
                  const torch::Tensor &ww, const std::vector<torch::Tensor> &params);
 
+/// The value checks' messages (after "spectra attention: ").
+inline constexpr const char *kEmptyKeyMask = "every sequence needs at least one unmasked key";
+inline constexpr const char *kNonFiniteInputs = "q, k and v must be finite (found inf or nan)";
+
+/// While one is alive on a thread, the value checks of the attention entry points on that
+/// thread (q, k and v finite; every mask row keeping a key or query) do not read the device:
+/// each adds to a device flag that the owner reads when it reads anything else (the trainer:
+/// once per metrics window), so a training step never waits for the device. The checks of
+/// shapes, dtypes and devices stay immediate errors. Scopes nest; the innermost collects.
+class DeferredInputChecks {
+public:
+  DeferredInputChecks();
+  ~DeferredInputChecks();
+  DeferredInputChecks(const DeferredInputChecks &) = delete;
+  DeferredInputChecks &operator=(const DeferredInputChecks &) = delete;
+
+  /// The innermost scope of this thread, or null.
+  static DeferredInputChecks *active();
+  /// A bool scalar, true when some q, k or v seen had an inf or a NaN; undefined when no
+  /// attention ran in the scope.
+  const torch::Tensor &nonFinite() const { return nonFiniteFlag; }
+  /// A bool scalar, true when some key (query) mask row kept nothing; undefined likewise.
+  const torch::Tensor &emptyMask() const { return emptyMaskFlag; }
+
+  void noteNonFinite(const torch::Tensor &flag);
+  void noteEmptyMask(const torch::Tensor &flag);
+
+private:
+  torch::Tensor nonFiniteFlag, emptyMaskFlag;
+  DeferredInputChecks *outer;
+};
+
 /// The checks every attention entry point makes (shapes, dtypes, devices,
-/// mask, finiteness), as TORCH_CHECK errors naming what is wrong.
+/// mask, finiteness), as TORCH_CHECK errors naming what is wrong (the value
+/// checks deferred inside a DeferredInputChecks scope).
 void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
                           const torch::Tensor &v, const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask);

@@ -298,6 +298,45 @@ TEST(Reference, BadInputsGiveClearErrors) {
   expectError([&] { fm.attention(q.to(torch::kLong), q, q, w); }, "must be a floating-point tensor");
 }
 
+TEST(Reference, DeferredChecksFlagValuesWithoutThrowing) {
+  // Inside a DeferredInputChecks scope the value checks become device flags (the trainer reads
+  // them once per window); shape errors stay immediate; outside, the errors are as before.
+  Descriptor desc = describe("saderf-orf", 16, 8);
+  ReferenceFeatureMap fm(desc);
+  Weights w = WeightFactory(desc).draw(0);
+  torch::Tensor q = torch::randn({2, 2, 5, 8}, f64), bad = q.clone();
+  bad[1][0][3][2] = INFINITY;
+  torch::Tensor keepAll = torch::ones({2, 5}, torch::kBool), emptyRow = keepAll.clone();
+  emptyRow[1].fill_(false);
+  {
+    DeferredInputChecks checks;
+    EXPECT_FALSE(checks.nonFinite().defined());
+    fm.attention(q, q, q, w, keepAll);
+    ASSERT_TRUE(checks.nonFinite().defined());
+    EXPECT_FALSE(checks.nonFinite().item<bool>());
+    EXPECT_FALSE(checks.emptyMask().item<bool>());
+    EXPECT_NO_THROW(fm.attention(q, bad, q, w));
+    EXPECT_TRUE(checks.nonFinite().item<bool>());
+    {
+      // The innermost scope collects; the outer one keeps its own flags.
+      DeferredInputChecks inner;
+      AttentionOptions masked;
+      masked.queryMask = emptyRow;
+      EXPECT_NO_THROW(fm.attention(q, q, q, w, keepAll, masked));
+      EXPECT_TRUE(inner.emptyMask().item<bool>());
+      EXPECT_FALSE(inner.nonFinite().item<bool>());
+      EXPECT_EQ(DeferredInputChecks::active(), &inner);
+    }
+    EXPECT_FALSE(checks.emptyMask().item<bool>());
+    EXPECT_NO_THROW(fm.attention(q, q, q, w, emptyRow));
+    EXPECT_TRUE(checks.emptyMask().item<bool>());
+    EXPECT_THROW(fm.attention(q, q, q, w, torch::ones({2, 4}, torch::kBool)), c10::Error);
+  }
+  EXPECT_EQ(DeferredInputChecks::active(), nullptr);
+  EXPECT_THROW(fm.attention(q, bad, q, w), c10::Error);
+  EXPECT_THROW(fm.attention(q, q, q, w, emptyRow), c10::Error);
+}
+
 TEST(Reference, HalfPrecisionInputsComputeInFloat32) {
   Descriptor desc = describe("posrf-orf", 16, 8);
   ReferenceFeatureMap fm(desc);
