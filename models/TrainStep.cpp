@@ -2,6 +2,7 @@
 
 #include "models/TrainStep.h"
 
+#include <map>
 #include <stdexcept>
 
 namespace spectra::models {
@@ -61,7 +62,7 @@ DeviceStep::DeviceStep(torch::optim::AdamW &optimizer, const torch::Device &devi
   skipped = torch::full({}, from.skipped, i64);
   nonFiniteRun = torch::full({}, from.nonFiniteRun, i64);
   divergedAt = torch::full({}, from.divergedAt, i64);
-  halted = torch::full({}, from.divergedAt > 0, i64.dtype(torch::kBool));
+  haltedFlag = torch::full({}, from.divergedAt > 0, i64.dtype(torch::kBool));
   scale = torch::full({}, from.lossScale, f64.dtype(torch::kFloat32));
   goodSteps = torch::full({}, from.goodSteps, i64);
 }
@@ -84,15 +85,30 @@ void DeviceStep::update(int64_t step, double lr, double clip, const Tensor &loss
       steps.push_back(stepCounts[i]);
     }
 
+  // LibTorch's fused and multi-tensor kernels want one dtype per call on CUDA: the learnable
+  // random-feature factors are f64 parameters beside the model's f32 ones.
+  std::map<torch::ScalarType, std::vector<size_t>> byDtype;
+  for (size_t i = 0; i < ps.size(); ++i)
+    byDtype[ps[i].scalar_type()].push_back(i);
+  auto pick = [](const std::vector<Tensor> &all, const std::vector<size_t> &which) {
+    std::vector<Tensor> out;
+    for (size_t i : which)
+      out.push_back(all[i]);
+    return out;
+  };
+
   Tensor lossBad = torch::isfinite(loss.detach()).logical_not();
   if (inputsBad.defined())
     lossBad = lossBad.logical_or(inputsBad.to(lossBad.device()).to(torch::kBool));
   Tensor overflow = torch::zeros_like(lossBad), normBad = torch::zeros_like(lossBad);
   if (!grads.empty()) {
     if (lossScaling) {
-      // Unscales in place and sets `found` when any gradient is inf or NaN.
-      Tensor found = torch::zeros({1}, scale.options());
-      torch::_amp_foreach_non_finite_check_and_unscale_(grads, found, scale.reciprocal().view({1}));
+      // Unscaled first, then checked: a gradient that overflows in the unscaling itself (a
+      // scale below 1) is an overflow too, as when the trainer divided and then checked.
+      Tensor found = torch::zeros({1}, scale.options()), one = torch::ones({1}, scale.options());
+      torch::_foreach_div_(grads, scale);
+      for (const auto &[dtype, which] : byDtype)
+        torch::_amp_foreach_non_finite_check_and_unscale_(pick(grads, which), found, one);
       overflow = found.squeeze(0).to(torch::kBool);
     }
     // torch::nn::utils::clip_grad_norm_'s arithmetic, without its read of the norm.
@@ -103,18 +119,20 @@ void DeviceStep::update(int64_t step, double lr, double clip, const Tensor &loss
   }
   // Non-finite: the loss, attention inputs or the gradients' norm (an fp16 overflow is the loss
   // scale's business, not the model's). Halted: the run has diverged; nothing changes any more.
-  Tensor active = halted.logical_not();
+  Tensor active = haltedFlag.logical_not();
   Tensor bad = lossBad.logical_or(normBad.logical_and(overflow.logical_not()));
-  Tensor skip = bad.logical_or(overflow).logical_or(halted);
+  Tensor skip = bad.logical_or(overflow).logical_or(haltedFlag);
   if (!ps.empty()) {
     // The step counts advance only for applied updates; the kernel itself returns early when
     // found_inf is set (no weight decay, moments untouched).
     Tensor skipF = skip.to(torch::kFloat32);
     torch::_foreach_add_(steps, 1 - skipF);
     const torch::optim::AdamWOptions &o = optionsOf(optimizer);
-    torch::_fused_adamw_(ps, grads, m, v, {}, steps, lr, std::get<0>(o.betas()),
-                         std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
-                         /*maximize=*/false, std::nullopt, skipF);
+    for (const auto &[dtype, which] : byDtype)
+      torch::_fused_adamw_(pick(ps, which), pick(grads, which), pick(m, which), pick(v, which), {},
+                           pick(steps, which), lr, std::get<0>(o.betas()), std::get<1>(o.betas()),
+                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false,
+                           std::nullopt, skipF);
   }
 
   Tensor countedBad = bad.logical_and(active), counted = bad.logical_not().logical_and(active);
@@ -128,17 +146,18 @@ void DeviceStep::update(int64_t step, double lr, double clip, const Tensor &loss
   Tensor diverges = active.logical_and(nonFiniteRun >= divergeAfter);
   divergedAt = torch::where(diverges, step + 1, divergedAt);
   if (lossScaling) {
-    // Halve on an overflow (or a non-finite norm) of a step whose loss was finite; double after
-    // 2000 clean steps in a row. A step with a non-finite loss leaves the scale alone.
+    // The trainer's rules: a step whose loss was finite counts towards the 2000 clean steps
+    // that double the scale unless its gradients overflowed; an overflow (or a non-finite norm,
+    // after that count) halves it. A step with a non-finite loss leaves the scale alone.
     Tensor considered = active.logical_and(lossBad.logical_not());
+    Tensor counts = considered.logical_and(overflow.logical_not());
     Tensor backOff = considered.logical_and(overflow.logical_or(normBad));
-    Tensor clean = considered.logical_and(backOff.logical_not());
     Tensor next = goodSteps + 1;
-    Tensor grow = clean.logical_and(next >= 2000);
-    scale = torch::where(backOff, scale * 0.5, torch::where(grow, scale * 2, scale));
-    goodSteps = torch::where(backOff.logical_or(grow), 0, torch::where(clean, next, goodSteps));
+    Tensor grow = counts.logical_and(next >= 2000);
+    scale = scale * torch::where(grow, 2.0, 1.0) * torch::where(backOff, 0.5, 1.0);
+    goodSteps = torch::where(backOff.logical_or(grow), 0, torch::where(counts, next, goodSteps));
   }
-  halted = halted.logical_or(diverges);
+  haltedFlag = haltedFlag.logical_or(diverges);
 }
 
 StepWindow DeviceStep::read() {
@@ -167,6 +186,8 @@ StepWindow DeviceStep::read() {
   firstNonFinite.zero_();
   return w;
 }
+
+bool DeviceStep::halted() const { return haltedFlag.item<bool>(); }
 
 void DeviceStep::syncOptimizerState() {
   if (params.empty())

@@ -69,6 +69,10 @@ public:
   /// The one synchronisation: the window's sums (which restart) and the counters.
   StepWindow read();
 
+  /// Whether the run has diverged (a synchronisation: the trainer asks before a feature redraw,
+  /// which must not change a diverged run's checkpoint).
+  bool halted() const;
+
   /// Writes the per-parameter step counts into the AdamW state (a synchronisation), so a
   /// checkpoint saved now resumes with them.
   void syncOptimizerState();
@@ -80,7 +84,7 @@ private:
   int64_t divergeAfter;
   // Device scalars. f64 for the sums (as the host's double was), i64 for the counts.
   torch::Tensor lossSum, correct, examples, nonFinite, firstNonFinite;
-  torch::Tensor skipped, nonFiniteRun, divergedAt, halted, scale, goodSteps;
+  torch::Tensor skipped, nonFiniteRun, divergedAt, haltedFlag, scale, goodSteps;
 };
 
 } // namespace spectra::models

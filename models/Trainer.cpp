@@ -743,7 +743,9 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   for (int64_t step = c.step; step < o.steps && !stopped; ++step) {
     // Performer's feature redraw: a function of the step, so a resumed run (whose checkpoint
     // holds the weights of the last redraw) replays it.
-    if (o.redrawEvery > 0 && step > 0 && step % o.redrawEvery == 0)
+    // A run that diverged in this window (the device knows; the host reads it at the window's
+    // end) keeps the features it diverged with: one read per redraw.
+    if (o.redrawEvery > 0 && step > 0 && step % o.redrawEvery == 0 && !stepper.halted())
       model->redrawFeatures(step / o.redrawEvery);
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
     torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));

@@ -179,7 +179,7 @@ thread_local DeferredInputChecks *innermostDeferred = nullptr;
 
 /// Adds a bool flag to an accumulated one (on the flag's device: no synchronisation).
 void accumulate(torch::Tensor &into, const torch::Tensor &flag) {
-  into = into.defined() && into.device() == flag.device() ? into.logical_or(flag) : flag;
+  into = into.defined() ? into.logical_or(flag.to(into.device(), /*non_blocking=*/true)) : flag;
 }
 } // namespace
 
@@ -249,8 +249,7 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
     TORCH_CHECK(queryMask->scalar_type() == torch::kBool && queryMask->dim() == 2 &&
                     queryMask->size(0) == B && queryMask->size(1) == q.size(2),
                 "spectra attention: the query mask must be bool [", B, ", ", q.size(2),
-                "] keeping at least one query per batch, got ", queryMask->scalar_type(), " ",
-                queryMask->sizes());
+                "], got ", queryMask->scalar_type(), " ", queryMask->sizes());
     torch::Tensor kept = queryMask->any(1).all();
     if (DeferredInputChecks *deferred = DeferredInputChecks::active())
       deferred->noteEmptyMask(kept.logical_not());

@@ -26,8 +26,9 @@ struct Toy {
   std::vector<torch::Tensor> params;
   explicit Toy(int64_t seed) {
     torch::manual_seed(seed);
+    // One f64 parameter, as the learnable random-feature factors are beside the model's f32 ones.
     params = {torch::randn({3, 4}).requires_grad_(), torch::randn({5}).requires_grad_(),
-              torch::randn({2, 2}).requires_grad_()};
+              torch::randn({2, 2}).requires_grad_(), torch::randn({3}, torch::kFloat64).requires_grad_()};
   }
   Toy clone() const {
     Toy t(0);
@@ -223,8 +224,10 @@ TEST(DeviceStep, LossScalingUnscalesSkipsOverflowsAndAdaptsTheScale) {
   EXPECT_EQ(w.nonFinite, 0);
   EXPECT_EQ(w.examples, 4);          // and its loss counts in the window
 
-  // A non-finite loss leaves the scale alone.
-  scaled.setGrads(randomGrads(scaled, 1.0));
+  // A non-finite loss leaves the scale alone (its gradients are NaN too).
+  g = randomGrads(scaled, 1.0);
+  g[2][0][1] = NAN;
+  scaled.setGrads(g);
   step.update(4, 1e-2, 1.0, scalar(NAN), count(0), 1, {});
   w = step.read();
   EXPECT_DOUBLE_EQ(w.counters.lossScale, 512);
@@ -281,6 +284,43 @@ TEST(DeviceStep, RefusesWhatItCannotDo) {
   EXPECT_THROW(DeviceStep(amsgrad, torch::kCPU, false, 20, {}), std::invalid_argument);
 }
 
+spectra::models::LraConfig tinyModel(const std::string &attention) {
+  spectra::models::LraConfig config;
+  config.vocab = 20, config.maxLength = 64, config.classes = 10, config.embed = 16;
+  config.heads = 2, config.headDim = 8, config.ffn = 32, config.features = 16;
+  config.attention = attention;
+  return config;
+}
+
+/// One step of a model with a learnable recipe (FastFoodL: f64 factors, f32 everything else).
+void expectLearnableFactorsMove(const torch::Device &device) {
+  torch::manual_seed(1);
+  spectra::models::LraModel model(tinyModel("spectra:posrf-fastfoodl"));
+  model->to(device);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
+  DeviceStep step(optimizer, device, false, 20, {});
+  std::vector<torch::Tensor> before;
+  bool hasF64 = false;
+  for (const auto &p : model->parameters()) {
+    before.push_back(p.detach().clone());
+    hasF64 = hasF64 || p.scalar_type() == torch::kFloat64;
+  }
+  ASSERT_TRUE(hasF64) << "the FastFoodL factors are expected in f64";
+  torch::Tensor tokens = torch::randint(1, 20, {4, 24}, torch::kInt64).to(device);
+  torch::Tensor labels = torch::randint(0, 10, {4}, torch::kInt64).to(device);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(tokens), labels);
+  step.lossToBackward(loss).backward();
+  step.update(0, 1e-3, 1.0, loss, torch::zeros({}, torch::kInt64).to(device), 4, {});
+  std::vector<torch::Tensor> after = model->parameters();
+  for (size_t i = 0; i < before.size(); ++i)
+    if (after[i].grad().defined())
+      EXPECT_FALSE(torch::equal(before[i], after[i].detach()))
+          << "parameter " << i << " (" << after[i].scalar_type() << ") was not updated";
+  EXPECT_EQ(step.read().examples, 4);
+}
+
+TEST(DeviceStep, UpdatesLearnableFactorsBesideTheModel) { expectLearnableFactorsMove(torch::kCPU); }
+
 TEST(DeviceStep, ATrainingStepOnCudaNeverWaitsForTheDevice) {
   // The trainer's step (forward with deferred input checks, loss, backward, DeviceStep) under
   // LibTorch's sync debug mode: any synchronising CUDA call inside a step throws. The first step
@@ -290,12 +330,8 @@ TEST(DeviceStep, ATrainingStepOnCudaNeverWaitsForTheDevice) {
                     "(scripts/gpu-check.sh)";
   torch::Device device(torch::kCUDA, 0);
   for (const char *attention : {"softmax", "spectra:posrf-mm", "spectra:saderf-orf"}) {
-    spectra::models::LraConfig config;
-    config.vocab = 20, config.maxLength = 64, config.classes = 10, config.embed = 16;
-    config.heads = 2, config.headDim = 8, config.ffn = 32, config.features = 16;
-    config.attention = attention;
     torch::manual_seed(0);
-    spectra::models::LraModel model(config);
+    spectra::models::LraModel model(tinyModel(attention));
     model->to(device);
     torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-3));
     DeviceStep step(optimizer, device, false, 20, {});
@@ -323,6 +359,11 @@ TEST(DeviceStep, ATrainingStepOnCudaNeverWaitsForTheDevice) {
     c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
     StepWindow w = step.read();
     EXPECT_EQ(w.examples, 16) << attention;
+    // The learnable factors (f64) are updated beside the f32 parameters (one fused call per
+    // dtype). A learnable recipe's forward still synchronises (its fixed draws are rebuilt on
+    // the host), so it is not run under the debug mode.
+    if (std::string(attention) == "spectra:saderf-orf")
+      expectLearnableFactorsMove(device);
     EXPECT_EQ(w.nonFinite, 0) << attention;
     EXPECT_TRUE(std::isfinite(w.lossSum)) << attention;
   }
