@@ -147,6 +147,19 @@ struct Evaluation {
   int64_t examples = 0;
 };
 
+/// A mask row that kept nothing, over the steps or batches of a window (device flags, read once).
+struct EmptyMaskFlag {
+  torch::Tensor seen;
+  void add(const DeferredInputChecks &checks) {
+    if (checks.emptyMask().defined())
+      seen = seen.defined() ? seen.logical_or(checks.emptyMask()) : checks.emptyMask();
+  }
+  void check() const {
+    if (seen.defined())
+      TORCH_CHECK(!seen.item<bool>(), "spectra attention: ", kEmptyKeyMask);
+  }
+};
+
 Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, int64_t batch,
                     int64_t maxBatches, bool dual, const torch::Device &device,
                     torch::ScalarType dtype) {
@@ -159,7 +172,7 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
   int64_t total = static_cast<int64_t>(split.size());
   if (maxBatches > 0)
     total = std::min(total, maxBatches * batch);
-  torch::Tensor emptyMask;
+  EmptyMaskFlag emptyMask;
   for (int64_t start = 0; start < total; start += batch) {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < std::min(total, start + batch); ++i)
@@ -183,12 +196,10 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
     }
     lossSum.add_(batchLoss.to(torch::kFloat64));
     correct.add_(batchCorrect);
-    if (checks.emptyMask().defined())
-      emptyMask = emptyMask.defined() ? emptyMask.logical_or(checks.emptyMask()) : checks.emptyMask();
+    emptyMask.add(checks);
   }
   model->train();
-  if (emptyMask.defined())
-    TORCH_CHECK(!emptyMask.item<bool>(), "spectra attention: ", kEmptyKeyMask);
+  emptyMask.check();
   e.examples = total;
   e.loss = total ? lossSum.item<double>() / total : 0;  // may be inf or NaN: written as null
   e.accuracy = total ? static_cast<double>(correct.item<int64_t>()) / total : 0;
@@ -714,7 +725,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     saveCheckpoint(path, model, withOptimizer ? &optimizer : nullptr, c, trajectory);
   };
   StepWindow window;        // the last window read (the progress bar shows it)
-  torch::Tensor emptyMask;  // a mask row that kept nothing (an error, reported at the window's end)
+  EmptyMaskFlag emptyMask;  // an error, reported at the window's end
   auto sessionStart = Clock::now();
   int64_t sessionStartStep = c.step;
   double secondsBefore = c.trainSeconds;
@@ -761,8 +772,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       }
       loss = torch::nn::functional::cross_entropy(logits.to(torch::kFloat32), b.labels);
       inputsBad = checks.nonFinite();
-      if (checks.emptyMask().defined())
-        emptyMask = emptyMask.defined() ? emptyMask.logical_or(checks.emptyMask()) : checks.emptyMask();
+      emptyMask.add(checks);
     }
     optimizer.zero_grad();
     stepper.lossToBackward(loss).backward();
@@ -777,8 +787,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
     if (windowEnd) {
       // The window's one synchronisation.
       window = stepper.read();
-      if (emptyMask.defined())
-        TORCH_CHECK(!emptyMask.item<bool>(), "spectra attention: ", kEmptyKeyMask);
+      emptyMask.check();
       c.skipped = window.counters.skipped;
       c.nonFiniteRun = window.counters.nonFiniteRun;
       c.lossScale = window.counters.lossScale;

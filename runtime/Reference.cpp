@@ -189,6 +189,18 @@ DeferredInputChecks *DeferredInputChecks::active() { return innermostDeferred; }
 void DeferredInputChecks::noteNonFinite(const torch::Tensor &flag) { accumulate(nonFiniteFlag, flag); }
 void DeferredInputChecks::noteEmptyMask(const torch::Tensor &flag) { accumulate(emptyMaskFlag, flag); }
 
+namespace {
+/// A value check: `holds` (a bool scalar) is read now, or inside a DeferredInputChecks scope
+/// its negation is noted there, without reading the device.
+void checkValue(const torch::Tensor &holds, void (DeferredInputChecks::*note)(const torch::Tensor &),
+                const std::string &message) {
+  if (DeferredInputChecks *deferred = DeferredInputChecks::active())
+    (deferred->*note)(holds.logical_not());
+  else
+    TORCH_CHECK(holds.item<bool>(), message);
+}
+} // namespace
+
 void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
                           const torch::Tensor &v, const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask) {
@@ -215,22 +227,15 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
     TORCH_CHECK(keyMask->dim() == 2 && keyMask->size(0) == k.size(0) && keyMask->size(1) == k.size(2),
                 "spectra attention: the key mask must be [batch, key length] = [", k.size(0), ", ",
                 k.size(2), "], got ", keyMask->sizes());
-    torch::Tensor kept = keyMask->any(1).all();
-    if (DeferredInputChecks *deferred = DeferredInputChecks::active())
-      deferred->noteEmptyMask(kept.logical_not());
-    else
-      TORCH_CHECK(kept.item<bool>(), "spectra attention: ", kEmptyKeyMask);
+    checkValue(keyMask->any(1).all(), &DeferredInputChecks::noteEmptyMask,
+               std::string("spectra attention: ") + kEmptyKeyMask);
   }
   // One pass per tensor (min and max propagate NaN and show an inf) and one synchronisation.
   auto [qlo, qhi] = torch::aminmax(q.detach());
   auto [klo, khi] = torch::aminmax(k.detach());
   auto [vlo, vhi] = torch::aminmax(v.detach());
-  torch::Tensor finite =
-      torch::isfinite(torch::stack({qlo, qhi, klo, khi, vlo, vhi}).to(torch::kFloat32)).all();
-  if (DeferredInputChecks *deferred = DeferredInputChecks::active())
-    deferred->noteNonFinite(finite.logical_not());
-  else
-    TORCH_CHECK(finite.item<bool>(), "spectra attention: ", kNonFiniteInputs);
+  checkValue(torch::isfinite(torch::stack({qlo, qhi, klo, khi, vlo, vhi}).to(torch::kFloat32)).all(),
+             &DeferredInputChecks::noteNonFinite, std::string("spectra attention: ") + kNonFiniteInputs);
 
 }
 
@@ -250,12 +255,9 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
                     queryMask->size(0) == B && queryMask->size(1) == q.size(2),
                 "spectra attention: the query mask must be bool [", B, ", ", q.size(2),
                 "], got ", queryMask->scalar_type(), " ", queryMask->sizes());
-    torch::Tensor kept = queryMask->any(1).all();
-    if (DeferredInputChecks *deferred = DeferredInputChecks::active())
-      deferred->noteEmptyMask(kept.logical_not());
-    else
-      TORCH_CHECK(kept.item<bool>(), "spectra attention: the query mask must be bool [", B, ", ",
-                  q.size(2), "] keeping at least one query per batch; a row keeps none");
+    checkValue(queryMask->any(1).all(), &DeferredInputChecks::noteEmptyMask,
+               c10::str("spectra attention: the query mask must be bool [", B, ", ", q.size(2),
+                        "] keeping at least one query per batch; a row keeps none"));
   }
   torch::Tensor queryWeight = queryMask ? queryMask->to(opts).view({B, 1, -1, 1})
                                         : torch::ones({1, 1, q.size(2), 1}, opts);
