@@ -2,6 +2,7 @@
 
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuKernel.h"
+#include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 #include "dialect/BuiltinLibrary.h"
@@ -25,6 +26,7 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     TileKernelOptions options;
     options.valueDim = valueDim;
     options.tileRows = tileRows;
+    options.inputType = inputType;
     for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
       std::string backwardError;
       if (failed(buildTileKernels(module, map, options, &backwardError)))
@@ -40,5 +42,6 @@ void registerSpectraCodegenPassesAndPipelines() {
   registerSpectraCodegenPasses();
   registerCpuPipelines();
   registerGpuPipelines();
+  registerMappedGpuPipelines();
 }
 } // namespace mlir::spectra

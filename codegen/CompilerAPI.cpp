@@ -4,6 +4,8 @@
 
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuKernel.h"
+#include "codegen/MapTilesToGpu.h"
+#include "codegen/TileKernels.h"
 #include "codegen/ExportFeatureMap.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
@@ -239,7 +241,27 @@ struct spectra_cpu_kernel {
   std::map<std::string, void *> entries;    // by kind: kv, readout, query_backward, key_backward
   std::map<std::string, std::string> stages;  // tiles, vectors, llvm
   std::string backwardError;
+  std::map<std::string, std::string> abi;  // by kind: the kernel ABI (spectra_cpu_kernel_abi)
 };
+
+/// Each kernel's ABI as text: "grid=<rule>;chunk_rows=<n>;" then "name:role:rank;" per argument.
+static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    auto kind = fn->getAttrOfType<StringAttr>(sp::kKernelKindAttr);
+    auto names = fn->getAttrOfType<ArrayAttr>(sp::kKernelArgNamesAttr);
+    auto roles = fn->getAttrOfType<ArrayAttr>(sp::kKernelArgRolesAttr);
+    if (!kind || !names || !roles)
+      continue;
+    std::string text = "grid=" + fn->getAttrOfType<StringAttr>(sp::kKernelGridAttr).getValue().str() + ";";
+    if (auto chunk = fn->getAttrOfType<IntegerAttr>(sp::kKernelChunkRowsAttr))
+      text += "chunk_rows=" + std::to_string(chunk.getInt()) + ";";
+    for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes()))
+      text += cast<StringAttr>(names[i]).getValue().str() + ":" +
+              cast<StringAttr>(roles[i]).getValue().str() + ":" +
+              std::to_string(cast<MemRefType>(type).getRank()) + ";";
+    kernel.abi[kind.getValue().str()] = text;
+  }
+}
 
 namespace sp = mlir::spectra;
 
@@ -292,7 +314,10 @@ static std::string keepOneFeatureMap(ModuleOp source, const char *featureMap, st
   return map.getSymName().str();
 }
 
-static const char *const kKernelKinds[] = {"kv", "readout", "query_backward", "key_backward"};
+/// A kernel kind that only the backward needs (missing when the component has no backward).
+static bool isBackwardKind(llvm::StringRef kind) {
+  return kind.contains("backward") || (kind.ends_with("_combine") && kind != "kv_combine");
+}
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
   fail(error, message);
@@ -310,11 +335,11 @@ extern "C" const char *spectra_cpu_host_target(void) {
 /// Looks the four kernels of `map` up in a JIT; the backward ones may be missing.
 template <typename Lookup>
 static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map, Lookup lookup) {
-  for (const char *kind : kKernelKinds) {
-    std::string symbol = "_mlir_ciface_" + map.str() + "_" + kind;
+  for (llvm::StringRef kind : sp::tileKernelKinds()) {
+    std::string symbol = "_mlir_ciface_" + map.str() + "_" + kind.str();
     if (void *address = lookup(symbol))
-      kernel.entries[kind] = address;
-    else if (llvm::StringRef(kind).ends_with("backward"))
+      kernel.entries[kind.str()] = address;
+    else if (isBackwardKind(kind))
       continue;
     else
       return "the compiled kernels lack " + symbol;
@@ -323,9 +348,12 @@ static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map
 }
 
 /// Runs spectra-cpu-pipeline on the module's feature map, stage by stage (keeping
-/// each stage's IR), and JIT-compiles the result.
+/// each stage's IR), and JIT-compiles the result. With `emulatedDtype`, the GPU
+/// kernels instead: the mapped stage (spectra-gpu-mapped, q/k/v of that type) lowered
+/// for the CPU (gpu-emulated); stages "mapped" and "llvm".
 static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char *featureMap,
-                                      int64_t dv, char **error) {
+                                      int64_t dv, char **error,
+                                      const char *emulatedDtype = nullptr) {
   static std::once_flag once;
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
@@ -343,17 +371,38 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   sp::CpuPipelineOptions options;
   options.valueDim = dv;
   options.vectorWidth = sp::hostVectorWidth();
-  for (auto [stage, name] : {std::pair{sp::CpuStage::Tiles, "tiles"},
-                             {sp::CpuStage::Vectors, "vectors"}, {sp::CpuStage::LLVM, "llvm"}}) {
+  sp::GpuScheduleOptions emulated;
+  emulated.valueDim = dv;
+  if (emulatedDtype)
+    emulated.dtype = emulatedDtype;
+  using Stage = std::pair<std::function<void(OpPassManager &)>, const char *>;
+  std::vector<Stage> stages;
+  if (emulatedDtype) {
+    stages.push_back({[&](OpPassManager &pm) { sp::buildGpuMappedPipeline(pm, emulated); }, "mapped"});
+    stages.push_back({[&](OpPassManager &pm) { sp::buildGpuEmulationLowering(pm); }, "llvm"});
+  } else {
+    for (auto [stage, name] : {std::pair{sp::CpuStage::Tiles, "tiles"},
+                               {sp::CpuStage::Vectors, "vectors"}, {sp::CpuStage::LLVM, "llvm"}})
+      stages.push_back({[&options, stage = stage](OpPassManager &pm) {
+                          sp::buildCpuStage(pm, options, stage);
+                        },
+                        name});
+  }
+  bool firstStage = true;
+  for (auto &[build, name] : stages) {
     PassManager pm(&ctx.context);
-    sp::buildCpuStage(pm, options, stage);
+    build(pm);
     size_t before = ctx.diagnostics.size();
     if (failed(pm.run(source)))
-      return failKernel(error, std::string("compiling the CPU kernels failed (stage ") + name +
-                                   "):\n" + ctx.diagnostics);
+      return failKernel(error, std::string(emulatedDtype ? "compiling the emulated GPU kernels"
+                                                         : "compiling the CPU kernels") +
+                                   " failed (stage " + name + "):\n" + ctx.diagnostics);
     // The tile stage warns when the backward cannot be derived; the forward still works.
-    if (stage == sp::CpuStage::Tiles && ctx.diagnostics.size() > before)
+    if (firstStage && ctx.diagnostics.size() > before)
       result->backwardError = ctx.diagnostics.substr(before);
+    if (firstStage)
+      recordAbi(*result, source);
+    firstStage = false;
     llvm::raw_string_ostream os(result->stages[name]);
     source.print(os);
   }
@@ -363,8 +412,10 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   auto keepOnly = [&](ModuleOp module, bool forward) {
     for (auto fn : llvm::to_vector(module.getOps<LLVM::LLVMFuncOp>())) {
       llvm::StringRef name = fn.getSymName();
-      bool isBackward = name.ends_with("_query_backward") || name.ends_with("_key_backward");
-      bool isForward = name.ends_with("_kv") || name.ends_with("_readout");
+      bool isBackward = false, isForward = false;
+      for (llvm::StringRef kind : sp::tileKernelKinds())
+        if (name.ends_with("_" + kind.str()))
+          (isBackwardKind(kind) ? isBackward : isForward) = true;
       if (!fn.isExternal() && (forward ? isBackward : isForward))
         fn.erase();
     }
@@ -478,6 +529,33 @@ extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char
   return compileCpu(ctx, *module, featureMap, dv, error);
 }
 
+extern "C" spectra_cpu_kernel *spectra_emulated_compile_variant(const char *variant, int64_t m,
+                                                                int64_t d, int64_t seed,
+                                                                const char *options,
+                                                                const char *dtype, int64_t dv,
+                                                                char **error) {
+  Context ctx;
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      variantModule(ctx, "spectra_emulated_compile_variant", variant, m, d, seed, options, why);
+  if (!module)
+    return failKernel(error, why);
+  return compileCpu(ctx, *module, nullptr, dv, error, dtype ? dtype : "f32");
+}
+
+extern "C" spectra_cpu_kernel *spectra_emulated_compile_ir(const char *ir, const char *sourceName,
+                                                           const char *featureMap,
+                                                           const char *dtype, int64_t dv,
+                                                           char **error) {
+  Context ctx;
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      parseModule(ctx, "spectra_emulated_compile_ir", ir, sourceName, why);
+  if (!module)
+    return failKernel(error, why);
+  return compileCpu(ctx, *module, featureMap, dv, error, dtype ? dtype : "f32");
+}
+
 extern "C" void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
                                           const char **why) {
   if (why)
@@ -486,6 +564,13 @@ extern "C" void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char
     return nullptr;
   auto it = kernel->entries.find(kind);
   return it == kernel->entries.end() ? nullptr : it->second;
+}
+
+extern "C" const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const char *kind) {
+  if (!kernel || !kind)
+    return "";
+  auto it = kernel->abi.find(kind);
+  return it == kernel->abi.end() ? "" : it->second.c_str();
 }
 
 extern "C" const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage) {

@@ -11,6 +11,8 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
@@ -910,6 +912,10 @@ void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, 
   OpPassManager &gpuFuncs = kernels.nest<gpu::GPUFuncOp>();
   gpuFuncs.addPass(createCanonicalizerPass());
   gpuFuncs.addPass(createCSEPass());
+  // The mapped kernels' one-element linalg ops and windows (the hand-built ones have none).
+  gpuFuncs.addPass(createConvertLinalgToLoopsPass());
+  gpuFuncs.addPass(memref::createExpandStridedMetadataPass());
+  gpuFuncs.addPass(createLowerAffinePass());
   gpuFuncs.addPass(createSCFToControlFlowPass());
   ConvertGpuOpsToNVVMOpsOptions nvvm;
   nvvm.indexBitwidth = 64;

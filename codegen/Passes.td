@@ -33,6 +33,8 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
     Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
            "value head dimension (0: the feature map's d)">,
     Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32", "rows of q or k per tile">,
+    Option<"inputType", "input-type", "std::string", /*default=*/"\"f32\"",
+           "element type of q, k, v, out and their gradients: f32, bf16 or f16">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
@@ -131,6 +133,95 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
     ```
   }];
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
+def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "schedule the tile kernels for a GPU: blocks, thread nests, workgroup tiles";
+  let description = [{
+    The GPU schedule of the one kernel layer (codegen/MapTilesToGpu.cpp). Each
+    tile kernel (a function with the kernel ABI attributes of TileKernels.h)
+    takes its arguments batched by role (rows [BH, N, ...], masks [BH, N],
+    slices [BH, ...], partial sums [BH, C, ...]) and becomes one scf.forall
+    over blocks mapped to #gpu.block (a block per (row chunk of `chunk-rows`
+    rows, slice), per slice, or one), whose body is the tile kernel on the
+    block's windows. Tile buffers move to workgroup memory; every linalg op
+    becomes a thread nest (scf.forall mapped to #gpu.thread<x>: a
+    block-stride loop over its parallel iterations, reductions sequential in a
+    thread) and scalar stores a one-thread nest. No atomics: row chunks write
+    their own partials, which the combine kernels merge in chunk order.
+    Kernels needing more workgroup memory than `shared-limit` are refused.
+
+    ```mlir
+    // func.func @posrf_orf_kv(%k: memref<?x?x32xf32>, ..., %S: memref<?x?x128x32xf32>, ...)
+    //   scf.forall (%chunk, %bh) in (%C, %BH) {
+    //     %kt = memref.alloca() : memref<8x32xf32, #gpu.address_space<workgroup>>
+    //     scf.forall (%t) in (256) { scf.for ... linalg.generic ... }
+    //       {mapping = [#gpu.thread<x>]}
+    //   } {mapping = [#gpu.block<x>, #gpu.block<y>]}
+    ```
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"256", "threads per block">,
+    Option<"chunkRows", "chunk-rows", "int64_t", /*default=*/"256",
+           "rows of q or k per block">,
+    Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"49152",
+           "bytes of static shared memory a block may use">,
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
+}
+
+def SpectraStripWorkgroupMemory : Pass<"spectra-strip-workgroup-memory", "::mlir::ModuleOp"> {
+  let summary = "erase #gpu.address_space<workgroup> from every type (gpu-emulated on the CPU)";
+  let description = [{
+    The CPU has one memory: a block's workgroup tiles become ordinary stack
+    buffers of the block's loop iteration, which is faithful because every
+    tile is written before it is read within a block.
+
+    ```mlir
+    // memref<8x128xf32, #gpu.address_space<workgroup>>  ->  memref<8x128xf32>
+    ```
+  }];
+}
+
+def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::ModuleOp"> {
+  let summary = "mapped kernels to gpu.launch: block ids, predicated thread nests, barriers";
+  let description = [{
+    The GPU path from the mapped IR: the block forall becomes gpu.launch
+    (grid = its bounds, block = the kernel's threads, workgroup tiles as
+    workgroup attributions, i.e. static shared memory); each thread nest runs
+    under `tid.x < n` and is followed by gpu.barrier.
+
+    ```mlir
+    // gpu.launch blocks(%bx, %by, %bz) in (%gx = %C, %gy = %BH, %gz = %c1)
+    //            threads(%tx, %ty, %tz) in (%sx = %c256, %sy = %c1, %sz = %c1)
+    //            workgroup(%kt : memref<8x32xf32, #gpu.address_space<workgroup>>) {
+    //   scf.if (%tx < 32) { ... }  gpu.barrier  ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect"];
+}
+
+def SpectraDescribeGpuKernels : Pass<"spectra-describe-gpu-kernels", "::mlir::ModuleOp"> {
+  let summary = "join the outlined kernels into one gpu.module and record their launch description";
+  let description = [{
+    After gpu-kernel-outlining: every kernel moves into one gpu.module (one
+    PTX text) under its host function's name, and the launch description is
+    read off the host functions' gpu.launch_func ops (kernel, grid rule,
+    threads, shared bytes, each argument's name, role, rank and element
+    type) into the module attribute `spectra.gpu_kernels` (JSON): the kernel
+    ABI the runtimes launch from, generated rather than restated.
+
+    ```mlir
+    // module attributes {spectra.gpu_kernels = "(JSON: per kernel kind, grid, block, args)"} {
+    //   gpu.module @spectra_kernels { gpu.func @posrf_orf_kv(...) kernel ... }
+    ```
+  }];
+  let options = [
+    Option<"moduleName", "module-name", "std::string", /*default=*/"\"spectra_kernels\"",
+           "name of the joined gpu.module">,
+  ];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
 }
 
 #endif // SPECTRA_CODEGEN_PASSES_TD

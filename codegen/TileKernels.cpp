@@ -163,13 +163,29 @@ public:
       copyRow(from, to, scale);
     });
   }
+  /// Copies a row, converting between the rows' element type (f32, bf16, f16) and the
+  /// tiles' f32: q, k, v and dL/dout are widened as they are loaded, outputs and
+  /// gradients rounded once as they are stored; the scale multiplies in f32.
   void copyRow(Value from, Value to, Value scale) {
+    Type toType = llvm::cast<MemRefType>(to.getType()).getElementType();
+    auto convert = [toType](OpBuilder &nb, Location l, Value v) -> Value {
+      if (v.getType() == toType)
+        return v;
+      if (toType.getIntOrFloatBitWidth() > v.getType().getIntOrFloatBitWidth())
+        return arith::ExtFOp::create(nb, l, toType, v);
+      return arith::TruncFOp::create(nb, l, toType, v);
+    };
     if (!scale) {
-      elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return SmallVector<Value>{a[0]}; });
+      elementwise({{from}}, {to}, [&](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{convert(nb, l, a[0])};
+      });
       return;
     }
-    elementwise({{from}, {scale, At::Col}}, {to}, [](OpBuilder &nb, Location l, ValueRange a) {
-      return SmallVector<Value>{arith::MulFOp::create(nb, l, a[0], a[1])};
+    elementwise({{from}, {scale, At::Col}}, {to}, [&](OpBuilder &nb, Location l, ValueRange a) {
+      Value x = a[0].getType() == a[1].getType()
+                    ? a[0]
+                    : Value(arith::ExtFOp::create(nb, l, a[1].getType(), a[0]));
+      return SmallVector<Value>{convert(nb, l, arith::MulFOp::create(nb, l, x, a[1]))};
     });
   }
   /// kept[i] = keep[r0 + i] for i < rows (keep: 1 kept, 0 masked; nullptr: all kept), else 0.
@@ -277,10 +293,28 @@ struct Kernel {
   Value arg(unsigned i) { return entry->getArgument(i); }
 };
 
-Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> args,
-                  unsigned paramsArg, unsigned numParams) {
-  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(args, {}));
+/// One kernel argument: its type, name and role (TileKernels.h, "The kernel ABI").
+struct Arg {
+  Type type;
+  StringRef name;
+  StringRef role;
+};
+
+Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, StringRef grid,
+                  ArrayRef<Arg> args, unsigned paramsArg, unsigned numParams) {
+  SmallVector<Type> types;
+  SmallVector<Attribute> names, roles;
+  for (const Arg &a : args) {
+    types.push_back(a.type);
+    names.push_back(b.getStringAttr(a.name));
+    roles.push_back(b.getStringAttr(a.role));
+  }
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(types, {}));
   fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  fn->setAttr(kKernelKindAttr, b.getStringAttr(kind));
+  fn->setAttr(kKernelGridAttr, b.getStringAttr(grid));
+  fn->setAttr(kKernelArgNamesAttr, b.getArrayAttr(names));
+  fn->setAttr(kKernelArgRolesAttr, b.getArrayAttr(roles));
   Kernel k{fn, fn.addEntryBlock(), {}};
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -293,11 +327,16 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, ArrayRef<Type> arg
 /// Memref types of the kernel arguments.
 struct Types {
   MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat, scale;
-  Types(MLIRContext *ctx, const Dims &s) {
+  MemRefType Sp, fp, Wp, paramsp;  // per-chunk partials, [C, ...] (combine kernels)
+  Types(MLIRContext *ctx, const Dims &s, Type input) {
     Type f32 = Float32Type::get(ctx);
     int64_t dyn = ShapedType::kDynamic;
-    rows = MemRefType::get({dyn, s.D}, f32);
-    values = MemRefType::get({dyn, s.DV}, f32);
+    rows = MemRefType::get({dyn, s.D}, input);
+    values = MemRefType::get({dyn, s.DV}, input);
+    Sp = MemRefType::get({dyn, s.F, s.DV}, f32);
+    fp = MemRefType::get({dyn, s.F}, f32);
+    Wp = MemRefType::get({dyn, s.M, s.D}, f32);
+    paramsp = MemRefType::get({dyn, s.P}, f32);
     mask = MemRefType::get({dyn}, f32);
     Wt = MemRefType::get({s.D, s.M}, f32);
     W = MemRefType::get({s.M, s.D}, f32);
@@ -313,10 +352,12 @@ struct Types {
 
 void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, const Types &t,
              StringRef name, unsigned numParams) {
-  // k, v, keep, Wt, ww, rowscale, params, S, z, zabs, c, kscale
-  Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.values, t.mask, t.Wt, t.ww, t.ww, t.params, t.S, t.f, t.f, t.f,
-                         t.scale},
+  Kernel k = makeKernel(b, loc, name, "kv", "keys",
+                        {{t.rows, "k", "rows"}, {t.values, "v", "rows"}, {t.mask, "keep", "mask"},
+                         {t.Wt, "Wt", "shared"}, {t.ww, "ww", "shared"},
+                         {t.ww, "rowscale", "shared"}, {t.params, "params", "slice"},
+                         {t.S, "S", "partial"}, {t.f, "z", "partial"}, {t.f, "zabs", "partial"},
+                         {t.f, "c", "partial"}, {t.scale, "kscale", "slice"}},
                         6, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -397,9 +438,11 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
 
 void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                   const Types &t, StringRef name, unsigned numParams) {
-  // q, Wt, ww, params, S, z, zabs, c, out, qstat, qscale
-  Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.Wt, t.ww, t.params, t.S, t.f, t.f, t.f, t.values, t.qstat, t.scale},
+  Kernel k = makeKernel(b, loc, name, "readout", "queries",
+                        {{t.rows, "q", "rows"}, {t.Wt, "Wt", "shared"}, {t.ww, "ww", "shared"},
+                         {t.params, "params", "slice"}, {t.S, "S", "slice"}, {t.f, "z", "slice"},
+                         {t.f, "zabs", "slice"}, {t.f, "c", "slice"}, {t.values, "out", "rows"},
+                         {t.qstat, "qstat", "rows"}, {t.scale, "qscale", "slice"}},
                         3, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -574,10 +617,15 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
 
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                         const Dims &s, const Types &t, StringRef name, unsigned numParams) {
-  // q, Wt, W, ww, params, S, St, z, c, out, gout, qstat | dq, dS, dz, dW, dparams | qscale
-  Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.Wt, t.W, t.ww, t.params, t.S, t.St, t.f, t.f, t.values, t.values,
-                         t.qstat, t.rows, t.S, t.f, t.W, t.params, t.scale},
+  Kernel k = makeKernel(b, loc, name, "query_backward", "queries",
+                        {{t.rows, "q", "rows"}, {t.Wt, "Wt", "shared"}, {t.W, "W", "shared"},
+                         {t.ww, "ww", "shared"}, {t.params, "params", "slice"},
+                         {t.S, "S", "slice"}, {t.St, "St", "slice"}, {t.f, "z", "slice"},
+                         {t.f, "c", "slice"}, {t.values, "out", "rows"},
+                         {t.values, "gout", "rows"}, {t.qstat, "qstat", "rows"},
+                         {t.rows, "dq", "rows"}, {t.S, "dS", "partial"}, {t.f, "dz", "partial"},
+                         {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
+                         {t.scale, "qscale", "slice"}},
                         4, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -667,10 +715,14 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
 
 void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                       const Dims &s, const Types &t, StringRef name, unsigned numParams) {
-  // k, v, keep, Wt, W, ww, rowscale, params, c, dS, dSt, dz | dk, dv, dW, dparams | kscale
-  Kernel k = makeKernel(b, loc, name,
-                        {t.rows, t.values, t.mask, t.Wt, t.W, t.ww, t.ww, t.params, t.f, t.S, t.St,
-                         t.f, t.rows, t.values, t.W, t.params, t.scale},
+  Kernel k = makeKernel(b, loc, name, "key_backward", "keys",
+                        {{t.rows, "k", "rows"}, {t.values, "v", "rows"}, {t.mask, "keep", "mask"},
+                         {t.Wt, "Wt", "shared"}, {t.W, "W", "shared"}, {t.ww, "ww", "shared"},
+                         {t.ww, "rowscale", "shared"}, {t.params, "params", "slice"},
+                         {t.f, "c", "slice"}, {t.S, "dS", "slice"}, {t.St, "dSt", "slice"},
+                         {t.f, "dz", "slice"}, {t.rows, "dk", "rows"}, {t.values, "dv", "rows"},
+                         {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
+                         {t.scale, "kscale", "slice"}},
                         7, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -733,11 +785,140 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
   func::ReturnOp::create(b, loc);
 }
 
+/// Chunk `c` (dynamic) of a [C, ...] partial buffer as a static window of the rest.
+Value chunkOf(TileBuilder &tb, Value buf, Value c) {
+  OpBuilder &b = tb.b;
+  auto type = llvm::cast<MemRefType>(buf.getType());
+  SmallVector<OpFoldResult> offsets = {c}, sizes = {b.getIndexAttr(1)},
+                            strides(type.getRank(), b.getIndexAttr(1));
+  SmallVector<int64_t> shape;
+  for (int64_t i = 1; i < type.getRank(); ++i) {
+    offsets.push_back(b.getIndexAttr(0));
+    sizes.push_back(b.getIndexAttr(type.getDimSize(i)));
+    shape.push_back(type.getDimSize(i));
+  }
+  MemRefType result =
+      memref::SubViewOp::inferRankReducedResultType(shape, type, offsets, sizes, strides);
+  return memref::SubViewOp::create(b, tb.loc, result, buf, offsets, sizes, strides);
+}
+
+/// The key summaries' merge, the second stage of the split reduction: per feature the
+/// constant c = max over chunks, and S, z, zabs summed over chunks 0, 1, ... in that
+/// order, each rescaled by exp(c_chunk - c) (0 for a chunk no kept key reached). A
+/// feature no kept key reached keeps the constant 0 (refused by the runtime's checks).
+void buildKvCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                    const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "kv_combine", "slices",
+                        {{t.Sp, "Sp", "slice"}, {t.fp, "zp", "slice"}, {t.fp, "zabsp", "slice"},
+                         {t.fp, "cp", "slice"}, {t.S, "S", "slice"}, {t.f, "z", "slice"},
+                         {t.f, "zabs", "slice"}, {t.f, "c", "slice"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Sp = k.arg(0), zp = k.arg(1), zabsp = k.arg(2), cp = k.arg(3), S = k.arg(4), z = k.arg(5),
+        zabs = k.arg(6), c = k.arg(7);
+  Value w = tb.buffer({s.F});
+  Value chunks = tb.dim(Sp, 0);
+  tb.fill(c, -std::numeric_limits<double>::infinity());
+  tb.forRange(tb.idx(0), chunks, [&](Value ch) {
+    tb.elementwise({{chunkOf(tb, cp, ch)}}, {c}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::MaximumFOp::create(nb, l, a[1], a[0])};
+    });
+  });
+  tb.fill(S, 0);
+  tb.fill(z, 0);
+  tb.fill(zabs, 0);
+  tb.forRange(tb.idx(0), chunks, [&](Value ch) {
+    tb.elementwise({{chunkOf(tb, cp, ch)}, {c}}, {w}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+      return SmallVector<Value>{x.select(live, x.exp(x.sub(a[0], a[1])), x.c(0))};
+    });
+    tb.elementwise({{chunkOf(tb, Sp, ch)}, {w, At::Row}}, {S},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return SmallVector<Value>{x.add(a[2], x.mul(a[1], a[0]))};
+                   });
+    tb.elementwise({{chunkOf(tb, zp, ch)}, {chunkOf(tb, zabsp, ch)}, {w}}, {z, zabs},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return SmallVector<Value>{x.add(a[3], x.mul(a[2], a[0])),
+                                               x.add(a[4], x.mul(a[2], a[1]))};
+                   });
+  });
+  tb.elementwise({}, {c}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+    return SmallVector<Value>{x.select(live, a[0], x.c(0))};
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+/// Sums `parts` [R, ...] over R in order 0, 1, ... into `total` [...].
+void sumChunks(TileBuilder &tb, Value parts, Value total) {
+  tb.fill(total, 0);
+  tb.forRange(tb.idx(0), tb.dim(parts, 0), [&](Value r) {
+    tb.elementwise({{chunkOf(tb, parts, r)}}, {total}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+    });
+  });
+}
+
+/// The query backward's per-chunk dS and dz of one slice, summed in chunk order.
+void buildDsummaryCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                          const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "dsummary_combine", "slices",
+                        {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
+                         {t.f, "dz", "slice"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  sumChunks(tb, k.arg(0), k.arg(2));
+  sumChunks(tb, k.arg(1), k.arg(3));
+  func::ReturnOp::create(b, loc);
+}
+
+/// Every (slice, chunk) share of dW and dparams, summed in order into the weights'
+/// gradient (dW is shared by the slices) and dparams (per slice: the runtime views
+/// one slice's shares, or all of them for a parameter shared by the slices).
+void buildDweightsCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                          const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "dweights_combine", "one",
+                        {{t.Wp, "dWp", "shared"}, {t.W, "dW", "shared"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  sumChunks(tb, k.arg(0), k.arg(1));
+  func::ReturnOp::create(b, loc);
+}
+
+void buildDparamsCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                         const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "dparams_combine", "slices",
+                        {{t.paramsp, "dparamsp", "slice"}, {t.params, "dparams", "slice"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  sumChunks(tb, k.arg(0), k.arg(1));
+  func::ReturnOp::create(b, loc);
+}
+
 } // namespace
 
 SmallVector<std::string, 4> mlir::spectra::tileKernelNames(StringRef map) {
   return {(map + "_kv").str(), (map + "_readout").str(), (map + "_query_backward").str(),
           (map + "_key_backward").str()};
+}
+
+ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
+  static const StringLiteral kinds[] = {"kv",           "kv_combine",       "readout",
+                                        "query_backward", "dsummary_combine", "key_backward",
+                                        "dweights_combine", "dparams_combine"};
+  return kinds;
 }
 
 LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
@@ -749,6 +930,10 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   auto component = SymbolTable::lookupNearestSymbolFrom<ComponentOp>(map, map.getComponentAttr());
   if (!component)
     return map.emitOpError() << "component '" << map.getComponent() << "' is not defined";
+  if (options.inputType != "f32" && options.inputType != "bf16" && options.inputType != "f16")
+    return map.emitOpError() << "tile kernels: unknown input type '" << options.inputType
+                             << "' (f32, bf16 or f16)";
+  OpBuilder b0(ctx);
   if (options.tileRows < 1 || options.valueDim < 0)
     return map.emitOpError() << "tile kernels: tile-rows must be positive and value-dim "
                                 "non-negative, got "
@@ -762,12 +947,17 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   s.K = component.getNumOutputs();
   s.F = s.K * s.M;
   s.P = std::max<unsigned>(1, numParams);
-  Types t(ctx, s);
+  Type input = options.inputType == "bf16"  ? Type(b0.getBF16Type())
+               : options.inputType == "f16" ? Type(b0.getF16Type())
+                                            : Type(b0.getF32Type());
+  Types t(ctx, s, input);
   OpBuilder b(ctx);
   b.setInsertionPointAfter(map);
   Location loc = map.getLoc();
   SmallVector<std::string, 4> names = tileKernelNames(map.getSymName());
+  StringRef mapName = map.getSymName();
   buildKv(b, loc, component, s, t, names[0], numParams);
+  buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
   buildReadout(b, loc, component, s, t, names[1], numParams);
   // The backward needs derivatives the compiler can derive; without them the
   // forward still works and the error says why the backward is missing.
@@ -787,6 +977,9 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
     return success();
   }
   buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
+  buildDsummaryCombine(b, loc, component, s, t, (mapName + "_dsummary_combine").str());
   buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+  buildDweightsCombine(b, loc, component, s, t, (mapName + "_dweights_combine").str());
+  buildDparamsCombine(b, loc, component, s, t, (mapName + "_dparams_combine").str());
   return success();
 }

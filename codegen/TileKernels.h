@@ -39,7 +39,24 @@
 //   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
 //            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale)
 //       dS, dz, dW and dparams are this call's share (zeroed first).
-// F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2.
+//   <map>_kv_combine(Sp [C,F,DV], zp [C,F], zabsp [C,F], cp [C,F], S, z, zabs, c)
+//       the second stage of the keys' split reduction: the chunks' partials
+//       merged in chunk order (c = max, the rest rescaled by exp(c_chunk - c)).
+//   <map>_dsummary_combine(dSp [C,F,DV], dzp [C,F], dS, dz),
+//   <map>_dweights_combine(dWp [R,M,D], dW), <map>_dparams_combine(dparamsp [C,P], dparams)
+//       the backward's partial shares summed in order.
+// F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2. q, k, v, out,
+// gout, dq, dk and dv are of the input type (f32, bf16 or f16); every tile is f32.
+//
+// The kernel ABI. Each kernel function carries its kind (spectra.kernel), its grid
+// rule (spectra.grid: "keys" or "queries" = a block per (row chunk, slice), "slices"
+// = one per slice, "one") and per argument its name and role (spectra.arg_names,
+// spectra.arg_roles): "rows" ([N, ...] rows of the slice), "mask" ([N] keep flags),
+// "slice" (one per (batch, head) slice), "partial" (a row chunk's share of a sum,
+// merged by a combine kernel) or "shared" (the same for every slice). The GPU
+// schedule (spectra-map-tiles-to-gpu) batches the arguments by role, and the
+// runtimes read the ABI from these attributes (through the compiled artifact)
+// instead of restating it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -60,7 +77,18 @@ struct TileKernelOptions {
   int64_t valueDim = 0;
   /// Rows of q or k per tile.
   int64_t tileRows = 32;
+  /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
+  std::string inputType = "f32";
 };
+
+/// Attributes of the kernel ABI (see above).
+inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
+inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
+inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
+inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
+
+/// Every kernel kind, in launch order (forward, then backward).
+ArrayRef<StringLiteral> tileKernelKinds();
 
 /// The names of the four kernels of `map`, in the order of TileKernels.h.
 SmallVector<std::string, 4> tileKernelNames(StringRef map);

@@ -58,13 +58,18 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant,
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
                                                        const char *feature_map, int64_t dv,
                                                        char **error);
-/* A kernel's C entry point by kind ("kv", "readout", "query_backward",
- * "key_backward"): void (*)(StridedMemRef *...) in the argument order of
+/* A kernel's C entry point by kind ("kv", "kv_combine", "readout", "query_backward",
+ * "dsummary_combine", "key_backward", "dweights_combine", "dparams_combine"):
+ * void (*)(StridedMemRef *...) in the argument order of
  * codegen/TileKernels.h, memrefs of f32 as MLIR lays them out ({allocated,
  * aligned, offset, sizes[R], strides[R]}). NULL when missing; *why then says
  * why (a component that could not be differentiated has no backward). */
 SPECTRA_API void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
                                            const char **why);
+/* A kernel's ABI, generated from its signature (codegen/TileKernels.h): "grid=RULE;"
+ * ("chunk_rows=N;" for the mapped GPU kernels), then "NAME:ROLE:RANK;" per argument
+ * in order. "" when unknown (kernels loaded from a cached object). */
+SPECTRA_API const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const char *kind);
 /* The kernel's IR at a stage of spectra-cpu-pipeline: "tiles", "vectors" or "llvm". */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
 /* What the JIT compiles for: triple, host CPU and vector width (part of cache keys). */
@@ -79,6 +84,23 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t
                                                         const char *tiles_ir,
                                                         const char *vectors_ir,
                                                         const char *llvm_ir, char **error);
+
+/* The GPU kernels of a feature map run on the CPU (the gpu-emulated device): the
+ * GPU-mapped IR (codegen/MapTilesToGpu.h, the stage the PTX is lowered from) with
+ * blocks and threads as loops, JIT-compiled for this host. q/k/v of `dtype` "f32",
+ * "bf16" or "f16"; arguments batched by role (codegen/TileKernels.h, "The kernel
+ * ABI"); entries by kind as spectra_cpu_kernel_entry gives them: kv, kv_combine,
+ * readout, query_backward, dsummary_combine, key_backward, dweights_combine,
+ * dparams_combine. Stages "mapped" and "llvm". */
+SPECTRA_API spectra_cpu_kernel *spectra_emulated_compile_variant(const char *variant, int64_t m,
+                                                                 int64_t d, int64_t seed,
+                                                                 const char *options,
+                                                                 const char *dtype, int64_t dv,
+                                                                 char **error);
+SPECTRA_API spectra_cpu_kernel *spectra_emulated_compile_ir(const char *ir, const char *source_name,
+                                                            const char *feature_map,
+                                                            const char *dtype, int64_t dv,
+                                                            char **error);
 
 /* Lower-case hex SHA-256 of `size` bytes (cache keys and entry checksums). */
 SPECTRA_API char *spectra_sha256_hex(const void *data, size_t size);

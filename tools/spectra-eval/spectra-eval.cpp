@@ -12,6 +12,7 @@
 
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/FusedEmulated.h"
 #include "runtime/FusedCuda.h"
 #include "runtime/Npy.h"
 #include "runtime/Reference.h"
@@ -49,7 +50,8 @@ Commands:
   attention  random-feature attention of [B,H,N,d] inputs (q and k are scaled by d^-1/4)
              --q Q.npy --k K.npy --v V.npy [--mask M.npy (bool [B,N], true = keep)]
              [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused]
-             [--device cpu|cuda] --out O.npy   (fused: the JIT-compiled kernels, float32)
+             [--device cpu|cuda|gpu-emulated] --out O.npy   (fused: the JIT-compiled kernels, float32;
+                                            gpu-emulated: the GPU kernels run on the CPU, in --dtype)
   approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
@@ -195,7 +197,11 @@ torch::ScalarType dtypeOf(const Args &args) {
     return torch::kFloat64;
   if (d == "f32")
     return torch::kFloat32;
-  throw std::invalid_argument("--dtype must be f32 or f64, got '" + d + "'");
+  if (d == "bf16")
+    return torch::kBFloat16;
+  if (d == "f16")
+    return torch::kFloat16;
+  throw std::invalid_argument("--dtype must be f64, f32, bf16 or f16, got '" + d + "'");
 }
 
 Weights weightsFor(const Args &args, const Descriptor &desc, torch::ScalarType dtype) {
@@ -266,8 +272,10 @@ int attention(const Args &args) {
     options.scale = args.number("scale", 0);
   std::string mode = args.get("mode", "reference");
   std::string deviceName = args.get("device", "cpu");
-  if (deviceName != "cpu" && deviceName != "cuda")
-    throw std::invalid_argument("--device must be cpu or cuda, got '" + deviceName + "'");
+  if (deviceName != "cpu" && deviceName != "cuda" && deviceName != "gpu-emulated")
+    throw std::invalid_argument("--device must be cpu, cuda or gpu-emulated, got '" + deviceName + "'");
+  if (deviceName == "gpu-emulated" && mode != "fused")
+    throw std::invalid_argument("--device gpu-emulated runs the fused GPU kernels: it needs --mode fused");
   if (deviceName == "cuda" && !torch::cuda::is_available())
     throw std::invalid_argument("--device cuda: torch sees no CUDA device on this machine");
   torch::Device device(deviceName == "cuda" ? torch::kCUDA : torch::kCPU);
@@ -295,7 +303,15 @@ int attention(const Args &args) {
     config.seed = desc.seed;
     config.options = desc.options;
     Weights w = weightsFor(args, desc, torch::kFloat32);
-    if (device.is_cuda()) {
+    if (deviceName == "gpu-emulated") {
+      // The GPU kernels' mapped IR run on the CPU, with q, k, v in the requested dtype.
+      std::string dt = dtype == torch::kBFloat16 ? "bf16" : dtype == torch::kFloat16 ? "f16" : "f32";
+      FusedEmulatedAttention fused =
+          args.has("ir") ? FusedEmulatedAttention::fromIR(irText, args.get("ir"), args.get("feature-map"), dt)
+                         : FusedEmulatedAttention(args.get("variant"), config, dt);
+      torch::NoGradGuard noGrad;
+      out = fused.attention(q, k, v, w, mask, options.scale).to(torch::kFloat32);
+    } else if (device.is_cuda()) {
       auto fused = args.has("ir") ? FusedCudaAttention::fromIR(irText, args.get("ir"), args.get("feature-map"))
                                   : FusedCudaAttention::forVariant(args.get("variant"), config);
       torch::NoGradGuard noGrad;

@@ -1,0 +1,637 @@
+//===- MapTilesToGpu.cpp - the GPU schedule of the tile kernels -----------===//
+//
+// The GPU target of the one kernel layer (TileKernels.h). The same tile kernels
+// the CPU vectorises are scheduled here for a GPU, in three passes:
+//
+//  spectra-map-tiles-to-gpu     the mapped IR: each kernel takes its arguments
+//      batched by role (the kernel ABI) and becomes one scf.forall over blocks
+//      (#gpu.block: a block per (row chunk, slice), per slice, or one), whose
+//      body is the tile kernel on that block's windows; the tile buffers are
+//      workgroup memory (#gpu.address_space<workgroup>), every linalg op a
+//      thread nest (scf.forall mapped to #gpu.thread<x>, a block-stride loop
+//      over the op's parallel iterations, the reductions sequential in each
+//      thread), and scalar stores a one-thread nest. Row chunks write their
+//      own partial sums; combine kernels merge them in chunk order, so there
+//      are no atomics and the sums are reproducible.
+//  spectra-strip-workgroup-memory + scf-forall-to-for: the emulation of the
+//      mapped IR on the CPU (gpu-emulated): blocks and threads as sequential
+//      loops, a nest finished before the next starts (what the barrier gives).
+//  spectra-launch-mapped-kernels: the GPU path from the same mapped IR: the
+//      block forall becomes gpu.launch (workgroup buffers as its workgroup
+//      attributions), each thread nest `if (tid < n)` followed by gpu.barrier;
+//      upstream's outlining, NVVM lowering and serialisation follow.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/MapTilesToGpu.h"
+#include "codegen/CpuKernel.h"
+#include "codegen/GpuKernel.h"
+#include "codegen/Passes.h"
+#include "codegen/TileKernels.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/SCF/Transforms/Passes.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Transforms/Passes.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StructuredOpsUtils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#define DEBUG_TYPE "spectra-map-tiles-to-gpu"
+
+namespace mlir::spectra {
+#define GEN_PASS_DEF_SPECTRAMAPTILESTOGPU
+#define GEN_PASS_DEF_SPECTRASTRIPWORKGROUPMEMORY
+#define GEN_PASS_DEF_SPECTRALAUNCHMAPPEDKERNELS
+#define GEN_PASS_DEF_SPECTRADESCRIBEGPUKERNELS
+#include "codegen/Passes.h.inc"
+} // namespace mlir::spectra
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+namespace {
+
+constexpr StringLiteral kNestAttr = "spectra.thread_nest";
+
+Attribute workgroupSpace(MLIRContext *ctx) {
+  return gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Workgroup);
+}
+
+bool isWorkgroup(Type type) {
+  auto memref = dyn_cast<MemRefType>(type);
+  auto space = memref ? dyn_cast_or_null<gpu::AddressSpaceAttr>(memref.getMemorySpace()) : nullptr;
+  return space && space.getValue() == gpu::AddressSpace::Workgroup;
+}
+
+/// The leading dimensions an argument of `role` gains when batched over slices (and chunks).
+int64_t leadingDims(StringRef role) {
+  if (role == "rows" || role == "mask" || role == "slice")
+    return 1;
+  if (role == "partial")
+    return 2;
+  return 0;
+}
+
+/// Re-infers the result type of every subview below `root` from its (possibly retyped)
+/// source, in program order: windows of strided arguments and of workgroup buffers.
+void reinferSubviews(Operation *root) {
+  root->walk<WalkOrder::PreOrder>([](memref::SubViewOp view) {
+    MemRefType old = view.getType();
+    MemRefType inferred = memref::SubViewOp::inferRankReducedResultType(
+        old.getShape(), view.getSourceType(), view.getMixedOffsets(), view.getMixedSizes(),
+        view.getMixedStrides());
+    view.getResult().setType(inferred);
+  });
+}
+
+/// Whether `op` or anything nested in it may write memory.
+bool mayWrite(Operation *op) {
+  WalkResult r = op->walk([](Operation *inner) {
+    if (auto effects = dyn_cast<MemoryEffectOpInterface>(inner))
+      return effects.hasEffect<MemoryEffects::Write>() ? WalkResult::interrupt()
+                                                       : WalkResult::advance();
+    return WalkResult::advance();
+  });
+  return r.wasInterrupted();
+}
+
+bool isNest(Operation *op) { return op->hasAttr(kNestAttr); }
+
+/// `scf.forall (%t) in (n)` mapped to #gpu.thread<x>, marked as a thread nest.
+scf::ForallOp createNest(OpBuilder &b, Location loc, int64_t n) {
+  MLIRContext *ctx = b.getContext();
+  auto forall = scf::ForallOp::create(
+      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
+      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(ctx, gpu::MappingId::DimX)}));
+  forall->setAttr(kNestAttr, b.getUnitAttr());
+  return forall;
+}
+
+/// Distributes a linalg op on static tiles over the block's threads: a block-stride loop
+/// over its parallel iterations (delinearised), each running the op on the 1-sized window
+/// of those iterations (its reductions whole, in order, in one thread).
+LogicalResult distribute(linalg::LinalgOp op, int64_t threads) {
+  Location loc = op.getLoc();
+  SmallVector<int64_t> ranges = op.getStaticLoopRanges();
+  SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
+  if (llvm::any_of(ranges, ShapedType::isDynamic))
+    return op->emitOpError("spectra-map-tiles-to-gpu: a tile op must have static loop ranges");
+  for (AffineMap map : op.getIndexingMapsArray())
+    if (!map.isProjectedPermutation())
+      return op->emitOpError("spectra-map-tiles-to-gpu: indexing maps must be projected permutations");
+  SmallVector<unsigned> parallel;
+  int64_t total = 1;
+  for (auto [d, it] : llvm::enumerate(iterators))
+    if (it == utils::IteratorType::parallel) {
+      parallel.push_back(d);
+      total *= ranges[d];
+    }
+  if (total == 0) {
+    op->erase();
+    return success();
+  }
+  int64_t n = std::min(total, threads);
+  OpBuilder b(op);
+  scf::ForallOp nest = createNest(b, loc, n);
+  b.setInsertionPointToStart(nest.getBody());
+  Value t = nest.getInductionVar(0);
+  auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  Value linear = t;
+  if (total > n) {
+    auto loop = scf::ForOp::create(b, loc, t, idx(total), idx(n));
+    b.setInsertionPointToStart(loop.getBody());
+    linear = loop.getInductionVar();
+  }
+  SmallVector<Value> at(iterators.size());
+  int64_t stride = total;
+  for (unsigned d : parallel) {
+    stride /= ranges[d];
+    Value q = arith::DivUIOp::create(b, loc, linear, idx(stride));
+    at[d] = arith::RemUIOp::create(b, loc, q, idx(ranges[d]));
+  }
+  SmallVector<Value> operands;
+  for (OpOperand &operand : op->getOpOperands()) {
+    auto type = dyn_cast<MemRefType>(operand.get().getType());
+    if (!type) {
+      operands.push_back(operand.get());
+      continue;
+    }
+    AffineMap map = op.getMatchingIndexingMap(&operand);
+    SmallVector<OpFoldResult> offsets, sizes, strides;
+    for (AffineExpr e : map.getResults()) {
+      unsigned d = cast<AffineDimExpr>(e).getPosition();
+      bool par = iterators[d] == utils::IteratorType::parallel;
+      offsets.push_back(par ? OpFoldResult(at[d]) : OpFoldResult(b.getIndexAttr(0)));
+      sizes.push_back(b.getIndexAttr(par ? 1 : ranges[d]));
+      strides.push_back(b.getIndexAttr(1));
+    }
+    operands.push_back(memref::SubViewOp::create(b, loc, operand.get(), offsets, sizes, strides));
+  }
+  mlir::clone(b, op, TypeRange{}, operands);
+  op->erase();
+  return success();
+}
+
+/// Moves every op at block level (not in a nest) that may write memory into a
+/// one-thread nest (adjacent ones share it); recurses into loops that hold nests.
+LogicalResult serialiseScalarWrites(Block &block) {
+  scf::ForallOp open;
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (op.hasTrait<OpTrait::IsTerminator>())
+      continue;
+    bool holdsNest = false;
+    op.walk([&](scf::ForallOp f) { holdsNest |= isNest(f); });
+    if (isNest(&op)) {
+      open = {};
+      continue;
+    }
+    if (holdsNest) {
+      open = {};
+      auto loop = dyn_cast<scf::ForOp>(op);
+      if (!loop)
+        return op.emitOpError("spectra-map-tiles-to-gpu: only scf.for may hold thread nests");
+      if (failed(serialiseScalarWrites(*loop.getBody())))
+        return failure();
+      continue;
+    }
+    if (!mayWrite(&op) || isa<memref::AllocaOp>(op))
+      continue;
+    if (op.getNumResults() != 0)
+      return op.emitOpError("spectra-map-tiles-to-gpu: a block-level op that writes memory "
+                            "must not have results");
+    if (!open) {
+      OpBuilder b(&op);
+      open = createNest(b, op.getLoc(), 1);
+    }
+    op.moveBefore(open.getBody()->getTerminator());
+  }
+  return success();
+}
+
+/// Maps one tile kernel (a function with the kernel ABI attributes) to the GPU.
+LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
+  MLIRContext *ctx = tile.getContext();
+  Location loc = tile.getLoc();
+  auto roles = tile->getAttrOfType<ArrayAttr>(kKernelArgRolesAttr);
+  auto grid = tile->getAttrOfType<StringAttr>(kKernelGridAttr);
+  if (!roles || !grid || roles.size() != tile.getNumArguments())
+    return tile.emitOpError("spectra-map-tiles-to-gpu: a kernel needs its ABI attributes");
+  SmallVector<StringRef> role;
+  for (Attribute r : roles)
+    role.push_back(cast<StringAttr>(r).getValue());
+  bool rowGrid = grid.getValue() == "keys" || grid.getValue() == "queries";
+
+  // The batched signature.
+  SmallVector<Type> types;
+  for (auto [arg, r] : llvm::zip(tile.getArguments(), role)) {
+    auto type = cast<MemRefType>(arg.getType());
+    SmallVector<int64_t> shape(leadingDims(r), ShapedType::kDynamic);
+    if (r == "mask")
+      shape.assign(2, ShapedType::kDynamic);
+    else
+      llvm::append_range(shape, type.getShape());
+    types.push_back(MemRefType::get(shape, type.getElementType()));
+  }
+  OpBuilder b(tile);
+  auto fn = func::FuncOp::create(b, loc, tile.getSymName(), b.getFunctionType(types, {}));
+  for (NamedAttribute attr : tile->getAttrs())
+    if (attr.getName() != tile.getFunctionTypeAttrName() && attr.getName() != tile.getSymNameAttrName())
+      fn->setAttr(attr.getName(), attr.getValue());
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+
+  int rowsArg = -1, sliceArg = -1;
+  for (auto [i, r] : llvm::enumerate(role)) {
+    if (r == "rows" && rowsArg < 0)
+      rowsArg = i;
+    if ((r == "rows" || r == "slice") && sliceArg < 0)
+      sliceArg = i;
+  }
+  if (rowGrid && rowsArg < 0)
+    return tile.emitOpError("spectra-map-tiles-to-gpu: a row kernel needs a rows argument");
+  // The grid: (chunk, slice), (slice) or (1). Its bounds are the only values computed
+  // outside the blocks; the blocks recompute what they need from the arguments.
+  auto gridOf = [&](OpBuilder &gb) -> SmallVector<OpFoldResult> {
+    if (rowGrid) {
+      Value n = memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 1);
+      Value chunks = arith::CeilDivSIOp::create(
+          gb, loc, n, arith::ConstantIndexOp::create(gb, loc, o.chunkRows));
+      return {chunks, OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 0))};
+    }
+    if (grid.getValue() == "slices")
+      return {OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0))};
+    return {gb.getIndexAttr(1)};
+  };
+  SmallVector<OpFoldResult> bounds = gridOf(b);
+  SmallVector<Attribute> mapping = {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX)};
+  if (bounds.size() == 2)
+    mapping.push_back(gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimY));
+  auto blocks = scf::ForallOp::create(b, loc, bounds, ValueRange{}, b.getArrayAttr(mapping));
+  func::ReturnOp::create(b, loc);
+
+  // The block's windows of each argument.
+  b.setInsertionPointToStart(blocks.getBody());
+  Value chunk, slice;
+  if (rowGrid) {
+    chunk = blocks.getInductionVar(0);
+    slice = blocks.getInductionVar(1);
+  } else if (grid.getValue() == "slices") {
+    slice = blocks.getInductionVar(0);
+  }
+  Value first, rows;
+  if (rowGrid) {
+    Value n = memref::DimOp::create(b, loc, fn.getArgument(rowsArg), 1);
+    first = arith::MulIOp::create(b, loc, chunk, idx(o.chunkRows));
+    rows = arith::MinSIOp::create(b, loc, idx(o.chunkRows), arith::SubIOp::create(b, loc, n, first));
+  }
+  IRMapping map;
+  for (auto [i, r] : llvm::enumerate(role)) {
+    Value arg = fn.getArgument(i);
+    auto inner = cast<MemRefType>(tile.getArgument(i).getType());
+    if (r == "shared") {
+      map.map(tile.getArgument(i), arg);
+      continue;
+    }
+    if ((r == "rows" || r == "mask" || r == "partial") && !rowGrid)
+      return tile.emitOpError("spectra-map-tiles-to-gpu: argument ")
+             << i << " has role '" << r << "' in a kernel whose grid is not over rows";
+    if (!slice)
+      return tile.emitOpError("spectra-map-tiles-to-gpu: argument ")
+             << i << " has role '" << r << "' in a kernel with one block";
+    SmallVector<OpFoldResult> offsets = {slice}, sizes = {b.getIndexAttr(1)};
+    int64_t lead = r == "partial" ? 2 : 1;
+    if (r == "partial") {
+      offsets.push_back(chunk);
+      sizes.push_back(b.getIndexAttr(1));
+    }
+    for (int64_t d = 0; d < inner.getRank(); ++d) {
+      bool rowDim = (r == "rows" || r == "mask") && d == 0;
+      offsets.push_back(rowDim ? OpFoldResult(first) : OpFoldResult(b.getIndexAttr(0)));
+      if (rowDim)
+        sizes.push_back(rows);
+      else if (inner.isDynamicDim(d))
+        sizes.push_back(OpFoldResult(memref::DimOp::create(b, loc, arg, lead + d)));
+      else
+        sizes.push_back(b.getIndexAttr(inner.getDimSize(d)));
+    }
+    SmallVector<OpFoldResult> strides(offsets.size(), b.getIndexAttr(1));
+    MemRefType viewType = memref::SubViewOp::inferRankReducedResultType(
+        inner.getShape(), cast<MemRefType>(arg.getType()), offsets, sizes, strides);
+    map.map(tile.getArgument(i),
+            memref::SubViewOp::create(b, loc, viewType, arg, offsets, sizes, strides));
+  }
+  // The tile kernel's body, per block; its buffers in workgroup memory.
+  for (Operation &op : tile.getBody().front().without_terminator())
+    b.clone(op, map);
+  int64_t sharedBytes = 0;
+  Attribute space = workgroupSpace(ctx);
+  for (auto alloca : llvm::to_vector(blocks.getBody()->getOps<memref::AllocaOp>())) {
+    MemRefType type = alloca.getType();
+    if (!type.hasStaticShape())
+      return alloca.emitOpError("spectra-map-tiles-to-gpu: a tile buffer must have a static shape");
+    sharedBytes += type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    alloca.getResult().setType(MemRefType::get(type.getShape(), type.getElementType(),
+                                               type.getLayout(), space));
+  }
+  reinferSubviews(blocks);
+  if (sharedBytes > o.sharedLimit)
+    return tile.emitOpError("spectra-map-tiles-to-gpu: the tiles of kernel '")
+           << tile.getSymName() << "' need " << sharedBytes
+           << " bytes of workgroup (shared) memory, more than the " << o.sharedLimit
+           << "-byte limit of a block's static shared memory; use fewer tile rows";
+  fn->setAttr(kKernelSharedBytesAttr, b.getI64IntegerAttr(sharedBytes));
+  fn->setAttr(kKernelThreadsAttr, b.getI64IntegerAttr(o.threads));
+  fn->setAttr(kKernelChunkRowsAttr, b.getI64IntegerAttr(o.chunkRows));
+
+  // Thread nests.
+  SmallVector<linalg::LinalgOp> ops;
+  blocks.getBody()->walk([&](linalg::LinalgOp op) { ops.push_back(op); });
+  for (linalg::LinalgOp op : ops)
+    if (failed(distribute(op, o.threads)))
+      return failure();
+  if (failed(serialiseScalarWrites(*blocks.getBody())))
+    return failure();
+  tile.erase();
+  return success();
+}
+
+struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTilesToGpuPass> {
+  using SpectraMapTilesToGpuBase::SpectraMapTilesToGpuBase;
+  void runOnOperation() override {
+    MapTilesOptions o{threads, chunkRows, sharedLimit};
+    if (threads < 1 || threads > 1024 || chunkRows < 1) {
+      getOperation().emitError() << "spectra-map-tiles-to-gpu: threads must be in [1, 1024] (the "
+                                    "most a block may hold) and chunk-rows positive, got "
+                                 << threads << " and " << chunkRows;
+      return signalPassFailure();
+    }
+    for (auto fn : llvm::to_vector(getOperation().getOps<func::FuncOp>()))
+      if (fn->hasAttr(kKernelKindAttr) && failed(mapKernel(fn, o)))
+        return signalPassFailure();
+  }
+};
+
+/// Erases the workgroup memory space from every type (the CPU has one memory).
+struct StripWorkgroupMemoryPass : mlir::spectra::impl::SpectraStripWorkgroupMemoryBase<StripWorkgroupMemoryPass> {
+  void runOnOperation() override {
+    auto strip = [](Value v) {
+      if (!isWorkgroup(v.getType()))
+        return;
+      auto type = cast<MemRefType>(v.getType());
+      v.setType(MemRefType::get(type.getShape(), type.getElementType(), type.getLayout()));
+    };
+    getOperation().walk([&](Operation *op) {
+      for (Value r : op->getResults())
+        strip(r);
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          for (BlockArgument a : block.getArguments())
+            strip(a);
+    });
+  }
+};
+
+/// The block forall of a mapped kernel as gpu.launch: blocks (x, y) = its bounds,
+/// `threads` threads, workgroup buffers as workgroup attributions; each thread nest
+/// `if (tid.x < n)`, then gpu.barrier.
+LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
+  Location loc = blocks.getLoc();
+  OpBuilder b(blocks);
+  SmallVector<Value> ubs = getValueOrCreateConstantIndexOp(b, loc, blocks.getMixedUpperBound());
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  SmallVector<memref::AllocaOp> buffers;
+  for (auto alloca : blocks.getBody()->getOps<memref::AllocaOp>())
+    if (isWorkgroup(alloca.getType()))
+      buffers.push_back(alloca);
+  SmallVector<Type> attributions;
+  for (memref::AllocaOp a : buffers)
+    attributions.push_back(a.getType());
+  auto launchOp = gpu::LaunchOp::create(
+      b, loc, ubs[0], ubs.size() > 1 ? ubs[1] : one, one,
+      arith::ConstantIndexOp::create(b, loc, threads), one, one, nullptr, nullptr, ValueRange{},
+      attributions);
+  Block &body = launchOp.getBody().front();
+  b.setInsertionPointToEnd(&body);
+  auto terminator = gpu::TerminatorOp::create(b, loc);
+  // Move the block body in, block ids for the forall's induction variables.
+  gpu::KernelDim3 ids = launchOp.getBlockIds();
+  Value blockIds[] = {ids.x, ids.y};
+  Block *forallBody = blocks.getBody();
+  for (auto [i, iv] : llvm::enumerate(blocks.getInductionVars()))
+    iv.replaceAllUsesWith(blockIds[i]);
+  forallBody->getTerminator()->erase();
+  body.getOperations().splice(terminator->getIterator(), forallBody->getOperations());
+  for (auto [a, arg] : llvm::zip(buffers, launchOp.getWorkgroupAttributions())) {
+    a.getResult().replaceAllUsesWith(arg);
+    a.erase();
+  }
+  blocks.erase();
+  // Thread nests: predicated on the thread id, a barrier after each.
+  Value tid = launchOp.getThreadIds().x;
+  SmallVector<scf::ForallOp> nests;
+  launchOp.getBody().walk([&](scf::ForallOp f) {
+    if (isNest(f))
+      nests.push_back(f);
+  });
+  for (scf::ForallOp nest : nests) {
+    OpBuilder nb(nest);
+    std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
+    if (!n || *n > threads)
+      return nest.emitOpError("spectra-launch-mapped-kernels: a thread nest needs at most ")
+             << threads << " threads";
+    Block *inner = nest.getBody();
+    inner->getTerminator()->erase();
+    nest.getInductionVar(0).replaceAllUsesWith(tid);
+    if (*n == threads) {
+      nb.getInsertionBlock()->getOperations().splice(nest->getIterator(), inner->getOperations());
+    } else {
+      Value live = arith::CmpIOp::create(nb, nest.getLoc(), arith::CmpIPredicate::ult, tid,
+                                         arith::ConstantIndexOp::create(nb, nest.getLoc(), *n));
+      auto guard = scf::IfOp::create(nb, nest.getLoc(), live, /*withElseRegion=*/false);
+      Block *then = guard.thenBlock();
+      then->getOperations().splice(then->getTerminator()->getIterator(), inner->getOperations());
+    }
+    gpu::BarrierOp::create(nb, nest.getLoc());
+    nest.erase();
+  }
+  return success();
+}
+
+struct LaunchMappedKernelsPass : mlir::spectra::impl::SpectraLaunchMappedKernelsBase<LaunchMappedKernelsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(), UnitAttr::get(&getContext()));
+    for (auto fn : llvm::to_vector(module.getOps<func::FuncOp>())) {
+      auto threads = fn->getAttrOfType<IntegerAttr>(kKernelThreadsAttr);
+      if (!threads)
+        continue;
+      SmallVector<scf::ForallOp> blocks;
+      for (auto f : fn.getBody().front().getOps<scf::ForallOp>())
+        blocks.push_back(f);
+      if (blocks.size() != 1) {
+        fn.emitOpError("spectra-launch-mapped-kernels: a mapped kernel has one block forall");
+        return signalPassFailure();
+      }
+      if (failed(launch(blocks.front(), threads.getInt())))
+        return signalPassFailure();
+    }
+  }
+};
+
+/// After outlining: every kernel of the module in one gpu.module `@<name>` (one PTX
+/// text), and the launch description read off each host function's gpu.launch_func
+/// (the kernel's arguments are the host function's, named by the ABI attributes).
+struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBase<DescribeGpuKernelsPass> {
+  using SpectraDescribeGpuKernelsBase::SpectraDescribeGpuKernelsBase;
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<gpu::GPUModuleOp> modules = llvm::to_vector(module.getOps<gpu::GPUModuleOp>());
+    if (modules.empty())
+      return;
+    OpBuilder b(modules.front());
+    auto joined = gpu::GPUModuleOp::create(b, module.getLoc(), moduleName);
+    SymbolTable symbols(joined);
+    llvm::json::Array kernels;
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      auto kind = fn->getAttrOfType<StringAttr>(kKernelKindAttr);
+      if (!kind)
+        continue;
+      gpu::LaunchFuncOp launchOp;
+      fn.walk([&](gpu::LaunchFuncOp l) { launchOp = l; });
+      if (!launchOp) {
+        fn.emitOpError("spectra-describe-gpu-kernels: no gpu.launch_func");
+        return signalPassFailure();
+      }
+      auto names = fn->getAttrOfType<ArrayAttr>(kKernelArgNamesAttr);
+      auto roles = fn->getAttrOfType<ArrayAttr>(kKernelArgRolesAttr);
+      llvm::json::Array args;
+      for (Value operand : launchOp.getKernelOperands()) {
+        auto arg = dyn_cast<BlockArgument>(operand);
+        if (!arg || arg.getOwner() != &fn.getBody().front()) {
+          launchOp.emitOpError("spectra-describe-gpu-kernels: a kernel operand is not an "
+                               "argument of the host function (computed on the host)");
+          return signalPassFailure();
+        }
+        auto type = cast<MemRefType>(arg.getType());
+        std::string element;
+        llvm::raw_string_ostream(element) << type.getElementType();
+        args.push_back(llvm::json::Object{
+            {"name", cast<StringAttr>(names[arg.getArgNumber()]).getValue()},
+            {"role", cast<StringAttr>(roles[arg.getArgNumber()]).getValue()},
+            {"rank", type.getRank()},
+            {"element", element}});
+      }
+      auto kernelFn = SymbolTable::lookupNearestSymbolFrom<gpu::GPUFuncOp>(
+          module, launchOp.getKernelAttr());
+      // Move the kernel into the joined module under the host function's name.
+      auto moved = cast<gpu::GPUFuncOp>(kernelFn->clone());
+      moved.setName(fn.getSymName());
+      symbols.insert(moved);
+      launchOp.setKernelAttr(SymbolRefAttr::get(
+          joined.getSymNameAttr(),
+          ArrayRef<FlatSymbolRefAttr>{FlatSymbolRefAttr::get(moved.getNameAttr())}));
+      int64_t shared = 0;
+      for (BlockArgument a : moved.getWorkgroupAttributions()) {
+        auto t = cast<MemRefType>(a.getType());
+        shared += t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
+      }
+      kernels.push_back(llvm::json::Object{
+          {"kind", kind.getValue()},
+          {"name", fn.getSymName()},
+          {"grid", fn->getAttrOfType<StringAttr>(kKernelGridAttr).getValue()},
+          {"block", fn->getAttrOfType<IntegerAttr>(kKernelThreadsAttr).getInt()},
+          {"chunk_rows", fn->getAttrOfType<IntegerAttr>(kKernelChunkRowsAttr).getInt()},
+          {"shared_bytes", shared},
+          {"args", std::move(args)}});
+    }
+    for (gpu::GPUModuleOp m : modules)
+      m.erase();
+    std::string text;
+    llvm::raw_string_ostream(text) << llvm::formatv("{0:2}", llvm::json::Value(std::move(kernels)));
+    module->setAttr(kGpuKernelsAttr, StringAttr::get(&getContext(), text));
+  }
+};
+
+} // namespace
+
+int64_t mlir::spectra::staticSharedLimit(StringRef chip) {
+  // Both targets cap a block's static shared memory at 48 KiB.
+  (void)chip;
+  return 48 * 1024;
+}
+
+void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleOptions &o) {
+  buildSpectraInputPipeline(pm);
+  SpectraBuildTileKernelsOptions tiles;
+  tiles.valueDim = o.valueDim;
+  tiles.tileRows = o.tileRows;
+  tiles.inputType = o.dtype;
+  pm.addPass(createSpectraBuildTileKernels(tiles));
+  pm.addPass(createSpectraKeepKernels());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  SpectraMapTilesToGpuOptions map;
+  map.threads = o.threads;
+  map.chunkRows = o.chunkRows;
+  map.sharedLimit = staticSharedLimit(o.chip);
+  pm.addPass(createSpectraMapTilesToGpu(map));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void mlir::spectra::buildGpuEmulationLowering(OpPassManager &pm) {
+  pm.addPass(createSpectraStripWorkgroupMemory());
+  pm.addPass(createForallToForLoopPass());
+  pm.addPass(createConvertLinalgToLoopsPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  CpuPipelineOptions cpu;
+  buildCpuStage(pm, cpu, CpuStage::LLVM);
+}
+
+void mlir::spectra::buildMappedGpuLowering(OpPassManager &pm, const GpuScheduleOptions &o,
+                                           bool toBinary) {
+  pm.addPass(createSpectraLaunchMappedKernels());
+  pm.addPass(createGpuLaunchSinkIndexComputationsPass());
+  pm.addPass(createGpuKernelOutliningPass());
+  pm.addPass(createSpectraDescribeGpuKernels());
+  buildGpuLoweringPipeline(pm, o.chip, toBinary);
+}
+
+void mlir::spectra::registerMappedGpuPipelines() {
+  PassPipelineRegistration<GpuScheduleOptions>(
+      "spectra-gpu-mapped",
+      "spectra IR to the mapped GPU kernels (blocks, thread nests, workgroup tiles): the stage "
+      "the emulation and the GPU lowering share",
+      [](OpPassManager &pm, const GpuScheduleOptions &o) { buildGpuMappedPipeline(pm, o); });
+  PassPipelineRegistration<GpuScheduleOptions>(
+      "spectra-gpu-emulated", "spectra IR to the LLVM dialect for the CPU through the mapped GPU kernels",
+      [](OpPassManager &pm, const GpuScheduleOptions &o) {
+        buildGpuMappedPipeline(pm, o);
+        buildGpuEmulationLowering(pm);
+      });
+  PassPipelineRegistration<>("spectra-gpu-emulation-lowering",
+                             "the mapped GPU kernels to the LLVM dialect for the CPU (gpu-emulated)",
+                             [](OpPassManager &pm) { buildGpuEmulationLowering(pm); });
+  PassPipelineRegistration<GpuScheduleOptions>(
+      "spectra-gpu-mapped-ptx", "spectra IR to PTX through the mapped GPU kernels",
+      [](OpPassManager &pm, const GpuScheduleOptions &o) {
+        buildGpuMappedPipeline(pm, o);
+        buildMappedGpuLowering(pm, o);
+      });
+  PassPipelineRegistration<GpuScheduleOptions>(
+      "spectra-mapped-gpu-lowering", "the mapped GPU kernels to PTX (launch, outline, NVVM, PTX)",
+      [](OpPassManager &pm, const GpuScheduleOptions &o) { buildMappedGpuLowering(pm, o); });
+}

@@ -1,0 +1,85 @@
+//===- MapTilesToGpu.h - the GPU schedule of the tile kernels -------------===//
+//
+// One kernel layer, two targets: the tile kernels (TileKernels.h) are mapped
+// to blocks and threads (spectra-map-tiles-to-gpu), and that mapped IR feeds
+// both the emulation on the CPU (gpu-emulated: the pipeline
+// spectra-gpu-emulated) and the GPU lowering (spectra-gpu-mapped-ptx:
+// gpu.launch, outlining, NVVM, PTX). spectra-opt registers every stage, and
+// the C API runs the same builders, so a dumped stage replays exactly:
+//   mapped    spectra-input-pipeline, spectra-build-tile-kernels{tile-rows,
+//             input-type}, spectra-keep-kernels, canonicalize, cse,
+//             spectra-map-tiles-to-gpu, canonicalize, cse
+//   emulated  + spectra-strip-workgroup-memory, scf-forall-to-for,
+//             convert-linalg-to-loops, then the CPU pipeline's LLVM tail
+//   ptx       + spectra-launch-mapped-kernels, gpu-launch-sink-index-computations,
+//             gpu-kernel-outlining, spectra-describe-gpu-kernels (the launch
+//             description, module attribute spectra.gpu_kernels), NVVM, PTX
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_MAPTILESTOGPU_H
+#define SPECTRA_CODEGEN_MAPTILESTOGPU_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
+namespace mlir::spectra {
+
+/// The options of spectra-map-tiles-to-gpu.
+struct MapTilesOptions {
+  int64_t threads = 256;
+  int64_t chunkRows = 256;
+  int64_t sharedLimit = 48 * 1024;
+};
+
+/// Attributes a mapped kernel carries besides the ABI (TileKernels.h).
+inline constexpr llvm::StringLiteral kKernelSharedBytesAttr = "spectra.shared_bytes";
+inline constexpr llvm::StringLiteral kKernelThreadsAttr = "spectra.threads";
+inline constexpr llvm::StringLiteral kKernelChunkRowsAttr = "spectra.chunk_rows";
+/// The module attribute holding the launch description (JSON) of the outlined kernels.
+inline constexpr llvm::StringLiteral kGpuKernelsAttr = "spectra.gpu_kernels";
+
+/// The bytes of static shared memory one block may use on `chip` (sm_80, sm_90a: 48 KiB;
+/// more needs dynamic shared memory, which these kernels do not use).
+int64_t staticSharedLimit(llvm::StringRef chip);
+
+/// The options of the mapped GPU pipelines.
+struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
+  Option<std::string> chip{*this, "chip", llvm::cl::desc("sm_80 or sm_90a"),
+                           llvm::cl::init("sm_90a")};
+  Option<std::string> dtype{*this, "dtype",
+                            llvm::cl::desc("element type of q, k, v, out: f32, bf16 or f16"),
+                            llvm::cl::init("f32")};
+  Option<int64_t> valueDim{*this, "value-dim",
+                           llvm::cl::desc("value head dimension (0: the feature map's d)"),
+                           llvm::cl::init(0)};
+  Option<int64_t> tileRows{*this, "tile-rows", llvm::cl::desc("rows of q or k per tile"),
+                           llvm::cl::init(8)};
+  Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
+                          llvm::cl::init(256)};
+  Option<int64_t> chunkRows{*this, "chunk-rows",
+                            llvm::cl::desc("rows of q or k per block (a chunk of the split sums)"),
+                            llvm::cl::init(256)};
+};
+
+/// The stages of the mapped GPU pipelines.
+enum class MappedStage { Mapped, Emulated, PTX };
+
+/// The mapped stage: tile kernels scheduled for the GPU (what both paths start from).
+void buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleOptions &options);
+/// From the mapped stage to the LLVM dialect for the CPU (gpu-emulated).
+void buildGpuEmulationLowering(OpPassManager &pm);
+/// From the mapped stage to PTX (`toBinary`) or to the NVVM dialect.
+void buildMappedGpuLowering(OpPassManager &pm, const GpuScheduleOptions &options,
+                            bool toBinary = true);
+
+/// Registers spectra-gpu-mapped, spectra-gpu-emulated, spectra-gpu-emulation-lowering,
+/// spectra-gpu-mapped-ptx and spectra-mapped-gpu-lowering with spectra-opt.
+void registerMappedGpuPipelines();
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_MAPTILESTOGPU_H

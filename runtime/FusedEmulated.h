@@ -1,0 +1,103 @@
+//===- FusedEmulated.h - the GPU kernels run on the CPU (gpu-emulated) ----===//
+//
+// The `gpu-emulated` device: the GPU kernels of a feature map, compiled to the
+// GPU-mapped IR (codegen/MapTilesToGpu.h, the stage the PTX is lowered from)
+// and run on the CPU with blocks and threads as loops, as Triton's interpreter
+// mode runs Triton kernels without a GPU. The launch plan (which buffers each
+// kernel gets, the per-chunk partials and the combine stage, in order) is the
+// one a GPU launcher follows; each kernel's argument order, roles and ranks
+// are read from the ABI the compiler generated (spectra_cpu_kernel_abi), not
+// restated here. q, k, v in f32, bf16 or f16, accumulated in f32.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_FUSEDEMULATED_H
+#define SPECTRA_RUNTIME_FUSEDEMULATED_H
+
+#include "runtime/FusedCpu.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+struct spectra_cpu_kernel;
+
+namespace spectra {
+
+/// One argument of a compiled kernel (its ABI).
+struct KernelArgSpec {
+  std::string name, role;
+  int64_t rank = 0;
+};
+/// A compiled kernel's ABI: its grid rule, rows per block, and arguments in order.
+struct KernelAbi {
+  std::string grid;
+  int64_t chunkRows = 0;
+  std::vector<KernelArgSpec> args;
+  /// Parses spectra_cpu_kernel_abi's text; throws std::invalid_argument naming the part.
+  static KernelAbi parse(const std::string &text);
+};
+
+/// Calls a compiled kernel: one memref descriptor per argument, taken by name from
+/// `buffers` in the ABI's order; each tensor's rank must be the ABI's.
+void callKernel(void *entry, const KernelAbi &abi, const std::string &kind,
+                const std::map<std::string, torch::Tensor> &buffers);
+
+class FusedEmulatedAttention {
+public:
+  /// The GPU kernels of a named variant with q/k/v of `dtype` ("f32", "bf16", "f16").
+  FusedEmulatedAttention(const std::string &variant, const VariantConfig &config = {},
+                         const std::string &dtype = "f32");
+  /// The GPU kernels of a feature map declared in IR.
+  static FusedEmulatedAttention fromIR(const std::string &ir, const std::string &sourceName = "<ir>",
+                                       const std::string &featureMap = "",
+                                       const std::string &dtype = "f32");
+
+  const Descriptor &descriptor() const { return reference.descriptor(); }
+  const std::string &dtype() const { return inputType; }
+
+  /// Attention with autograd (the emulated backward kernels); the result in q's dtype.
+  AttentionResult attentionWithStats(const torch::Tensor &q, const torch::Tensor &k,
+                                     const torch::Tensor &v, const Weights &weights,
+                                     const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                                     std::optional<double> scale = std::nullopt,
+                                     const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
+  torch::Tensor attention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                          const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                          std::optional<double> scale = std::nullopt,
+                          const std::optional<torch::Tensor> &queryMask = std::nullopt) const {
+    return attentionWithStats(q, k, v, weights, keyMask, scale, queryMask).out;
+  }
+
+  /// The launch plan on prepared inputs (for FusedAttentionFunction).
+  FusedForward runForward(const FusedInputs &in) const;
+  std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
+                                         const torch::Tensor &gout) const;
+
+  /// The kernels' IR at a stage ("mapped" or "llvm") for value dimension dv (0: d).
+  std::string kernelIR(const std::string &stage, int64_t dv = 0) const;
+
+private:
+  using Compile = std::function<spectra_cpu_kernel *(int64_t dv)>;
+  FusedEmulatedAttention(Descriptor desc, Compile compile, std::string dtype);
+  struct Kernels;
+  const Kernels &kernelsFor(int64_t dv) const;
+
+  ReferenceFeatureMap reference;
+  Compile compile;
+  std::string inputType;
+  struct Compiled {
+    std::mutex mutex;
+    std::map<int64_t, std::shared_ptr<Kernels>> byValueDim;
+  };
+  std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
+};
+
+/// The scalar type of a dtype name ("f32", "bf16", "f16"); throws for others.
+torch::ScalarType scalarTypeOf(const std::string &dtype);
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_FUSEDEMULATED_H

@@ -1,0 +1,187 @@
+//===- FusedEmulatedTest.cpp - the GPU kernels run on the CPU (gpu-emulated) ===//
+//
+// The GPU kernels come from the same tile layer as the CPU ones, mapped to
+// blocks and threads (spectra-map-tiles-to-gpu); these tests run that mapped
+// IR on the CPU through the launch plan a GPU follows (row-chunk partials,
+// then the combine kernels) and compare it, forward and backward, with the
+// float64 eager reference. No GPU is needed and nothing here is skipped.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/spectra_compiler.h"
+#include "runtime/FusedEmulated.h"
+#include "runtime/WeightFactory.h"
+
+#include <gtest/gtest.h>
+
+using namespace spectra;
+
+namespace {
+
+double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
+
+struct Case {
+  torch::Tensor q, k, v, mask;
+};
+
+/// Lengths that are no multiple of the GPU tile (8 rows) nor of the block's chunk when
+/// `rows` is large; the second batch's keys are padded (masked) with junk under the mask.
+Case makeCase(double scale, int seed, int64_t nq = 13, int64_t nk = 11) {
+  torch::manual_seed(seed);
+  Case c{torch::randn({2, 2, nq, 8}, torch::kFloat64) * scale,
+         torch::randn({2, 2, nk, 8}, torch::kFloat64) * scale,
+         torch::randn({2, 2, nk, 5}, torch::kFloat64), torch::ones({2, nk}, torch::kBool)};
+  using torch::indexing::Slice;
+  c.mask.index_put_({1, Slice(nk - 3)}, false);
+  c.k.index_put_({1, Slice(), Slice(nk - 3)}, 4.0);
+  return c;
+}
+
+/// Forward and backward of the emulated GPU kernels against the float64 reference's
+/// autograd with the same W (q, k, v rounded to the kernels' dtype first, so the
+/// comparison measures the kernels, not the input rounding).
+void expectMatches(const FusedEmulatedAttention &fused, const Case &c, double tol,
+                   const std::string &what) {
+  const Descriptor &desc = fused.descriptor();
+  torch::ScalarType dtype = scalarTypeOf(fused.dtype());
+  torch::Tensor probe = torch::randn({2, 2, c.q.size(2), 5}, torch::kFloat64);
+  auto run = [&](bool useFused) {
+    auto in = [&](const torch::Tensor &t) {
+      torch::Tensor r = t.to(dtype).to(torch::kFloat64);
+      return (useFused ? r.to(dtype) : r).clone().set_requires_grad(true);
+    };
+    torch::Tensor q = in(c.q), k = in(c.k), v = in(c.v);
+    Weights w = WeightFactory(desc).draw(desc.seed, useFused ? torch::kFloat32 : torch::kFloat64);
+    torch::Tensor out = useFused ? fused.attention(q, k, v, w, c.mask)
+                                 : ReferenceFeatureMap(desc).attention(q, k, v, w, c.mask);
+    (out.to(torch::kFloat64) * probe).sum().backward();
+    std::vector<torch::Tensor> r = {out.detach().to(torch::kFloat64), q.grad(), k.grad(), v.grad()};
+    for (auto &[name, factor] : w.learnable)
+      r.push_back(factor.grad());
+    return r;
+  };
+  std::vector<torch::Tensor> got = run(true), want = run(false);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const char *names[] = {"out", "dq", "dk", "dv"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << what << " #" << i;
+    ASSERT_TRUE(torch::isfinite(got[i]).all().item<bool>()) << what << " #" << i;
+    EXPECT_LT(maxAbs(got[i].to(torch::kFloat64) - want[i]), tol * (maxAbs(want[i]) + 1e-6))
+        << what << " " << (i < 4 ? names[i] : "d(learnable factor)");
+  }
+}
+
+VariantConfig small(const std::string &weights) {
+  VariantConfig config;
+  config.m = weights == "sgq" ? 17 : 16;
+  config.d = 8;
+  return config;
+}
+
+TEST(FusedEmulated, EveryPaperVariantForwardAndBackward) {
+  for (const char *component : {"posrf", "oprf", "saderf"})
+    for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"}) {
+      std::string variant = std::string(component) + "-" + weights;
+      FusedEmulatedAttention fused(variant, small(weights));
+      expectMatches(fused, makeCase(0.8, 1), 2e-3, variant);
+    }
+}
+
+TEST(FusedEmulated, OtherComponentsAndRecipes) {
+  for (const char *variant : {"trigrf-orf", "posrf-hyp-base", "gerf-qmc-sobol", "hcexp-fastfood",
+                              "posrf-simrf", "oprf-scrf"}) {
+    FusedEmulatedAttention fused(variant, small("orf"));
+    expectMatches(fused, makeCase(0.6, 2), 2e-3, variant);
+  }
+  VariantConfig gmm = small("gmm");
+  gmm.options = {{"components", 3}};
+  gmm.m = 15;
+  FusedEmulatedAttention g("posrf-gmm", gmm);
+  expectMatches(g, makeCase(0.6, 3), 2e-3, "posrf-gmm (dSigma_c, dmu_c through dW)");
+  VariantConfig gerf = small("orf");
+  gerf.options = {{"a", -0.2}};
+  FusedEmulatedAttention o("gerf-orf", gerf);
+  expectMatches(o, makeCase(0.6, 3), 2e-3, "gerf-orf a=-0.2");
+}
+
+TEST(FusedEmulated, HalfPrecisionInputsAccumulateInF32) {
+  for (const char *dtype : {"bf16", "f16"})
+    for (const char *variant : {"posrf-mm", "saderf-orf", "trigrf-orf"}) {
+      FusedEmulatedAttention fused(variant, small("mm"), dtype);
+      // Outputs and gradients are rounded once, to the dtype, as they are stored.
+      expectMatches(fused, makeCase(0.8, 4), std::string(dtype) == "bf16" ? 2e-2 : 4e-3,
+                    std::string(variant) + " " + dtype);
+    }
+}
+
+TEST(FusedEmulated, ScalesFromOneToAThousandStayFinite) {
+  FusedEmulatedAttention fused("posrf-orf", small("orf"));
+  for (double scale : {1.0, 10.0, 100.0, 1000.0}) {
+    Case c = makeCase(scale, 6);
+    Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
+    torch::Tensor out = fused.attention(c.q.to(torch::kFloat32), c.k.to(torch::kFloat32),
+                                        c.v.to(torch::kFloat32), w, c.mask);
+    EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << "scale " << scale;
+  }
+}
+
+TEST(FusedEmulated, ManyBlocksAndChunksMatchTheReference) {
+  // 600 keys and 520 queries: three row chunks of 256 per slice (the last ragged), so the
+  // combine kernels merge several blocks' partials.
+  FusedEmulatedAttention fused("posrf-orf", small("orf"));
+  expectMatches(fused, makeCase(0.7, 7, 520, 600), 2e-3, "posrf-orf, 3 chunks");
+}
+
+TEST(FusedEmulated, SameInputsGiveTheSameBits) {
+  FusedEmulatedAttention fused("saderf-mm", small("mm"));
+  Case c = makeCase(0.9, 8, 300, 530);
+  Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
+  auto once = [&] {
+    return fused.attention(c.q.to(torch::kFloat32), c.k.to(torch::kFloat32),
+                           c.v.to(torch::kFloat32), w, c.mask);
+  };
+  torch::Tensor a = once(), b = once();
+  EXPECT_TRUE(torch::equal(a, b));
+}
+
+TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
+  char *error = nullptr;
+  spectra_cpu_kernel *k =
+      spectra_emulated_compile_variant("posrf-orf", 16, 8, 0, "", "f32", 0, &error);
+  ASSERT_NE(k, nullptr) << (error ? error : "");
+  KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv"));
+  EXPECT_EQ(abi.grid, "keys");
+  EXPECT_EQ(abi.chunkRows, 256);
+  ASSERT_EQ(abi.args.size(), 12u);
+  EXPECT_EQ(abi.args[0].name, "k");
+  EXPECT_EQ(abi.args[0].role, "rows");
+  EXPECT_EQ(abi.args[0].rank, 3);
+  EXPECT_EQ(abi.args[7].name, "S");
+  EXPECT_EQ(abi.args[7].role, "partial");
+  EXPECT_EQ(abi.args[7].rank, 4);
+  // A launch plan that disagrees with the ABI is refused with the buffer named.
+  void *entry = spectra_cpu_kernel_entry(k, "kv_combine", nullptr);
+  KernelAbi combine = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv_combine"));
+  try {
+    callKernel(entry, combine, "kv_combine", {{"Sp", torch::zeros({1, 16, 8})}});
+    ADD_FAILURE() << "a rank-3 Sp was accepted";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("buffer 'Sp' has rank 3, the kernel takes rank 4"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(KernelAbi::parse("nonsense"), std::invalid_argument);
+  spectra_cpu_kernel_free(k);
+}
+
+TEST(FusedEmulated, UnknownDtypeAndVariantAreNamed) {
+  EXPECT_THROW(FusedEmulatedAttention("posrf-orf", small("orf"), "f64"), std::invalid_argument);
+  try {
+    FusedEmulatedAttention("posrf-orff", small("orf"));
+    ADD_FAILURE() << "an unknown variant was accepted";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("orff"), std::string::npos) << e.what();
+  }
+}
+
+} // namespace
