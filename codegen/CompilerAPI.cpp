@@ -234,6 +234,8 @@ extern "C" void spectra_free(void *pointer) { std::free(pointer); }
 // CPU kernels
 //===----------------------------------------------------------------------===//
 
+namespace sp = mlir::spectra;
+
 struct spectra_cpu_kernel {
   std::vector<std::unique_ptr<ExecutionEngine>> engines;  // compiled here, or
   std::unique_ptr<llvm::orc::LLJIT> jit;                  // loaded from cached objects
@@ -263,7 +265,6 @@ static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
   }
 }
 
-namespace sp = mlir::spectra;
 
 /// Several relocatable objects as one byte string: "spectra-objects\n", then per object
 /// its size (8 bytes, little-endian) and its bytes.

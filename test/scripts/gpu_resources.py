@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Compiles variants' GPU kernels through the mapped tile layer to PTX and reports, per
+kernel, what ptxas says it uses: registers, spill bytes, static shared bytes, and the
+count of atomic instructions in the PTX (there must be none: row chunks write partial
+sums that combine kernels merge in order). Needs ptxas, not a GPU.
+
+  gpu_resources.py --opt build/bin/spectra-opt --compiler build/bin/spectra-compile \\
+      --ptxas /usr/local/cuda/bin/ptxas --chip sm_80 --dtype bf16 posrf-mm saderf-orf
+
+Prints one table row per kernel and a closing line "N passed, M failed"; exits 1 when a
+compile or ptxas fails, a kernel spills, or the PTX has an atomic.
+"""
+import argparse
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
+         for w in ("orf", "sorf", "qmc", "mm", "sgq", "fastfoodl")]
+KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
+         "dweights_combine", "dparams_combine"]
+
+
+def extract_ptx(mlir_text):
+    m = re.search(r'assembly = "((?:[^"\\]|\\.)*)"', mlir_text)
+    if not m:
+        return None
+    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda x: chr(int(x.group(1), 16)), m.group(1)).rstrip("\0")
+
+
+def run_one(args, variant, workdir):
+    name = f"{variant}.{args.chip}.{args.dtype}"
+    spectra = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
+                              str(args.d), "--emit=spectra"], capture_output=True, text=True)
+    if spectra.returncode != 0:
+        return False, [f"{name}: spectra-compile failed: {spectra.stderr.strip()}"]
+    lowered = subprocess.run(
+        [args.opt, f"--spectra-gpu-mapped-ptx=chip={args.chip} dtype={args.dtype}"],
+        input=spectra.stdout, capture_output=True, text=True)
+    if lowered.returncode != 0:
+        return False, [f"{name}: the mapped GPU pipeline failed: {lowered.stderr.strip()[:2000]}"]
+    ptx = extract_ptx(lowered.stdout)
+    if ptx is None:
+        return False, [f"{name}: no PTX in the output"]
+    path = os.path.join(workdir, name + ".ptx")
+    with open(path, "w") as f:
+        f.write(ptx)
+    atomics = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:atom|red)\.", ptx, re.M))
+    entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)
+    done = subprocess.run([args.ptxas, f"-arch={args.chip}", "-v", path, "-o", os.devnull],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        return False, [f"{name}: ptxas failed: {done.stderr.strip()[:2000]}"]
+    rows, ok = [], atomics == 0
+    current = None
+    stats = {}
+    for line in done.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1)
+            stats[current] = {"regs": 0, "spill": 0, "smem": 0}
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            stats[current]["spill"] = int(m.group(1)) + int(m.group(2))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and current:
+            stats[current]["regs"] = int(m.group(1))
+        m = re.search(r"(\d+) bytes smem", line)
+        if m and current:
+            stats[current]["smem"] = int(m.group(1))
+    missing = [k for k in KINDS if not any(e.endswith("_" + k) for e in entries)]
+    if missing:
+        ok = False
+        rows.append(f"{name}: PTX lacks kernels {missing}")
+    for entry in entries:
+        s = stats.get(entry, {})
+        if s.get("spill", 0):
+            ok = False
+        rows.append(f"{name:32s} {entry:44s} regs {s.get('regs', '?'):>3} spill {s.get('spill', '?'):>3} B"
+                    f" smem {s.get('smem', '?'):>6} B")
+    rows.append(f"{name:32s} atomics in the PTX: {atomics}")
+    return ok, rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--opt", required=True)
+    p.add_argument("--compiler", required=True)
+    p.add_argument("--ptxas", required=True)
+    p.add_argument("--chip", default="sm_80", choices=["sm_80", "sm_90a"])
+    p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--m", type=int, default=128)
+    p.add_argument("--d", type=int, default=32)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("variants", nargs="*", help="default: the 18 paper variants")
+    args = p.parse_args()
+    variants = args.variants or PAPER
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as workdir:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            for ok, rows in pool.map(lambda v: run_one(args, v, workdir), variants):
+                print("\n".join(rows))
+                passed += ok
+                failed += not ok
+    print(f"gpu resources: {passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
