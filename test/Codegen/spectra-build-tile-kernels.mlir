@@ -18,7 +18,8 @@
 // CHECK-LABEL: spectra.feature_map @posrf_orf
 // CHECK-LABEL: func.func @posrf_orf_kv(
 // CHECK-SAME: memref<?x8xf32>, %{{.*}}: memref<?x8xf32>, %{{.*}}: memref<?xf32>, %{{.*}}: memref<8x16xf32>
-// CHECK-SAME: attributes {llvm.emit_c_interface}
+// CHECK-SAME: attributes {llvm.emit_c_interface, spectra.arg_names = ["k", "v", "keep", "Wt", "ww", "rowscale", "params", "S", "z", "zabs", "c", "kscale"]
+// CHECK-SAME: spectra.arg_roles = ["rows", "rows", "mask", "shared", "shared", "shared", "slice", "partial", "partial", "partial", "partial", "slice"], spectra.grid = "keys", spectra.kernel = "kv"}
 // CHECK-NOT: memref.alloc(
 // CHECK-NOT: memref.alloca(%
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
@@ -43,9 +44,9 @@
 // CHECK-NOT: memref.alloc(
 // DV-LABEL: func.func @posrf_orf_kv(
 // DV-SAME: memref<?x8xf32>, %{{.*}}: memref<?x5xf32>
-// KEEP-NOT: spectra.
+// KEEP-NOT: {{^ *}}spectra.
 // KEEP: func.func @posrf_orf_kv(
-// KEEP-NOT: spectra.
+// KEEP-NOT: {{^ *}}spectra.
 spectra.feature_map @posrf_orf component @posrf weights @orf m = 16 d = 8 seed = 0
 
 // -----
