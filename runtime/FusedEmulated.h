@@ -3,11 +3,12 @@
 // The `gpu-emulated` device: the GPU kernels of a feature map, compiled to the
 // GPU-mapped IR (codegen/MapTilesToGpu.h, the stage the PTX is lowered from)
 // and run on the CPU with blocks and threads as loops, as Triton's interpreter
-// mode runs Triton kernels without a GPU. The launch plan (which buffers each
-// kernel gets, the per-chunk partials and the combine stage, in order) is the
-// one a GPU launcher follows; each kernel's argument order, roles and ranks
-// are read from the ABI the compiler generated (spectra_cpu_kernel_abi), not
-// restated here. q, k, v in f32, bf16 or f16, accumulated in f32.
+// mode runs Triton kernels without a GPU. The launch plan (KernelLaunch.h:
+// which buffers each kernel gets, the per-chunk partials and the combine
+// stage, in order) is the one the CUDA launcher follows; each kernel's
+// argument order, roles and ranks are read from the ABI the compiler
+// generated (spectra_cpu_kernel_abi), not restated here. q, k, v in f32, bf16
+// or f16, accumulated in f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #define SPECTRA_RUNTIME_FUSEDEMULATED_H
 
 #include "runtime/FusedCpu.h"
+#include "runtime/KernelLaunch.h"
 
 #include <map>
 #include <memory>
@@ -25,24 +27,9 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
-/// One argument of a compiled kernel (its ABI).
-struct KernelArgSpec {
-  std::string name, role;
-  int64_t rank = 0;
-};
-/// A compiled kernel's ABI: its grid rule, rows per block, and arguments in order.
-struct KernelAbi {
-  std::string grid;
-  int64_t chunkRows = 0;
-  std::vector<KernelArgSpec> args;
-  /// Parses spectra_cpu_kernel_abi's text; throws std::invalid_argument naming the part.
-  static KernelAbi parse(const std::string &text);
-};
-
-/// Calls a compiled kernel: one memref descriptor per argument, taken by name from
-/// `buffers` in the ABI's order; each tensor's rank must be the ABI's.
-void callKernel(void *entry, const KernelAbi &abi, const std::string &kind,
-                const std::map<std::string, torch::Tensor> &buffers);
+/// Calls a kernel JIT-compiled for the host: one memref descriptor per operand
+/// (kernelOperands of its ABI), blocks and threads as loops.
+void callKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
 class FusedEmulatedAttention {
 public:

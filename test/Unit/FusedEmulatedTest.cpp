@@ -159,11 +159,22 @@ TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
   EXPECT_EQ(abi.args[7].name, "S");
   EXPECT_EQ(abi.args[7].role, "partial");
   EXPECT_EQ(abi.args[7].rank, 4);
+  // The launch grid is the host function's: a block per (256-row chunk, slice).
+  std::map<std::string, torch::Tensor> rows = {
+      {"k", torch::zeros({6, 600, 8})}, {"v", torch::zeros({6, 600, 8})},
+      {"keep", torch::zeros({6, 600})}, {"Wt", torch::zeros({8, 16})}, {"ww", torch::zeros({16})},
+      {"rowscale", torch::zeros({16})}, {"params", torch::zeros({6, 1})},
+      {"S", torch::zeros({6, 3, 16, 8})}, {"z", torch::zeros({6, 3, 16})},
+      {"zabs", torch::zeros({6, 3, 16})}, {"c", torch::zeros({6, 3, 16})},
+      {"kscale", torch::zeros({6, 8})}};
+  abi.kind = "kv";
+  EXPECT_EQ(launchGrid(abi, kernelOperands(abi, rows)), (std::array<int64_t, 3>{3, 6, 1}));
   // A launch plan that disagrees with the ABI is refused with the buffer named.
-  void *entry = spectra_cpu_kernel_entry(k, "kv_combine", nullptr);
   KernelAbi combine = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv_combine"));
+  combine.kind = "kv_combine";
+  EXPECT_EQ(combine.grid, "slices");
   try {
-    callKernel(entry, combine, "kv_combine", {{"Sp", torch::zeros({1, 16, 8})}});
+    kernelOperands(combine, {{"Sp", torch::zeros({1, 16, 8})}});
     ADD_FAILURE() << "a rank-3 Sp was accepted";
   } catch (const c10::Error &e) {
     EXPECT_NE(std::string(e.what()).find("buffer 'Sp' has rank 3, the kernel takes rank 4"),

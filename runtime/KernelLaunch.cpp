@@ -1,0 +1,198 @@
+//===- KernelLaunch.cpp - the launch plan of the GPU kernels ---------------===//
+
+#include "runtime/KernelLaunch.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace spectra {
+
+KernelAbi KernelAbi::parse(const std::string &text) {
+  KernelAbi abi;
+  std::stringstream parts(text);
+  std::string part;
+  while (std::getline(parts, part, ';')) {
+    if (part.empty())
+      continue;
+    if (part.rfind("grid=", 0) == 0) {
+      abi.grid = part.substr(5);
+    } else if (part.rfind("chunk_rows=", 0) == 0) {
+      abi.chunkRows = std::stoll(part.substr(11));
+    } else {
+      size_t a = part.find(':'), b = part.rfind(':');
+      if (a == std::string::npos || a == b)
+        throw std::invalid_argument("kernel ABI: malformed argument '" + part + "' in '" + text + "'");
+      abi.args.push_back({part.substr(0, a), part.substr(a + 1, b - a - 1), std::stoll(part.substr(b + 1))});
+    }
+  }
+  if (abi.grid.empty() || abi.args.empty())
+    throw std::invalid_argument("kernel ABI: no grid or no arguments in '" + text + "'");
+  return abi;
+}
+
+std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
+                                          const std::map<std::string, torch::Tensor> &buffers) {
+  std::vector<torch::Tensor> operands;
+  operands.reserve(abi.args.size());
+  for (const KernelArgSpec &arg : abi.args) {
+    auto it = buffers.find(arg.name);
+    TORCH_CHECK(it != buffers.end(), "spectra kernel '", abi.kind, "': the launch plan has no buffer '",
+                arg.name, "' (role ", arg.role, ")");
+    const torch::Tensor &t = it->second;
+    TORCH_CHECK(t.dim() == arg.rank, "spectra kernel '", abi.kind, "': buffer '", arg.name,
+                "' has rank ", t.dim(), ", the kernel takes rank ", arg.rank);
+    TORCH_CHECK(t.numel() == 0 || t.stride(-1) == 1, "spectra kernel '", abi.kind, "': buffer '",
+                arg.name, "' needs a unit inner stride");
+    operands.push_back(t);
+  }
+  return operands;
+}
+
+std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) {
+  auto first = [&](std::initializer_list<const char *> roles) -> const torch::Tensor & {
+    for (size_t i = 0; i < abi.args.size(); ++i)
+      for (const char *role : roles)
+        if (abi.args[i].role == role)
+          return operands.at(i);
+    TORCH_CHECK(false, "spectra kernel '", abi.kind, "': grid '", abi.grid,
+                "' needs an argument of role ", *roles.begin());
+  };
+  if (abi.grid == "keys" || abi.grid == "queries") {
+    TORCH_CHECK(abi.chunkRows > 0, "spectra kernel '", abi.kind, "': no rows per block");
+    const torch::Tensor &rows = first({"rows"});
+    return {(rows.size(1) + abi.chunkRows - 1) / abi.chunkRows, rows.size(0), 1};
+  }
+  if (abi.grid == "slices")
+    return {first({"rows", "slice"}).size(0), 1, 1};
+  TORCH_CHECK(abi.grid == "one", "spectra kernel '", abi.kind, "': unknown grid rule '", abi.grid, "'");
+  return {1, 1, 1};
+}
+
+namespace {
+
+/// [B, H, N, ...] as [B*H, N, ...].
+torch::Tensor slices(const torch::Tensor &t) {
+  std::vector<int64_t> shape = {t.size(0) * t.size(1)};
+  for (int64_t i = 2; i < t.dim(); ++i)
+    shape.push_back(t.size(i));
+  return t.reshape(shape);
+}
+
+int64_t chunksOf(int64_t rows, int64_t chunkRows) { return (rows + chunkRows - 1) / chunkRows; }
+
+void run(const KernelLauncher &launcher, const KernelAbi &abi,
+         const std::map<std::string, torch::Tensor> &buffers) {
+  launcher.launch(abi, kernelOperands(abi, buffers));
+}
+
+/// The buffers both passes read: rows, the key mask per slice, W and its derived forms.
+std::map<std::string, torch::Tensor> inputBuffers(const FusedInputs &in) {
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nk = in.ks.size(2);
+  std::map<std::string, torch::Tensor> buf;
+  buf["q"] = slices(in.qs);
+  buf["k"] = slices(in.ks);
+  buf["v"] = slices(in.vs);
+  buf["keep"] = in.keep.unsqueeze(1).expand({B, H, Nk}).reshape({B * H, Nk}).contiguous();
+  buf["W"] = in.W.contiguous();
+  buf["Wt"] = in.W.t().contiguous();
+  buf["ww"] = in.W.square().sum(1).contiguous();
+  buf["rowscale"] = in.rowscale.contiguous();
+  buf["params"] = slices(in.params).contiguous();
+  buf["qscale"] = slices(in.qscale).contiguous();
+  buf["kscale"] = slices(in.kscale).contiguous();
+  return buf;
+}
+
+} // namespace
+
+FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t F) {
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
+                dv = in.vs.size(3), BH = B * H;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
+  const KernelAbi &kv = launcher.abi("kv"), &combine = launcher.abi("kv_combine"),
+                  &readout = launcher.abi("readout");
+  const int64_t C = chunksOf(Nk, kv.chunkRows);
+
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  // The keys' split reduction: per (slice, chunk) partials, then the combine in chunk order.
+  torch::Tensor Sp = torch::empty({BH, C, F, dv}, f32), zp = torch::empty({BH, C, F}, f32),
+                zabsp = torch::empty({BH, C, F}, f32), cp = torch::empty({BH, C, F}, f32);
+  std::map<std::string, torch::Tensor> kvBuf = buf;
+  kvBuf["S"] = Sp;
+  kvBuf["z"] = zp;
+  kvBuf["zabs"] = zabsp;
+  kvBuf["c"] = cp;
+  run(launcher, kv, kvBuf);
+  FusedForward result;
+  result.S = torch::empty({BH, F, dv}, f32);
+  result.z = torch::empty({BH, F}, f32);
+  result.zabs = torch::empty({BH, F}, f32);
+  result.shift = torch::empty({BH, F}, f32);
+  run(launcher, combine,
+      {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", result.S}, {"z", result.z},
+       {"zabs", result.zabs}, {"c", result.shift}});
+  buf["S"] = result.S;
+  buf["z"] = result.z;
+  buf["zabs"] = result.zabs;
+  buf["c"] = result.shift;
+  buf["out"] = torch::empty({BH, Nq, dv}, in.qs.options());
+  buf["qstat"] = torch::empty({BH, Nq, 3}, f32);
+  run(launcher, readout, buf);
+  result.out = buf["out"].view({B, H, Nq, dv});
+  result.qstat = buf["qstat"].view({B, H, Nq, 3});
+  result.S = result.S.view({B, H, F, dv});
+  result.z = result.z.view({B, H, F});
+  result.zabs = result.zabs.view({B, H, F});
+  result.shift = result.shift.view({B, H, F});
+  result.guarded = result.qstat.select(3, 2).sum(2);
+  return result;
+}
+
+std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
+                                          const FusedForward &saved, const torch::Tensor &goutIn,
+                                          int64_t F) {
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
+                dv = in.vs.size(3), BH = B * H, M = in.W.size(0), D = in.W.size(1),
+                P = in.params.size(2);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
+  const KernelAbi &qb = launcher.abi("query_backward"), &dsum = launcher.abi("dsummary_combine"),
+                  &kb = launcher.abi("key_backward"), &dw = launcher.abi("dweights_combine"),
+                  &dp = launcher.abi("dparams_combine");
+  const int64_t Cq = chunksOf(Nq, qb.chunkRows), Ck = chunksOf(Nk, kb.chunkRows);
+
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  buf["S"] = slices(saved.S).contiguous();
+  buf["St"] = buf["S"].transpose(1, 2).contiguous();
+  buf["z"] = slices(saved.z).contiguous();
+  buf["c"] = slices(saved.shift).contiguous();
+  buf["out"] = slices(saved.out).contiguous();
+  buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
+  buf["qstat"] = slices(saved.qstat).contiguous();
+  buf["dq"] = torch::empty({BH, Nq, D}, in.qs.options());
+  buf["dk"] = torch::empty({BH, Nk, D}, in.ks.options());
+  buf["dv"] = torch::empty({BH, Nk, dv}, in.vs.options());
+  // Every (slice, chunk) share of dW and dparams, queries' chunks first, in one buffer each.
+  torch::Tensor dWp = torch::empty({BH, Cq + Ck, M, D}, f32),
+                dpp = torch::empty({BH, Cq + Ck, P}, f32);
+  torch::Tensor dSp = torch::empty({BH, Cq, F, dv}, f32), dzp = torch::empty({BH, Cq, F}, f32);
+  buf["dS"] = dSp;
+  buf["dz"] = dzp;
+  buf["dW"] = dWp.narrow(1, 0, Cq);
+  buf["dparams"] = dpp.narrow(1, 0, Cq);
+  run(launcher, qb, buf);
+  torch::Tensor dS = torch::empty({BH, F, dv}, f32), dz = torch::empty({BH, F}, f32);
+  run(launcher, dsum, {{"dSp", dSp}, {"dzp", dzp}, {"dS", dS}, {"dz", dz}});
+  buf["dS"] = dS;
+  buf["dSt"] = dS.transpose(1, 2).contiguous();
+  buf["dz"] = dz;
+  buf["dW"] = dWp.narrow(1, Cq, Ck);
+  buf["dparams"] = dpp.narrow(1, Cq, Ck);
+  run(launcher, kb, buf);
+  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32);
+  run(launcher, dw, {{"dWp", dWp.view({BH * (Cq + Ck), M, D})}, {"dW", dW}});
+  run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
+  return {buf["dq"].view({B, H, Nq, D}), buf["dk"].view({B, H, Nk, D}),
+          buf["dv"].view({B, H, Nk, dv}), dW, dparams.view({B, H, P})};
+}
+
+} // namespace spectra

@@ -1,0 +1,82 @@
+//===- KernelLaunch.h - the launch plan of the GPU kernels, for any launcher ===//
+//
+// The GPU kernels of a feature map (codegen/MapTilesToGpu.h) are launched in
+// one plan whatever runs them: the keys' kernel writes per-(slice, chunk)
+// partials, `kv_combine` merges them in chunk order, `readout` reads the
+// merged summary; backward, `query_backward` writes the queries' partials,
+// `dsummary_combine` merges them, `key_backward` writes the keys' shares, and
+// `dweights_combine` / `dparams_combine` sum every share in a fixed order. No
+// atomics anywhere, so the same inputs give the same bits on every run.
+//
+// The plan names buffers; each kernel's generated ABI (argument order, role,
+// rank, grid rule, rows per block, threads) says which of them it takes, so
+// nothing here restates a signature. Two launchers follow it: the CPU
+// (`gpu-emulated`, FusedEmulated.h: the mapped IR JIT-compiled for the host)
+// and CUDA (FusedCuda.h: the PTX of the same mapped IR).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_RUNTIME_KERNELLAUNCH_H
+#define SPECTRA_RUNTIME_KERNELLAUNCH_H
+
+#include "runtime/FusedCpu.h"
+
+#include <torch/torch.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace spectra {
+
+/// One argument of a compiled kernel (its ABI).
+struct KernelArgSpec {
+  std::string name, role;
+  int64_t rank = 0;
+};
+
+/// A compiled kernel's ABI: its kind, symbol, grid rule ("keys", "queries": a block
+/// per (row chunk, slice); "slices": a block per slice; "one": one block), rows per
+/// block, threads per block, static shared bytes and its arguments in order.
+struct KernelAbi {
+  std::string kind, name, grid;
+  int64_t chunkRows = 0, threads = 1, sharedBytes = 0;
+  std::vector<KernelArgSpec> args;
+  /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;name:role:rank;...");
+  /// throws std::invalid_argument naming the part.
+  static KernelAbi parse(const std::string &text);
+};
+
+/// The buffers named by a kernel's ABI, in its argument order; each tensor's rank
+/// must be the ABI's and its inner stride 1 (TORCH_CHECK naming the kernel and buffer).
+std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
+                                          const std::map<std::string, torch::Tensor> &buffers);
+
+/// The grid a mapped kernel's host function launches (codegen/MapTilesToGpu.cpp):
+/// {ceil(rows / chunk_rows), slices, 1} for a row grid (rows and slices read off the
+/// first `rows` argument), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
+std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
+
+/// Runs the kernels of one feature map; the plan below calls it.
+class KernelLauncher {
+public:
+  virtual ~KernelLauncher() = default;
+  /// The ABI of the kernel of `kind`; throws (naming the reason) when there is none.
+  virtual const KernelAbi &abi(const std::string &kind) const = 0;
+  /// Launches the kernel on `operands` (kernelOperands of its ABI).
+  virtual void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const = 0;
+};
+
+/// The forward plan on prepared inputs (on the launcher's device) for `features`
+/// features (outputs x m): kv, kv_combine, readout.
+FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t features);
+/// The backward plan: query_backward, dsummary_combine, key_backward, dweights_combine,
+/// dparams_combine. Returns {dq, dk, dv (in the inputs' dtypes), dW, dparams}.
+std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
+                                          const FusedForward &saved, const torch::Tensor &gout,
+                                          int64_t features);
+
+} // namespace spectra
+
+#endif // SPECTRA_RUNTIME_KERNELLAUNCH_H
