@@ -1,7 +1,6 @@
 //===- BuildTileKernels.cpp - the spectra-build-tile-kernels pass ---------===//
 
 #include "codegen/CpuKernel.h"
-#include "codegen/GpuKernel.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
@@ -42,6 +41,5 @@ void registerSpectraCodegenPassesAndPipelines() {
   registerSpectraCodegenPasses();
   registerCpuPipelines();
   registerGpuPipelines();
-  registerMappedGpuPipelines();
 }
 } // namespace mlir::spectra

@@ -3,7 +3,7 @@
 #include "codegen/spectra_compiler.h"
 
 #include "codegen/CpuKernel.h"
-#include "codegen/GpuKernel.h"
+#include "codegen/GpuLowering.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/TileKernels.h"
 #include "codegen/ExportFeatureMap.h"
@@ -86,6 +86,7 @@ struct Context {
     registerLLVMDialectTranslation(registry);
     context.appendDialectRegistry(registry);
     context.loadAllAvailableDialects();
+    context.printOpOnDiagnostic(false);
     context.getDiagEngine().registerHandler([this](Diagnostic &diag) {
       llvm::raw_string_ostream os(diagnostics);
       os << diag.getLocation() << ": " << diag << "\n";
@@ -647,8 +648,9 @@ extern "C" char *spectra_sha256_hex(const void *data, size_t size) {
 // GPU kernels
 //===----------------------------------------------------------------------===//
 
-/// Builds the GPU kernels of the module's feature map and lowers them to PTX;
-/// the artifact JSON with the PTX, or NULL and *error.
+/// The GPU kernels of the module's feature map through spectra-gpu-pipeline (the tile
+/// layer, the GPU schedule, NVVM, PTX); the artifact JSON (the launch description
+/// generated from the outlined kernels, and the PTX), or NULL and *error.
 static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, const char *target,
                         const char *dtype, int64_t dv, char **error) {
   std::string chip = target ? target : "sm_90a";
@@ -658,7 +660,7 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   std::string mapName = keepOneFeatureMap(source, featureMap, why);
   if (mapName.empty())
     return fail(error, why);
-  sp::GpuPipelineOptions options;
+  sp::GpuScheduleOptions options;
   options.chip = chip;
   options.dtype = dtype ? dtype : "f32";
   options.valueDim = dv;
@@ -666,18 +668,11 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   sp::buildGpuPipeline(pm, options);
   if (failed(pm.run(source)))
     return fail(error, "compiling the GPU kernels failed:\n" + ctx.diagnostics);
-  std::string artifactText = sp::recordedGpuArtifact(source, mapName);
-  std::string ptx = sp::extractPtx(source);
-  if (ptx.empty())
-    return fail(error, "the GPU lowering produced no PTX");
-  llvm::Expected<llvm::json::Value> artifact = llvm::json::parse(artifactText);
+  llvm::Expected<std::string> artifact =
+      sp::gpuArtifact(source, mapName, options, spectra_compiler_version());
   if (!artifact)
-    return fail(error, "internal error: the artifact is not JSON: " +
-                           llvm::toString(artifact.takeError()));
-  artifact->getAsObject()->insert({"target", chip});
-  artifact->getAsObject()->insert({"compiler", spectra_compiler_version()});
-  artifact->getAsObject()->insert({"ptx", ptx});
-  return duplicate(llvm::formatv("{0:2}", *artifact).str());
+    return fail(error, llvm::toString(artifact.takeError()));
+  return duplicate(*artifact);
 }
 
 extern "C" char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,

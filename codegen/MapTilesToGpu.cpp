@@ -25,7 +25,7 @@
 
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/CpuKernel.h"
-#include "codegen/GpuKernel.h"
+#include "codegen/GpuLowering.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 #include "passes/Passes.h"
@@ -559,7 +559,8 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
     for (gpu::GPUModuleOp m : modules)
       m.erase();
     std::string text;
-    llvm::raw_string_ostream(text) << llvm::formatv("{0:2}", llvm::json::Value(std::move(kernels)));
+    // Compact: one line in the printed module.
+    llvm::raw_string_ostream(text) << llvm::formatv("{0}", llvm::json::Value(std::move(kernels)));
     module->setAttr(kGpuKernelsAttr, StringAttr::get(&getContext(), text));
   }
 };
@@ -601,16 +602,57 @@ void mlir::spectra::buildGpuEmulationLowering(OpPassManager &pm) {
   buildCpuStage(pm, cpu, CpuStage::LLVM);
 }
 
-void mlir::spectra::buildMappedGpuLowering(OpPassManager &pm, const GpuScheduleOptions &o,
-                                           bool toBinary) {
+void mlir::spectra::buildMappedGpuLowering(OpPassManager &pm, StringRef chip, bool toBinary) {
   pm.addPass(createSpectraLaunchMappedKernels());
   pm.addPass(createGpuLaunchSinkIndexComputationsPass());
   pm.addPass(createGpuKernelOutliningPass());
   pm.addPass(createSpectraDescribeGpuKernels());
-  buildGpuLoweringPipeline(pm, o.chip, toBinary);
+  buildGpuLoweringPipeline(pm, chip, toBinary);
 }
 
-void mlir::spectra::registerMappedGpuPipelines() {
+void mlir::spectra::buildGpuPipeline(OpPassManager &pm, const GpuScheduleOptions &o, GpuStage until) {
+  buildGpuMappedPipeline(pm, o);
+  if (until != GpuStage::Mapped)
+    buildMappedGpuLowering(pm, o.chip, /*toBinary=*/until == GpuStage::PTX);
+}
+
+llvm::Expected<std::string> mlir::spectra::gpuArtifact(ModuleOp module, StringRef featureMap,
+                                                      const GpuScheduleOptions &options,
+                                                      StringRef compilerVersion) {
+  auto description = module->getAttrOfType<StringAttr>(kGpuKernelsAttr);
+  std::string ptx = extractPtx(module);
+  if (ptx.empty() || !description)
+    return llvm::createStringError("the GPU lowering produced no PTX or no launch description");
+  llvm::Expected<llvm::json::Value> kernels = llvm::json::parse(description.getValue());
+  if (!kernels)
+    return llvm::createStringError("internal error: the launch description is not JSON: " +
+                                   llvm::toString(kernels.takeError()));
+  llvm::json::Object artifact{{"version", 3},
+                              {"feature_map", featureMap},
+                              {"target", options.chip.getValue()},
+                              {"dtype", options.dtype.getValue()},
+                              {"dv", options.valueDim.getValue()},
+                              {"compiler", compilerVersion},
+                              {"kernels", std::move(*kernels)},
+                              {"ptx", ptx}};
+  return llvm::formatv("{0:2}", llvm::json::Value(std::move(artifact))).str();
+}
+
+namespace {
+/// Options of spectra-gpu-lowering.
+struct GpuLoweringOptions : public PassPipelineOptions<GpuLoweringOptions> {
+  Option<std::string> chip{*this, "chip", llvm::cl::desc("sm_80 or sm_90a"),
+                           llvm::cl::init("sm_90a")};
+  Option<bool> binary{*this, "binary",
+                      llvm::cl::desc("serialise to PTX (false: stop at the NVVM dialect)"),
+                      llvm::cl::init(true)};
+};
+} // namespace
+
+void mlir::spectra::registerGpuPipelines() {
+  PassRegistration<Pass>([] { return createSerializeKernelsToPtxPass(); });
+  // Upstream's one-module serialiser, to compare against (test/Codegen/serialize-kernels.test).
+  registerGpuModuleToBinaryPass();
   PassPipelineRegistration<GpuScheduleOptions>(
       "spectra-gpu-mapped",
       "spectra IR to the mapped GPU kernels (blocks, thread nests, workgroup tiles): the stage "
@@ -626,12 +668,14 @@ void mlir::spectra::registerMappedGpuPipelines() {
                              "the mapped GPU kernels to the LLVM dialect for the CPU (gpu-emulated)",
                              [](OpPassManager &pm) { buildGpuEmulationLowering(pm); });
   PassPipelineRegistration<GpuScheduleOptions>(
-      "spectra-gpu-mapped-ptx", "spectra IR to PTX through the mapped GPU kernels",
-      [](OpPassManager &pm, const GpuScheduleOptions &o) {
-        buildGpuMappedPipeline(pm, o);
-        buildMappedGpuLowering(pm, o);
+      "spectra-gpu-pipeline",
+      "spectra IR to PTX through the mapped GPU kernels (what spectra-compile and the C API run)",
+      [](OpPassManager &pm, const GpuScheduleOptions &o) { buildGpuPipeline(pm, o); });
+  PassPipelineRegistration<GpuLoweringOptions>(
+      "spectra-gpu-lowering",
+      "the mapped GPU kernels to PTX: gpu.launch, outlining, the launch description, NVVM and "
+      "(binary=true) PTX",
+      [](OpPassManager &pm, const GpuLoweringOptions &o) {
+        buildMappedGpuLowering(pm, o.chip, o.binary);
       });
-  PassPipelineRegistration<GpuScheduleOptions>(
-      "spectra-mapped-gpu-lowering", "the mapped GPU kernels to PTX (launch, outline, NVVM, PTX)",
-      [](OpPassManager &pm, const GpuScheduleOptions &o) { buildMappedGpuLowering(pm, o); });
 }

@@ -3,7 +3,7 @@
 // One kernel layer, two targets: the tile kernels (TileKernels.h) are mapped
 // to blocks and threads (spectra-map-tiles-to-gpu), and that mapped IR feeds
 // both the emulation on the CPU (gpu-emulated: the pipeline
-// spectra-gpu-emulated) and the GPU lowering (spectra-gpu-mapped-ptx:
+// spectra-gpu-emulated) and the GPU lowering (spectra-gpu-pipeline:
 // gpu.launch, outlining, NVVM, PTX). spectra-opt registers every stage, and
 // the C API runs the same builders, so a dumped stage replays exactly:
 //   mapped    spectra-input-pipeline, spectra-build-tile-kernels{tile-rows,
@@ -23,6 +23,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "llvm/Support/Error.h"
 
 #include <string>
 
@@ -68,20 +69,33 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                             llvm::cl::init(256)};
 };
 
-/// The stages of the mapped GPU pipelines.
-enum class MappedStage { Mapped, Emulated, PTX };
+/// The stages of spectra-gpu-pipeline (spectra-compile --emit=gpu|llvm|ptx): the
+/// mapped kernels, their NVVM lowering, PTX.
+enum class GpuStage { Mapped, NVVM, PTX };
 
 /// The mapped stage: tile kernels scheduled for the GPU (what both paths start from).
 void buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleOptions &options);
 /// From the mapped stage to the LLVM dialect for the CPU (gpu-emulated).
 void buildGpuEmulationLowering(OpPassManager &pm);
-/// From the mapped stage to PTX (`toBinary`) or to the NVVM dialect.
-void buildMappedGpuLowering(OpPassManager &pm, const GpuScheduleOptions &options,
-                            bool toBinary = true);
+/// From the mapped stage to PTX (`toBinary`) or to the NVVM dialect: gpu.launch,
+/// outlining, the launch description (spectra.gpu_kernels), GpuLowering.h.
+void buildMappedGpuLowering(OpPassManager &pm, StringRef chip, bool toBinary = true);
+/// spectra-gpu-pipeline up to and including `until` (what spectra-compile and the C API run).
+void buildGpuPipeline(OpPassManager &pm, const GpuScheduleOptions &options,
+                      GpuStage until = GpuStage::PTX);
+
+/// The KernelArtifact (version 3) of a module through spectra-gpu-pipeline: the launch
+/// description it recorded (spectra.gpu_kernels), the PTX, the feature map, target,
+/// dtype and value dimension. Fails with a message when the module has no PTX or no
+/// description.
+llvm::Expected<std::string> gpuArtifact(ModuleOp module, StringRef featureMap,
+                                        const GpuScheduleOptions &options,
+                                        StringRef compilerVersion);
 
 /// Registers spectra-gpu-mapped, spectra-gpu-emulated, spectra-gpu-emulation-lowering,
-/// spectra-gpu-mapped-ptx and spectra-mapped-gpu-lowering with spectra-opt.
-void registerMappedGpuPipelines();
+/// spectra-gpu-pipeline, spectra-gpu-lowering and spectra-serialize-kernels-to-ptx
+/// with spectra-opt.
+void registerGpuPipelines();
 
 } // namespace mlir::spectra
 

@@ -47,8 +47,7 @@ def SpectraKeepKernels : Pass<"spectra-keep-kernels", "::mlir::ModuleOp"> {
     Erases every top-level op that is not a kernel: a `func.func` marked
     `llvm.emit_c_interface` (CPU) or a `gpu.module` (GPU). The feature maps,
     components, recipes and the attention function they came from go, so the
-    module lowers alone; module attributes (the GPU launch descriptions in
-    `spectra.gpu_artifacts`) stay.
+    module lowers alone; module attributes stay.
 
     ```mlir
     // Before: spectra.component @posrf ..., spectra.feature_map ..., func.func @posrf_orf_kv ...
@@ -84,40 +83,6 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
   ];
   let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
-}
-
-def SpectraBuildGpuKernels : Pass<"spectra-build-gpu-kernels", "::mlir::ModuleOp"> {
-  let summary = "emit the fused GPU kernels (forward and backward) of every feature map";
-  let description = [{
-    For each `spectra.feature_map @f` adds `gpu.module @f_kernels` with six
-    kernels (codegen/GpuKernel.h): `@f_key_max`, `@f_kv_summary` and
-    `@f_readout` (forward), `@f_query_backward`, `@f_dsummary` and
-    `@f_key_backward` (backward, built from the derived partials). The
-    component's features region is inlined into every kernel: phi lives in
-    registers or in a shared-memory tile, never in global memory. The
-    kernels are specialised on m, d, dv and the q/k/v element type (`dtype`),
-    accumulating in f32. The module becomes a `gpu.container_module`, and
-    its attribute `spectra.gpu_artifacts` records each map's launch
-    description (kernels, grids, shared bytes, arguments and buffers: the
-    artifact the runtime launches from), which outlives the feature maps.
-
-    ```mlir
-    // spectra.feature_map @posrf_orf ... becomes, besides itself,
-    // gpu.module @posrf_orf_kernels {
-    //   gpu.func @posrf_orf_key_max(%k: memref<?x?x32xbf16>, ...) kernel ...
-    //   ...
-    // }
-    ```
-  }];
-  let options = [
-    Option<"dtype", "dtype", "std::string", /*default=*/"\"f32\"",
-           "element type of q, k, v and out: f32, bf16 or f16">,
-    Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
-           "value head dimension (0: the feature map's d)">,
-  ];
-  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
-                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
-                           "::mlir::math::MathDialect"];
 }
 
 def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {

@@ -931,8 +931,8 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   if (!component)
     return map.emitOpError() << "component '" << map.getComponent() << "' is not defined";
   if (options.inputType != "f32" && options.inputType != "bf16" && options.inputType != "f16")
-    return map.emitOpError() << "tile kernels: unknown input type '" << options.inputType
-                             << "' (f32, bf16 or f16)";
+    return map.emitOpError() << "tile kernels: unsupported q/k/v dtype '" << options.inputType
+                             << "' (supported: f32, bf16, f16)";
   OpBuilder b0(ctx);
   if (options.tileRows < 1 || options.valueDim < 0)
     return map.emitOpError() << "tile kernels: tile-rows must be positive and value-dim "

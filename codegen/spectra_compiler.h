@@ -107,11 +107,13 @@ SPECTRA_API char *spectra_sha256_hex(const void *data, size_t size);
 
 /* The fused GPU kernels of a named variant (or of a feature map in IR text)
  * for `target` "sm_80" or "sm_90a", with q/k/v of `dtype` "f32", "bf16" or
- * "f16" (f32 accumulation) and value dimension `dv` (0: d). Returns the
- * KernelArtifact as JSON: per kernel its name, block, grid rule, shared
- * bytes and argument list (forward: key_max, kv_summary, readout; backward:
- * query_backward, dsummary, key_backward), the buffers with shapes and
- * initial values, and the PTX text ("ptx"). Needs no GPU. */
+ * "f16" (f32 accumulation) and value dimension `dv` (0: d): the tile kernels
+ * through spectra-gpu-pipeline. Returns the KernelArtifact as JSON (version
+ * 3): "kernels", the launch description generated from the outlined kernels
+ * (per kernel its kind, symbol, grid rule, rows per block, threads, static
+ * shared bytes and its arguments in launch order with role, rank and element
+ * type; the same kinds and roles as spectra_cpu_kernel_abi), and the PTX text
+ * ("ptx"). Needs no GPU. */
 SPECTRA_API char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
                                               int64_t seed, const char *options,
                                               const char *target, const char *dtype, int64_t dv,

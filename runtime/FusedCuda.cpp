@@ -23,40 +23,22 @@ namespace {
                               " (runtime and compiler library do not match?)");
 }
 
-std::vector<GpuKernelSpec> kernels(const json &list, const char *pass) {
-  if (!list.is_array() || list.size() != 3)
-    badArtifact(std::string("'") + pass + "' must list 3 kernels");
-  std::vector<GpuKernelSpec> out;
-  for (const json &k : list) {
-    GpuKernelSpec s;
-    s.name = k.at("name").get<std::string>();
-    for (int i = 0; i < 3; ++i)
-      s.block[i] = k.at("block").at(i).get<unsigned>();
-    const json &grid = k.at("grid");
-    s.rows = grid.at("x").at("rows").get<std::string>();
-    s.perBlock = grid.at("x").at("per_block").get<int64_t>();
-    s.gridZ = grid.at("z").get<int64_t>();
-    if (grid.at("y").get<std::string>() != "batch_heads" || (s.rows != "keys" && s.rows != "queries") ||
-        s.perBlock < 1 || s.gridZ < 1)
-      badArtifact("kernel '" + s.name + "' has an unknown grid rule");
-    s.sharedBytes = k.at("shared_bytes").get<unsigned>();
-    s.args = k.at("args").get<std::vector<std::string>>();
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-/// Rank of each buffer as the kernels declare it (codegen/GpuKernel.cpp).
-int64_t rankOf(const std::string &buffer) {
-  static const std::map<std::string, int64_t> ranks = {
-      {"q", 3},  {"k", 3},  {"v", 3},      {"out", 3},   {"gout", 3},   {"dq", 3},
-      {"dk", 3}, {"dv", 3}, {"qstat", 3},  {"S", 3},     {"dS", 3},     {"dW", 3},
-      {"z", 2},  {"dz", 2}, {"keep", 2},   {"W", 2},     {"params", 2}, {"dparams", 2},
-      {"zabs", 2}, {"shift", 2}, {"qscale", 2}, {"kscale", 2}, {"rowscale", 1}, {"guarded", 1}};
-  auto it = ranks.find(buffer);
-  if (it == ranks.end())
-    badArtifact("unknown kernel argument '" + buffer + "'");
-  return it->second;
+KernelAbi kernelOf(const json &k) {
+  KernelAbi abi;
+  abi.kind = k.at("kind").get<std::string>();
+  abi.name = k.at("name").get<std::string>();
+  abi.grid = k.at("grid").get<std::string>();
+  abi.threads = k.at("block").get<int64_t>();
+  abi.chunkRows = k.at("chunk_rows").get<int64_t>();
+  abi.sharedBytes = k.at("shared_bytes").get<int64_t>();
+  if (abi.grid != "keys" && abi.grid != "queries" && abi.grid != "slices" && abi.grid != "one")
+    badArtifact("kernel '" + abi.name + "' has an unknown grid rule '" + abi.grid + "'");
+  if (abi.threads < 1 || abi.threads > 1024)
+    badArtifact("kernel '" + abi.name + "' has " + std::to_string(abi.threads) + " threads per block");
+  for (const json &arg : k.at("args"))
+    abi.args.push_back({arg.at("name").get<std::string>(), arg.at("role").get<std::string>(),
+                        arg.at("rank").get<int64_t>()});
+  return abi;
 }
 
 std::string dtypeName(torch::ScalarType t) {
@@ -78,41 +60,39 @@ GpuArtifact GpuArtifact::fromJson(const std::string &text) {
   }
   try {
     GpuArtifact a;
-    if (root.at("version").get<int>() != 2)
-      badArtifact("version " + root.at("version").dump() + " is not 2");
+    if (root.at("version").get<int>() != 3)
+      badArtifact("version " + root.at("version").dump() + " is not 3");
     a.featureMap = root.at("feature_map").get<std::string>();
     a.target = root.at("target").get<std::string>();
     a.dtype = root.at("dtype").get<std::string>();
-    a.ptx = root.at("ptx").get<std::string>();
-    a.m = root.at("m").get<int64_t>();
-    a.d = root.at("d").get<int64_t>();
     a.dv = root.at("dv").get<int64_t>();
-    a.outputs = root.at("outputs").get<int64_t>();
-    a.params = root.at("params").get<int64_t>();
-    a.forward = kernels(root.at("forward"), "forward");
-    a.backward = kernels(root.at("backward"), "backward");
-    for (const auto *pass : {&a.forward, &a.backward})
-      for (const GpuKernelSpec &k : *pass)
-        for (const std::string &arg : k.args)
-          if (arg != "H")
-            rankOf(arg);
-    if (a.ptx.find(".entry " + a.forward[0].name) == std::string::npos)
-      badArtifact("the PTX lacks kernel '" + a.forward[0].name + "'");
+    a.ptx = root.at("ptx").get<std::string>();
+    for (const json &k : root.at("kernels")) {
+      KernelAbi abi = kernelOf(k);
+      if (a.ptx.find(".entry " + abi.name + "(") == std::string::npos)
+        badArtifact("the PTX lacks kernel '" + abi.name + "'");
+      std::string kind = abi.kind;
+      if (!a.kernels.emplace(kind, std::move(abi)).second)
+        badArtifact("two kernels of kind '" + kind + "'");
+    }
+    for (const char *kind : {"kv", "kv_combine", "readout"})
+      a.kernel(kind);
     return a;
   } catch (const json::exception &e) {
     badArtifact(e.what());
   }
 }
 
-std::array<unsigned, 3> GpuArtifact::grid(const GpuKernelSpec &kernel, int64_t batchHeads,
-                                          int64_t queries, int64_t keys) {
-  int64_t rows = kernel.rows == "keys" ? keys : queries;
-  int64_t x = (rows + kernel.perBlock - 1) / kernel.perBlock;
-  TORCH_CHECK(x <= std::numeric_limits<int32_t>::max() && batchHeads <= 65535,
-              "spectra: ", rows, " rows or ", batchHeads, " batch-heads exceed the CUDA grid of kernel '",
-              kernel.name, "'");
-  return {static_cast<unsigned>(x), static_cast<unsigned>(batchHeads),
-          static_cast<unsigned>(kernel.gridZ)};
+const KernelAbi &GpuArtifact::kernel(const std::string &kind) const {
+  auto it = kernels.find(kind);
+  if (it == kernels.end()) {
+    std::string kinds;
+    for (const auto &[k, abi] : kernels)
+      kinds += (kinds.empty() ? "" : ", ") + k;
+    throw std::invalid_argument("GPU kernels of " + featureMap + ": no '" + kind +
+                                "' kernel (there are: " + kinds + ")");
+  }
+  return it->second;
 }
 
 std::string gpuTargetFor(int major, int minor) {
@@ -132,22 +112,24 @@ void MemrefParams::append(std::vector<void *> &params) {
     params.push_back(&s);
 }
 
-MemrefParams memrefOf(const torch::Tensor &t, int64_t rank) {
-  TORCH_CHECK(t.is_contiguous(), "spectra: internal error: a non-contiguous buffer reached a GPU kernel");
-  TORCH_CHECK(t.dim() >= rank, "spectra: internal error: buffer of rank ", t.dim(), " for a rank-",
-              rank, " argument");
+MemrefParams memrefOf(const torch::Tensor &t) {
   MemrefParams m;
   m.allocated = m.aligned = t.data_ptr();
-  int64_t lead = 1;
-  for (int64_t i = 0; i <= t.dim() - rank; ++i)
-    lead *= t.size(i);
-  m.sizes.push_back(lead);
-  for (int64_t i = t.dim() - rank + 1; i < t.dim(); ++i)
-    m.sizes.push_back(t.size(i));
-  m.strides.assign(rank, 1);
-  for (int64_t i = rank - 2; i >= 0; --i)
-    m.strides[i] = m.strides[i + 1] * m.sizes[i + 1];
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
   return m;
+}
+
+CudaLaunchGeometry cudaGeometry(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) {
+  std::array<int64_t, 3> grid = launchGrid(abi, operands);
+  TORCH_CHECK(grid[0] <= std::numeric_limits<int32_t>::max() && grid[1] <= 65535,
+              "spectra: a grid of ", grid[0], " x ", grid[1], " blocks exceeds CUDA's limits for kernel '",
+              abi.name, "' (at most 2^31-1 x 65535: fewer batch-heads per call)");
+  CudaLaunchGeometry g;
+  for (int i = 0; i < 3; ++i)
+    g.grid[i] = static_cast<unsigned>(grid[i]);
+  g.block[0] = static_cast<unsigned>(abi.threads);
+  return g;
 }
 
 FusedCudaAttention::FusedCudaAttention(Descriptor desc, Compile compileFn)
@@ -203,101 +185,64 @@ const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Te
   Loaded l;
   l.artifact = GpuArtifact::fromJson(compile(target, dtype, dv));
   l.module = cuda::loadPtx(device, l.artifact.ptx, descriptor().name + " (" + target + ")");
-  for (const auto *pass : {&l.artifact.forward, &l.artifact.backward})
-    for (const GpuKernelSpec &k : *pass)
-      l.functions[k.name] = cuda::getFunction(l.module, k.name);
+  for (const auto &[kind, abi] : l.artifact.kernels)
+    l.functions[kind] = cuda::getFunction(l.module, abi.name);
   return loaded.emplace(key, std::move(l)).first->second;
 }
 
-void FusedCudaAttention::run(const Loaded &k, const std::vector<GpuKernelSpec> &kernels,
-                             const std::map<std::string, torch::Tensor> &buffers, int64_t B,
-                             int64_t H, int64_t Nq, int64_t Nk, int device) const {
-  cuda::Stream stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  for (const GpuKernelSpec &kernel : kernels) {
+namespace {
+/// The launch plan's kernels launched on torch's current stream.
+struct CudaLauncher : KernelLauncher {
+  const GpuArtifact &artifact;
+  const std::map<std::string, void *> &functions;
+  int device;
+  CudaLauncher(const GpuArtifact &artifact, const std::map<std::string, void *> &functions, int device)
+      : artifact(artifact), functions(functions), device(device) {}
+  const KernelAbi &abi(const std::string &kind) const override { return artifact.kernel(kind); }
+  void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
+    CudaLaunchGeometry g = cudaGeometry(abi, operands);
+    if (g.grid[0] == 0 || g.grid[1] == 0)
+      return;  // no rows: nothing to launch
     std::vector<MemrefParams> memrefs;
-    memrefs.reserve(kernel.args.size());
-    int64_t heads = H;
+    memrefs.reserve(operands.size());
     std::vector<void *> params;
-    for (const std::string &arg : kernel.args) {
-      if (arg == "H") {
-        params.push_back(&heads);
-        continue;
-      }
-      auto it = buffers.find(arg);
-      TORCH_CHECK(it != buffers.end(), "spectra: internal error: no buffer '", arg, "' for kernel '",
-                  kernel.name, "'");
-      memrefs.push_back(memrefOf(it->second, rankOf(arg)));
+    for (const torch::Tensor &t : operands) {
+      TORCH_CHECK(t.is_cuda() && t.device().index() == device, "spectra: internal error: buffer on ",
+                  t.device(), " for kernel '", abi.name, "' on cuda:", device);
+      memrefs.push_back(memrefOf(t));
       memrefs.back().append(params);
     }
-    std::array<unsigned, 3> grid = GpuArtifact::grid(kernel, B * H, Nq, Nk);
-    cuda::launch(device, k.functions.at(kernel.name), kernel.name, grid.data(), kernel.block.data(),
+    cuda::Stream stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    // The kernels' shared memory is static (workgroup attributions): no dynamic bytes.
+    cuda::launch(device, functions.at(abi.kind), abi.name, g.grid.data(), g.block.data(),
                  /*sharedBytes=*/0, stream, params.data());
   }
-}
+};
 
-/// The kernels' static shapes (W [m, d], rowscale [m], params [., P]) and
-/// dtype must be the tensors': a mismatch would read out of bounds.
-static void checkAgainstArtifact(const GpuArtifact &a, const FusedInputs &in) {
-  TORCH_CHECK(in.W.size(0) == a.m && in.W.size(1) == a.d && in.rowscale.numel() == a.m &&
-                  in.params.size(2) == a.params && in.qs.size(3) == a.d,
-              "spectra: the GPU kernels of ", a.featureMap, " were built for m = ", a.m, ", d = ",
-              a.d, ", ", a.params, " parameters; got W ", in.W.sizes(), ", rowscale ",
-              in.rowscale.sizes(), ", params ", in.params.sizes(), ", q ", in.qs.sizes());
-  TORCH_CHECK(a.dtype == dtypeName(in.qs.scalar_type()), "spectra: GPU kernels for ", a.dtype,
-              " received ", in.qs.scalar_type(), " inputs");
+/// The kernels were compiled for the inputs' dtype and value dimension.
+void checkAgainstArtifact(const GpuArtifact &a, const FusedInputs &in, const std::string &dtype) {
+  TORCH_CHECK(a.dtype == dtype, "spectra: GPU kernels for ", a.dtype, " received ",
+              in.qs.scalar_type(), " inputs");
+  TORCH_CHECK(a.dv == 0 || a.dv == in.vs.size(3), "spectra: the GPU kernels of ", a.featureMap,
+              " were built for value dimension ", a.dv, ", got ", in.vs.size(3));
 }
+} // namespace
 
 FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
-  checkAgainstArtifact(k.artifact, in);
-  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2);
-  const int64_t F = descriptor().numFeatures(), dv = in.vs.size(3);
-  TORCH_CHECK(dv == k.artifact.dv, "spectra: the GPU kernels of ", descriptor().name,
-              " were built for value dimension ", k.artifact.dv, ", got ", dv);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
-  FusedForward out;
-  out.out = torch::empty({B, H, Nq, dv}, in.qs.options());
-  out.S = torch::zeros({B, H, F, dv}, f32);
-  out.z = torch::zeros({B, H, F}, f32);
-  out.zabs = torch::zeros({B, H, F}, f32);
-  out.shift = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
-  out.guarded = torch::zeros({B, H}, f32);
-  run(k, k.artifact.forward,
-      {{"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W},
-       {"rowscale", in.rowscale}, {"params", in.params}, {"shift", out.shift}, {"S", out.S},
-       {"z", out.z}, {"zabs", out.zabs}, {"out", out.out}, {"guarded", out.guarded},
-       {"qscale", in.qscale}, {"kscale", in.kscale}},
-      B, H, Nq, Nk, in.qs.device().index());
-  return out;
+  checkAgainstArtifact(k.artifact, in, dtypeName(in.qs.scalar_type()));
+  return launchForward(CudaLauncher(k.artifact, k.functions, in.qs.device().index()), in,
+                       descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in,
                                                            const FusedForward &saved,
-                                                           const torch::Tensor &goutIn) const {
+                                                           const torch::Tensor &gout) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
-  checkAgainstArtifact(k.artifact, in);
-  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
-  torch::Tensor gout = goutIn.to(in.qs.scalar_type()).contiguous();
-  torch::Tensor dq = torch::zeros(in.qs.sizes(), f32), dk = torch::zeros(in.ks.sizes(), f32),
-                dv = torch::zeros(in.vs.sizes(), f32);
-  torch::Tensor dW = torch::zeros({B * H, in.W.size(0), in.W.size(1)}, f32);
-  torch::Tensor dparams = torch::zeros(in.params.sizes(), f32);
-  torch::Tensor dS = torch::zeros(saved.S.sizes(), f32), dz = torch::zeros(saved.z.sizes(), f32);
-  torch::Tensor qstat = torch::empty({B, H, Nq, 3}, f32);
-  run(k, k.artifact.backward,
-      {{"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W},
-       {"rowscale", in.rowscale}, {"params", in.params}, {"shift", saved.shift}, {"S", saved.S},
-       {"z", saved.z}, {"zabs", saved.zabs}, {"out", saved.out}, {"gout", gout},
-       {"qstat", qstat}, {"dS", dS}, {"qscale", in.qscale}, {"kscale", in.kscale},
-       {"dz", dz}, {"dq", dq}, {"dk", dk}, {"dv", dv}, {"dW", dW}, {"dparams", dparams}},
-      B, H, Nq, Nk, in.qs.device().index());
-  // The kernels' dq and dk are with respect to the scaled rows x = q * qscale.
-  return {(dq * in.qscale.unsqueeze(2)).to(in.qs.scalar_type()),
-          (dk * in.kscale.unsqueeze(2)).to(in.ks.scalar_type()), dv.to(in.vs.scalar_type()),
-          dW.sum(0), dparams};
+  return launchBackward(CudaLauncher(k.artifact, k.functions, in.qs.device().index()), in, saved,
+                        gout, descriptor().numFeatures());
 }
 
 AttentionResult FusedCudaAttention::attentionWithStats(

@@ -1,13 +1,15 @@
 //===- FusedCuda.h - launching the fused GPU kernels ----------------------===//
 //
-// Runs the six PTX kernels of a feature map (codegen/GpuKernel.h) on CUDA
-// tensors: the artifact (launch description + PTX, from KernelCache) is
-// parsed once, its module loaded per device through the driver API, and the
-// kernels launched on torch's current stream, buffers allocated by torch
-// (S, z and the gradient accumulators zeroed, the key constant at -inf). An
-// autograd Function saves S, z, out and the key constants (never phi) and
+// Runs the PTX of a feature map's GPU kernels (the tile layer through
+// spectra-gpu-pipeline, codegen/MapTilesToGpu.h) on CUDA tensors: the artifact
+// (generated launch description + PTX, from KernelCache) is parsed once, its
+// module loaded per device through the driver API, and the kernels launched on
+// torch's current stream in the launch plan that gpu-emulated follows on the
+// CPU (KernelLaunch.h: per-chunk partials, combine kernels, no atomics). An
+// autograd Function saves S, z, out and the constants (never phi) and
 // launches the backward kernels. The host side (artifact parsing, launch
-// geometry, memref argument packing) is testable without a GPU.
+// geometry, memref argument packing) is tested without a GPU; the kernels'
+// arithmetic is tested on the CPU through gpu-emulated.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,7 @@
 
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/Reference.h"
 
 #include <torch/torch.h>
@@ -28,29 +31,17 @@
 
 namespace spectra {
 
-/// One kernel of the artifact.
-struct GpuKernelSpec {
-  std::string name;
-  std::array<unsigned, 3> block{1, 1, 1};
-  std::string rows;       ///< "keys" or "queries": grid.x = ceil(rows / perBlock)
-  int64_t perBlock = 1;
-  int64_t gridZ = 1;      ///< feature chunks
-  unsigned sharedBytes = 0;
-  std::vector<std::string> args;  ///< buffer names, "H" for the heads count
-};
-
-/// The compiler's KernelArtifact for one (feature map, target, dtype).
+/// The compiler's KernelArtifact (version 3) for one (feature map, target, dtype, dv):
+/// the launch description generated from the outlined kernels, and their PTX.
 struct GpuArtifact {
   std::string featureMap, target, dtype, ptx;
-  int64_t m = 0, d = 0, dv = 0, outputs = 1, params = 1;
-  std::vector<GpuKernelSpec> forward, backward;
+  int64_t dv = 0;
+  std::map<std::string, KernelAbi> kernels;  ///< by kind
 
   /// Parses the JSON libspectra-compiler returns; throws std::invalid_argument naming the field.
   static GpuArtifact fromJson(const std::string &text);
-
-  /// Grid of `kernel` for B*H slices and the sequence lengths.
-  static std::array<unsigned, 3> grid(const GpuKernelSpec &kernel, int64_t batchHeads,
-                                      int64_t queries, int64_t keys);
+  /// The kernel of `kind`; throws std::invalid_argument naming the kinds there are.
+  const KernelAbi &kernel(const std::string &kind) const;
 };
 
 /// The PTX target for a device of compute capability major.minor: sm_90a on
@@ -67,9 +58,16 @@ struct MemrefParams {
   /// Appends pointers to each field to `params` (they must outlive the launch).
   void append(std::vector<void *> &params);
 };
-/// The descriptor of `t` viewed as rank `rank` (leading dimensions merged:
-/// [B, H, N, d] becomes [B*H, N, d]).
-MemrefParams memrefOf(const torch::Tensor &t, int64_t rank);
+/// The descriptor of `t` with its own sizes and strides (the launch plan gives each
+/// kernel operand the rank its ABI names).
+MemrefParams memrefOf(const torch::Tensor &t);
+
+/// The launch geometry of a kernel on its operands: launchGrid (KernelLaunch.h) checked
+/// against CUDA's grid limits, and the ABI's threads as block.x.
+struct CudaLaunchGeometry {
+  std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+};
+CudaLaunchGeometry cudaGeometry(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
 class FusedCudaAttention {
 public:
@@ -111,13 +109,10 @@ private:
   struct Loaded {
     GpuArtifact artifact;
     void *module = nullptr;
-    std::map<std::string, void *> functions;
+    std::map<std::string, void *> functions;  ///< by kind
   };
   /// The artifact and module for the device and dtype of `t` and value dim `dv` (compiled/loaded once).
   const Loaded &kernelsFor(const torch::Tensor &t, int64_t dv) const;
-  void run(const Loaded &k, const std::vector<GpuKernelSpec> &kernels,
-           const std::map<std::string, torch::Tensor> &buffers, int64_t B, int64_t H, int64_t Nq,
-           int64_t Nk, int device) const;
 
   ReferenceFeatureMap reference;
   Compile compile;

@@ -12,12 +12,20 @@ AttentionMode parseAttentionMode(const std::string &name) {
     return AttentionMode::Fused;
   if (name == "reference")
     return AttentionMode::Reference;
+  if (name == "gpu-emulated")
+    return AttentionMode::GpuEmulated;
   throw std::invalid_argument("unknown attention mode '" + name +
-                              "'; modes: fused (JIT-compiled kernels), reference (eager LibTorch)");
+                              "'; modes: fused (JIT-compiled kernels), reference (eager LibTorch), "
+                              "gpu-emulated (the GPU kernels run on the CPU)");
 }
 
 std::string attentionModeName(AttentionMode mode) {
-  return mode == AttentionMode::Fused ? "fused" : "reference";
+  switch (mode) {
+  case AttentionMode::Fused: return "fused";
+  case AttentionMode::Reference: return "reference";
+  case AttentionMode::GpuEmulated: return "gpu-emulated";
+  }
+  return "fused";
 }
 
 static Descriptor describe(const SpectralAttentionOptions &o) {
@@ -56,6 +64,11 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
     AttentionOptions options;
     options.queryMask = queryMask;
     result = reference.attentionWithStats(q, k, v, w, keyMask, options);
+  } else if (currentMode == AttentionMode::GpuEmulated) {
+    TORCH_CHECK(q.device().is_cpu(), "spectra: mode gpu-emulated runs the GPU kernels on the CPU; "
+                "inputs are on ", q.device(), " (use mode fused on a GPU)");
+    result = fusedEmulated(q.scalar_type()).attentionWithStats(q, k, v, w, keyMask, std::nullopt,
+                                                               queryMask);
   } else if (q.is_cuda()) {
     result = fusedCuda().attentionWithStats(q, k, v, w, keyMask, std::nullopt, queryMask);
   } else {
@@ -76,6 +89,19 @@ const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
                    ? FusedCudaAttention::forVariant(options.variant, options.config)
                    : FusedCudaAttention::fromIR(options.ir, options.irSource, options.featureMap);
   return *fusedGpu;
+}
+
+const FusedEmulatedAttention &SpectralAttentionImpl::fusedEmulated(torch::ScalarType type) {
+  // bf16 and f16 inputs run as such (accumulating in f32), everything else in f32.
+  std::string dtype = type == torch::kBFloat16 ? "bf16" : type == torch::kHalf ? "f16" : "f32";
+  std::lock_guard<std::mutex> lock(compileMutex);
+  auto &kernels = emulated[dtype];
+  if (!kernels)
+    kernels = std::make_shared<FusedEmulatedAttention>(
+        options.ir.empty() ? FusedEmulatedAttention(options.variant, options.config, dtype)
+                           : FusedEmulatedAttention::fromIR(options.ir, options.irSource,
+                                                            options.featureMap, dtype));
+  return *kernels;
 }
 
 void SpectralAttentionImpl::redraw(int64_t seed) { weights->redraw(seed); }

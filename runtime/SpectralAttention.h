@@ -4,9 +4,9 @@
 // (`posrf-mm`, any `<component>-<weights>`) or from a user's IR declaring a
 // new random feature. It owns the weights (RandomFeatureWeights: learnable
 // factors are parameters, so state_dict and optimisers see them) and runs in
-// one of two modes: `fused` (the JIT-compiled kernels, compiled on first use
-// and cached by KernelCache, with the compiler-built backward) or `reference`
-// (the eager LibTorch oracle). `redraw(seed)` draws new weights without
+// one of three modes: `fused` (the JIT-compiled kernels, compiled on first use
+// and cached by KernelCache, with the compiler-built backward), `reference`
+// (the eager LibTorch oracle) or `gpu-emulated` (the GPU kernels on the CPU). `redraw(seed)` draws new weights without
 // recompiling anything.
 //
 //===----------------------------------------------------------------------===//
@@ -17,11 +17,13 @@
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedCuda.h"
+#include "runtime/FusedEmulated.h"
 #include "runtime/Reference.h"
 #include "runtime/WeightModule.h"
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,9 +31,13 @@
 
 namespace spectra {
 
-enum class AttentionMode { Fused, Reference };
+/// fused: the JIT-compiled kernels of the inputs' device (CPU kernels, or the GPU
+/// kernels' PTX on CUDA); reference: eager LibTorch; gpu-emulated: the GPU kernels run
+/// on the CPU (their mapped IR, the launch plan the CUDA launcher follows).
+enum class AttentionMode { Fused, Reference, GpuEmulated };
 
-/// "fused" or "reference"; anything else throws std::invalid_argument listing both.
+/// "fused", "reference" or "gpu-emulated"; anything else throws std::invalid_argument
+/// listing them.
 AttentionMode parseAttentionMode(const std::string &name);
 std::string attentionModeName(AttentionMode mode);
 
@@ -78,6 +84,8 @@ public:
   const FusedCpuAttention &fusedCpu();
   /// The fused GPU kernels (PTX per device target and dtype, compiled or cached on first use).
   const FusedCudaAttention &fusedCuda();
+  /// The GPU kernels run on the CPU for inputs of `type` (bf16, f16; others as f32).
+  const FusedEmulatedAttention &fusedEmulated(torch::ScalarType type);
 
   RandomFeatureWeights weights{nullptr};
 
@@ -87,6 +95,7 @@ private:
   AttentionMode currentMode;
   std::shared_ptr<FusedCpuAttention> fused;
   std::shared_ptr<FusedCudaAttention> fusedGpu;
+  std::map<std::string, std::shared_ptr<FusedEmulatedAttention>> emulated;  // by dtype
   std::mutex compileMutex;  ///< first-use compilation from several threads
   GuardStats guard;
 };

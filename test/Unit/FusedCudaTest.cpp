@@ -2,8 +2,9 @@
 //
 // The host side (artifact parsing, launch geometry, the memref argument ABI
 // against the PTX's own parameter lists) runs everywhere. The numerics tests
-// run the PTX kernels on a GPU against the float64 reference and skip, saying
-// so, where torch sees no CUDA device.
+// run the GPU kernels against the float64 reference: their PTX on a GPU, and
+// where torch sees no CUDA device their mapped IR on the CPU (gpu-emulated),
+// so they never skip.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,46 +48,69 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
         GpuArtifact::fromJson(compileGpuVariant("trigrf-orf", config(128, 32), "sm_80", dtype, 0));
     EXPECT_EQ(a.target, "sm_80");
     EXPECT_EQ(a.dtype, dtype);
-    EXPECT_EQ(a.m, 128);
-    EXPECT_EQ(a.outputs, 2);
-    ASSERT_EQ(a.forward.size(), 3u);
-    ASSERT_EQ(a.backward.size(), 3u);
-    EXPECT_EQ(a.forward[1].name, "trigrf_orf_kv_summary");
-    EXPECT_EQ(a.forward[1].gridZ, 2) << "2 outputs x 128 rows in 128-feature chunks";
-    // The launcher passes each memref as (ptr, ptr, offset, sizes, strides) and H as one i64:
-    // the count must equal the kernel's PTX parameter list.
-    const std::map<std::string, int> ranks = {
-        {"q", 3}, {"k", 3}, {"v", 3}, {"out", 3}, {"gout", 3}, {"dq", 3}, {"dk", 3}, {"dv", 3},
-        {"qstat", 3}, {"S", 3}, {"dS", 3}, {"dW", 3}, {"z", 2}, {"dz", 2}, {"keep", 2}, {"W", 2},
-        {"params", 2}, {"dparams", 2}, {"rowscale", 1}, {"shift", 2}, {"zabs", 2},
-        {"guarded", 1}, {"qscale", 2}, {"kscale", 2}};
-    for (const auto *pass : {&a.forward, &a.backward})
-      for (const GpuKernelSpec &k : *pass) {
-        int expected = 0;
-        for (const std::string &arg : k.args)
-          expected += arg == "H" ? 1 : 3 + 2 * ranks.at(arg);
-        EXPECT_EQ(ptxParams(a.ptx, k.name), expected) << k.name << " (" << dtype << ")";
-      }
+    EXPECT_EQ(a.featureMap, "trigrf_orf");
+    // The eight kinds of the tile layer, the same the CPU emulation runs.
+    ASSERT_EQ(a.kernels.size(), 8u);
+    const KernelAbi &kv = a.kernel("kv");
+    EXPECT_EQ(kv.name, "trigrf_orf_kv");
+    EXPECT_EQ(kv.grid, "keys");
+    EXPECT_EQ(kv.chunkRows, 256);
+    EXPECT_EQ(kv.threads, 256);
+    EXPECT_GT(kv.sharedBytes, 0);
+    EXPECT_LE(kv.sharedBytes, 48 * 1024);
+    EXPECT_EQ(a.kernel("kv_combine").grid, "slices");
+    EXPECT_EQ(a.kernel("dweights_combine").grid, "one");
+    // The launcher passes each memref as (ptr, ptr, offset, sizes, strides): the count
+    // must equal the kernel's PTX parameter list, whose order the description gives.
+    for (const auto &[kind, k] : a.kernels) {
+      int expected = 0;
+      for (const KernelArgSpec &arg : k.args)
+        expected += 3 + 2 * arg.rank;
+      EXPECT_EQ(ptxParams(a.ptx, k.name), expected) << k.name << " (" << dtype << ")";
+    }
+    // The same kernels, arguments and roles as the emulation's generated ABI (a kernel
+    // may take fewer arguments on the GPU: outlining drops those it does not read).
+    EXPECT_EQ(a.kernel("readout").args.front().role, "rows");
+    std::regex atomic(R"((^|\s)(atom|red)\.)");
+    EXPECT_FALSE(std::regex_search(a.ptx, atomic)) << "no atomic instruction (" << dtype << ")";
   }
 }
 
 TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
-  GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("posrf-mm", config(128, 32), "sm_90a", "f32", 0));
-  const GpuKernelSpec &keyMax = a.forward[0], &summary = a.forward[1], &readout = a.forward[2];
-  // key_max: a block per 256 keys, a thread per row of W (128 per block along z).
-  EXPECT_EQ(GpuArtifact::grid(keyMax, 8, 1000, 4096), (std::array<unsigned, 3>{16, 8, 1}));
-  EXPECT_EQ(GpuArtifact::grid(summary, 8, 1000, 4096), (std::array<unsigned, 3>{16, 8, 1}));
-  EXPECT_EQ(GpuArtifact::grid(readout, 8, 1000, 4096), (std::array<unsigned, 3>{8, 8, 1}));
-  EXPECT_EQ(GpuArtifact::grid(summary, 8, 1000, 4097), (std::array<unsigned, 3>{17, 8, 1}));
-  EXPECT_EQ(GpuArtifact::grid(readout, 8, 0, 10)[0], 0u) << "no queries: nothing to launch";
-  EXPECT_EQ(summary.block, (std::array<unsigned, 3>{256, 1, 1}));
-  EXPECT_GT(summary.sharedBytes, 0u);
-  EXPECT_LE(summary.sharedBytes, 48u * 1024);
+  GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("posrf-mm", config(16, 8), "sm_90a", "f32", 0));
+  const int64_t BH = 8, F = 16, D = 8;
+  auto operands = [&](const KernelAbi &abi, int64_t rows) {
+    std::map<std::string, torch::Tensor> buffers;
+    for (const KernelArgSpec &arg : abi.args) {
+      std::vector<int64_t> shape(arg.rank, 1);
+      if (arg.role == "rows") {
+        shape[0] = BH;
+        shape[1] = rows;
+        shape.back() = D;
+      } else if (arg.role == "mask") {
+        shape = {BH, rows};
+      } else if (arg.role == "slice" || arg.role == "partial") {
+        shape[0] = BH;
+      }
+      buffers[arg.name] = torch::zeros(shape);
+    }
+    return kernelOperands(abi, buffers);
+  };
+  const KernelAbi &kv = a.kernel("kv"), &readout = a.kernel("readout"),
+                  &combine = a.kernel("kv_combine");
+  // A block per (256-row chunk, slice); the combine a block per slice.
+  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4096)).grid, (std::array<unsigned, 3>{16, 8, 1}));
+  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4097)).grid, (std::array<unsigned, 3>{17, 8, 1}));
+  EXPECT_EQ(cudaGeometry(readout, operands(readout, 1000)).grid, (std::array<unsigned, 3>{4, 8, 1}));
+  EXPECT_EQ(cudaGeometry(readout, operands(readout, 0)).grid[0], 0u) << "no queries: nothing to launch";
+  EXPECT_EQ(cudaGeometry(combine, operands(combine, 0)).grid, (std::array<unsigned, 3>{8, 1, 1}));
+  EXPECT_EQ(cudaGeometry(kv, operands(kv, 10)).block, (std::array<unsigned, 3>{256, 1, 1}));
+  (void)F;
 }
 
-TEST(FusedCudaHost, MemrefDescriptorsMergeLeadingDimensions) {
-  torch::Tensor t = torch::zeros({2, 3, 5, 7});
-  MemrefParams m = memrefOf(t, 3);
+TEST(FusedCudaHost, MemrefDescriptorsKeepSizesAndStrides) {
+  torch::Tensor t = torch::zeros({6, 5, 7});
+  MemrefParams m = memrefOf(t);
   EXPECT_EQ(m.sizes, (std::vector<int64_t>{6, 5, 7}));
   EXPECT_EQ(m.strides, (std::vector<int64_t>{35, 7, 1}));
   EXPECT_EQ(m.aligned, t.data_ptr());
@@ -95,8 +119,10 @@ TEST(FusedCudaHost, MemrefDescriptorsMergeLeadingDimensions) {
   ASSERT_EQ(params.size(), 9u);
   EXPECT_EQ(*static_cast<int64_t *>(params[3]), 6);
   EXPECT_EQ(*static_cast<int64_t *>(params[8]), 1);
-  EXPECT_EQ(memrefOf(torch::zeros({4, 2}), 1).sizes, (std::vector<int64_t>{8}));
-  EXPECT_THROW(memrefOf(t.transpose(2, 3), 3), c10::Error);
+  // A window of a partials buffer (the backward's shares) keeps its outer stride.
+  torch::Tensor shares = torch::zeros({4, 5, 3});
+  EXPECT_EQ(memrefOf(shares.narrow(1, 2, 3)).strides, (std::vector<int64_t>{15, 3, 1}));
+  EXPECT_EQ(memrefOf(shares.narrow(1, 2, 3)).aligned, shares.narrow(1, 2, 3).data_ptr());
 }
 
 TEST(FusedCudaHost, TargetsByComputeCapability) {
@@ -109,10 +135,18 @@ TEST(FusedCudaHost, TargetsByComputeCapability) {
 
 TEST(FusedCudaHost, BadArtifactsAreRejectedWithTheField) {
   try {
-    GpuArtifact::fromJson(R"({"version": 1, "feature_map": "x"})");
+    GpuArtifact::fromJson(R"({"version": 2, "feature_map": "x"})");
     FAIL();
   } catch (const std::invalid_argument &e) {
-    EXPECT_NE(std::string(e.what()).find("GPU kernel artifact"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("version 2 is not 3"), std::string::npos) << e.what();
+  }
+  try {
+    GpuArtifact::fromJson(R"({"version": 3, "feature_map": "x", "target": "sm_80", "dtype": "f32",
+      "dv": 0, "ptx": ".entry x_kv(", "kernels": [{"kind": "kv", "name": "x_kv", "grid": "rows",
+      "block": 256, "chunk_rows": 256, "shared_bytes": 0, "args": []}]})");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("unknown grid rule 'rows'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(GpuArtifact::fromJson("{"), std::invalid_argument);
 }
@@ -127,8 +161,11 @@ TEST(FusedCudaHost, DriverAvailabilityIsReportedNotFatal) {
 }
 
 //===----------------------------------------------------------------------===//
-// On a GPU
+// The GPU kernels' numerics: on a GPU when there is one, else through gpu-emulated
+// (the same mapped IR and launch plan, run on the CPU), so they never skip.
 //===----------------------------------------------------------------------===//
+
+bool onGpu() { return torch::cuda::is_available(); }
 
 double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
 
@@ -141,9 +178,12 @@ void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, 
   SpectralAttentionOptions o;
   o.variant = variant;
   o.config = config(variant.find("sgq") != std::string::npos ? 65 : 64, 32);
-  SpectralAttention fused(o), cpuFused(o);
+  SpectralAttention cpuFused(o);
+  o.mode = onGpu() ? AttentionMode::Fused : AttentionMode::GpuEmulated;
+  SpectralAttention fused(o);
   o.mode = AttentionMode::Reference;
   SpectralAttention reference(o);
+  const torch::Device gpuDevice = onGpu() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
   torch::manual_seed(0);
   torch::Tensor q = (torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8).to(dtype).to(torch::kFloat64),
                 k = (torch::randn({2, 2, 300, 32}, torch::kFloat64) * 0.8).to(dtype).to(torch::kFloat64),
@@ -161,7 +201,7 @@ void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, 
     return std::vector<torch::Tensor>{out.detach().cpu().to(torch::kFloat64), qd.grad().cpu().to(torch::kFloat64),
                                       kd.grad().cpu().to(torch::kFloat64), vd.grad().cpu().to(torch::kFloat64)};
   };
-  auto a = grads(fused, torch::kCUDA, dtype), b = grads(reference, torch::kCPU, torch::kFloat64);
+  auto a = grads(fused, gpuDevice, dtype), b = grads(reference, torch::kCPU, torch::kFloat64);
   std::vector<torch::Tensor> c;
   if (dtype == torch::kFloat32)
     c = grads(cpuFused, torch::kCPU, torch::kFloat32);
@@ -170,7 +210,7 @@ void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, 
     double error = maxAbs(a[i] - b[i]), scale = maxAbs(b[i]) + 1e-8;
     double allowed = tolerance * scale, cpuError = c.empty() ? 0 : maxAbs(c[i] - b[i]);
     allowed = std::max(allowed, 4 * cpuError);
-    std::cout << "[cuda " << torch::toString(dtype) << "] " << variant << " " << names[i]
+    std::cout << (onGpu() ? "[cuda " : "[gpu-emulated ") << torch::toString(dtype) << "] " << variant << " " << names[i]
               << ": max error " << error << " (relative " << error / scale << "), CPU fused "
               << cpuError << ", allowed " << allowed << "\n";
     EXPECT_LT(error, allowed) << variant << " " << names[i] << " (" << torch::toString(dtype) << ")";
@@ -178,8 +218,6 @@ void expectCudaMatchesReference(const std::string &variant, torch::Dtype dtype, 
 }
 
 TEST(FusedCuda, EveryPaperVariantMatchesTheReferenceOnTheGpu) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: the PTX kernels run on GPU machines (scripts/gpu-check.sh)";
   for (const char *component : {"posrf", "oprf", "saderf"})
     for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"})
       expectCudaMatchesReference(std::string(component) + "-" + weights, torch::kFloat32, 2e-3);
@@ -189,8 +227,6 @@ TEST(FusedCuda, EveryPaperVariantMatchesTheReferenceOnTheGpu) {
 }
 
 TEST(FusedCuda, HalfPrecisionInputsAccumulateInFloat32) {
-  if (!torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device: the PTX kernels run on GPU machines (scripts/gpu-check.sh)";
   // TrigRF too: the kernels load q and k in bf16 and apply d^-1/4 (and SADERF's Psi) in f32,
   // so no scaled input is rounded to bf16 (that rounding, amplified by TrigRF's cancelling
   // normaliser, was 0.2-0.4 off relative on an H100 when SpectralAttention scaled q before the

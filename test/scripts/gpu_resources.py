@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Compiles variants' GPU kernels through the mapped tile layer to PTX and reports, per
+"""Compiles variants' GPU kernels (spectra-compile --emit=ptx: the tile layer through
+spectra-gpu-pipeline) and reports, per
 kernel, what ptxas says it uses: registers, spill bytes, static shared bytes, and the
 count of atomic instructions in the PTX (there must be none: row chunks write partial
 sums that combine kernels merge in order). Needs ptxas, not a GPU.
 
-  gpu_resources.py --opt build/bin/spectra-opt --compiler build/bin/spectra-compile \\
-      --ptxas /usr/local/cuda/bin/ptxas --chip sm_80 --dtype bf16 posrf-mm saderf-orf
+  gpu_resources.py --compiler build/bin/spectra-compile --ptxas /usr/local/cuda/bin/ptxas \\
+      --chip sm_80 --dtype bf16 posrf-mm saderf-orf
 
 Prints one table row per kernel and a closing line "N passed, M failed"; exits 1 when a
 compile or ptxas fails, a kernel spills more than --max-spill-bytes (default 0), or
@@ -25,30 +26,16 @@ KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "k
          "dweights_combine", "dparams_combine"]
 
 
-def extract_ptx(mlir_text):
-    m = re.search(r'assembly = "((?:[^"\\]|\\.)*)"', mlir_text)
-    if not m:
-        return None
-    return re.sub(r"\\([0-9A-Fa-f]{2})", lambda x: chr(int(x.group(1), 16)), m.group(1)).rstrip("\0")
-
-
 def run_one(args, variant, workdir):
     name = f"{variant}.{args.chip}.{args.dtype}"
-    spectra = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
-                              str(args.d), "--emit=spectra"], capture_output=True, text=True)
-    if spectra.returncode != 0:
-        return False, [f"{name}: spectra-compile failed: {spectra.stderr.strip()}"]
-    lowered = subprocess.run(
-        [args.opt, f"--spectra-gpu-mapped-ptx=chip={args.chip} dtype={args.dtype}"],
-        input=spectra.stdout, capture_output=True, text=True)
-    if lowered.returncode != 0:
-        return False, [f"{name}: the mapped GPU pipeline failed: {lowered.stderr.strip()[:2000]}"]
-    ptx = extract_ptx(lowered.stdout)
-    if ptx is None:
-        return False, [f"{name}: no PTX in the output"]
     path = os.path.join(workdir, name + ".ptx")
-    with open(path, "w") as f:
-        f.write(ptx)
+    compiled = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
+                               str(args.d), "--target", args.chip, "--dtype", args.dtype,
+                               "--emit=ptx", "-o", path], capture_output=True, text=True)
+    if compiled.returncode != 0:
+        return False, [f"{name}: spectra-compile failed: {compiled.stderr.strip()[:2000]}"]
+    with open(path) as f:
+        ptx = f.read()
     atomics = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:atom|red)\.", ptx, re.M))
     entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)
     done = subprocess.run([args.ptxas, f"-arch={args.chip}", "-v", path, "-o", os.devnull],
@@ -88,7 +75,6 @@ def run_one(args, variant, workdir):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--opt", required=True)
     p.add_argument("--compiler", required=True)
     p.add_argument("--ptxas", required=True)
     p.add_argument("--chip", default="sm_80", choices=["sm_80", "sm_90a"])

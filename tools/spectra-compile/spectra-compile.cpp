@@ -15,7 +15,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CpuKernel.h"
-#include "codegen/GpuKernel.h"
+#include "codegen/GpuLowering.h"
+#include "codegen/MapTilesToGpu.h"
 #include "codegen/ExportFeatureMap.h"
 #include "codegen/Passes.h"
 #include "dialect/BuiltinLibrary.h"
@@ -81,8 +82,10 @@ static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or s
                                    cl::init("cpu"), cl::cat(category));
 static cl::opt<int64_t> valueDim("dv", cl::desc("value head dimension of the kernels (default: d)"),
                                  cl::init(0), cl::cat(category));
-static cl::opt<int64_t> tileRows("tile-rows", cl::desc("CPU: rows of q or k per tile (default 32)"),
-                                 cl::init(32), cl::cat(category));
+static cl::opt<int64_t> tileRows("tile-rows",
+                                 cl::desc("rows of q or k per tile (default 32 on the CPU, 4 on a "
+                                          "GPU, where the tiles live in 48 KiB of shared memory)"),
+                                 cl::init(0), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
                                              "with AVX2, 16 with AVX-512)"),
@@ -144,6 +147,8 @@ int main(int argc, char **argv) {
     return fail("--emit=" + emit + " is not a stage of --target " + target);
 
   MLIRContext context;
+  // Diagnostics name the op and where; the op's whole body is not printed after them.
+  context.printOpOnDiagnostic(false);
   DialectRegistry registry;
   mlir::spectra::registerLibraryDialects(registry);
   registry.insert<func::FuncDialect>();
@@ -226,13 +231,28 @@ int main(int argc, char **argv) {
     }
   }
 
+  // The feature map an artifact describes (the GPU pipeline drops the maps).
+  std::vector<std::string> mapNames;
+  for (auto fm : module->getOps<mlir::spectra::FeatureMapOp>())
+    mapNames.push_back(fm.getSymName().str());
+  if (emit == "artifact" && mapNames.size() != 1)
+    return fail("--emit=artifact describes one feature map; the input declares " +
+                (mapNames.empty() ? std::string("none") : llvm::join(mapNames, ", ")) +
+                " (name one with --feature-map NAME, or use --emit=ptx)");
+  mlir::spectra::GpuScheduleOptions gpuOptions;
+  gpuOptions.chip = target.getValue();
+  gpuOptions.dtype = dtype.getValue();
+  gpuOptions.valueDim = valueDim;
+  if (tileRows > 0)
+    gpuOptions.tileRows = tileRows;
+
   if (!printLibrary) {
     PassManager pm(&context);
     if (cpuStage) {
       // A prefix of spectra-cpu-pipeline, with the options the JIT uses.
       mlir::spectra::CpuPipelineOptions options;
       options.valueDim = valueDim;
-      options.tileRows = tileRows;
+      options.tileRows = tileRows > 0 ? tileRows.getValue() : 32;
       options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
@@ -243,12 +263,8 @@ int main(int argc, char **argv) {
     }
     if (gpuStage) {
       // A prefix of spectra-gpu-pipeline, with the options the C API uses.
-      mlir::spectra::GpuPipelineOptions options;
-      options.chip = target.getValue();
-      options.dtype = dtype.getValue();
-      options.valueDim = valueDim;
-      mlir::spectra::buildGpuPipeline(pm, options,
-                                      emit == "gpu"    ? mlir::spectra::GpuStage::Kernels
+      mlir::spectra::buildGpuPipeline(pm, gpuOptions,
+                                      emit == "gpu"    ? mlir::spectra::GpuStage::Mapped
                                       : emit == "llvm" ? mlir::spectra::GpuStage::NVVM
                                                        : mlir::spectra::GpuStage::PTX);
     }
@@ -267,17 +283,12 @@ int main(int argc, char **argv) {
     if (emit == "ptx") {
       output->os() << ptx;
     } else {
-      // The launch description with the PTX text appended as one more field.
-      std::string description = mlir::spectra::recordedGpuArtifact(*module);
-      if (description.empty())
-        return fail("--emit=artifact describes one feature map; the input declares several "
-                    "(name one with --feature-map NAME, or use --emit=ptx)");
-      llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(description);
-      if (!parsed)
-        return fail("internal error: the artifact is not JSON: " + llvm::toString(parsed.takeError()));
-      parsed->getAsObject()->insert({"target", target.getValue()});
-      parsed->getAsObject()->insert({"ptx", ptx});
-      output->os() << llvm::formatv("{0:2}", *parsed) << "\n";
+      // The launch description the pipeline generated, with the PTX.
+      llvm::Expected<std::string> artifact =
+          mlir::spectra::gpuArtifact(*module, mapNames.front(), gpuOptions, "spectra-compile");
+      if (!artifact)
+        return fail(llvm::toString(artifact.takeError()));
+      output->os() << *artifact << "\n";
     }
     output->keep();
     return 0;

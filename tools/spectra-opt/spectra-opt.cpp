@@ -7,7 +7,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CpuKernel.h"
-#include "codegen/GpuKernel.h"
+#include "codegen/GpuLowering.h"
+#include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 #include "dialect/SpectraDialect.h"
 #include "passes/Passes.h"
