@@ -24,7 +24,9 @@ SelfAttentionImpl::SelfAttentionImpl(const LraConfig &c, int64_t layer)
   o.config.d = c.headDim;
   o.config.seed = c.seed + layer;
   o.config.options = c.options;
-  o.mode = prefix == "spectra" ? AttentionMode::Fused : AttentionMode::Reference;
+  o.mode = prefix != "spectra" ? AttentionMode::Reference
+           : c.gpuEmulated    ? AttentionMode::GpuEmulated
+                              : AttentionMode::Fused;
   spectral = register_module("spectral", SpectralAttention(o));
 }
 

@@ -32,6 +32,8 @@ struct LraConfig {
   std::map<std::string, double> options;
   int64_t seed = 0;                   ///< the random features' draw (per layer: seed + layer)
   bool dualEncoder = false;           ///< retrieval: two documents, one encoder
+  /// spectra:<variant> runs the GPU kernels on the CPU (AttentionMode::GpuEmulated).
+  bool gpuEmulated = false;
 };
 
 /// Multi-head self-attention with a key padding mask and the selected kernel.

@@ -475,7 +475,7 @@ torch::Device pickDevice(const std::string &name) {
   try {
     d = torch::Device(name);
   } catch (const std::exception &) {
-    throw std::invalid_argument("unknown device '" + name + "'; use auto, cpu or cuda[:N]");
+    throw std::invalid_argument("unknown device '" + name + "'; use auto, cpu, gpu-emulated or cuda[:N]");
   }
   if (d.is_cuda() && !torch::cuda::is_available())
     throw std::invalid_argument("--device " + name + ": no CUDA device is available here (use cpu)");
@@ -625,7 +625,9 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   // Metric windows restart at every evaluation (the checkpoints), so a resumed run's windows
   // are the uninterrupted run's.
   o.logEvery = std::gcd(o.logEvery, o.evalEvery);
-  torch::Device device = pickDevice(o.device);
+  // gpu-emulated: the CPU, with spectra attention through the GPU kernels run on it.
+  const bool emulated = o.device == "gpu-emulated";
+  torch::Device device = pickDevice(emulated ? "cpu" : o.device);
   torch::ScalarType dtype = pickPrecision(o.precision, device);
   std::string label = o.task + " " + o.attention;
   Progress progress(log, o.progress, label, o.steps);
@@ -660,7 +662,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   }
   progress.say(std::to_string(data.train.size()) + " training, " + std::to_string(data.val.size()) +
                " validation (" + data.valSource + "), " + std::to_string(data.test.size()) +
-               " test examples; device " + device.str() + ", " + precisionName(dtype));
+               " test examples; device " + (emulated ? "gpu-emulated (the GPU kernels on the CPU)" : device.str()) +
+               ", " + precisionName(dtype));
 
   o.model.vocab = data.vocab;
   o.model.classes = data.classes;
@@ -668,6 +671,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   o.model.maxLength = o.maxLength;
   o.model.attention = o.attention;
   o.model.seed = o.seed;
+  o.model.gpuEmulated = emulated;
   torch::manual_seed(o.seed);
   LraModel model(o.model);
   model->to(device);
@@ -677,7 +681,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
                                                 .betas({0.9, 0.999})
                                                 .eps(1e-6)
                                                 .weight_decay(o.weightDecay));
-  json trajectory = trajectoryOf(o, precisionName(dtype), device.is_cuda() ? "cuda" : "cpu");
+  json trajectory =
+      trajectoryOf(o, precisionName(dtype), emulated ? "gpu-emulated" : device.is_cuda() ? "cuda" : "cpu");
   Counters c;
   if (o.resume && fileExists(checkpointPath)) {
     c = loadCheckpoint(checkpointPath, model, &optimizer, trajectory, device);
@@ -874,7 +879,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   r.divergedAt = c.divergedAt;
   r.skippedSteps = c.skipped;
   r.timeLimited = timeLimited;
-  r.device = device.str();
+  r.device = emulated ? "gpu-emulated" : device.str();
   r.precision = precisionName(dtype);
   r.majorityBaseline = majorityShare(data.test);
   if (fileExists(bestPath)) {

@@ -52,7 +52,7 @@ struct TrainOptions {
   int64_t redrawEvery = 0;
   double lr = 1e-4, clip = 1.0, weightDecay = 0.0;
   int64_t seed = 42;
-  std::string device = "auto";     ///< auto | cpu | cuda[:N]
+  std::string device = "auto";     ///< auto | cpu | gpu-emulated | cuda[:N]
   std::string precision = "auto";  ///< auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16 | fp16
   bool resume = false;
   bool progress = true;           ///< the progress bar (stderr)

@@ -27,7 +27,7 @@ llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile", "spectra-t
 # spectra-eval is a LibTorch tool: built only with SPECTRA_ENABLE_TORCH.
 if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
     config.available_features.add("spectra-eval")
-    llvm_config.add_tool_substitutions(["spectra-eval"], tool_dirs)
+    llvm_config.add_tool_substitutions(["spectra-eval", "spectra-bench"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 # The LRA stand-in data beside the checkout (../shared/data), when present.
 standin = os.path.join(os.path.dirname(config.spectra_src_root), "shared", "data", "lra-standin.tar.gz")

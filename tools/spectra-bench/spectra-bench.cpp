@@ -1,7 +1,7 @@
 //===- spectra-bench.cpp - fused kernels against the eager reference ------===//
 //
 //   spectra-bench [--variant posrf-mm] [--batch 4 --heads 2 --length 4096 --dim 32 --m 128]
-//                 [--repeats 5] [--device cpu|cuda] [--dtype f32|bf16|f16]
+//                 [--repeats 5] [--device cpu|cuda|gpu-emulated] [--dtype f32|bf16|f16]
 //   spectra-bench --sweep DIR [--variant V] [--batch B --heads H] [--lengths 1024,...,65536]
 //                 [--shapes 32x128,64x256] [--dtypes f32,bf16] [--max-seconds S]
 //
@@ -342,6 +342,54 @@ int sweep(const std::map<std::string, std::string> &opt, const std::string &dir,
 }
 } // namespace
 
+/// --device gpu-emulated: the GPU kernels run on the CPU beside the CPU kernels and the
+/// reference, one shape: times, ratios, and each one's distance from the float64 reference.
+/// The emulation runs blocks and threads as loops; its times say what a CPU run of the GPU
+/// schedule costs, not what a GPU does.
+int benchEmulated(Setup &s, std::map<std::string, std::string> &opt) {
+  SpectralAttention emulated = makeModule(s, AttentionMode::GpuEmulated),
+                    fused = makeModule(s, AttentionMode::Fused),
+                    reference = makeModule(s, AttentionMode::Reference);
+  torch::Tensor oracle;
+  {
+    torch::NoGradGuard g;
+    SpectralAttention exact = makeModule(s, AttentionMode::Reference);
+    exact->to(torch::kFloat64);
+    oracle = exact->forward(s.q.to(torch::kFloat64), s.k.to(torch::kFloat64), s.v.to(torch::kFloat64));
+  }
+  auto t0 = Clock::now();
+  {
+    torch::NoGradGuard g;
+    emulated->forward(s.q.narrow(2, 0, 2), s.k.narrow(2, 0, 2), s.v.narrow(2, 0, 2));
+  }
+  double compile = seconds(t0, Clock::now());
+  std::cout << std::setprecision(4) << "variant " << opt["variant"] << "  B=" << s.B << " H=" << s.H
+            << " N=" << s.N << " d=" << s.d << " m=" << emulated->descriptor().m << ", "
+            << opt["dtype"] << ", " << torch::get_num_threads() << " threads\n"
+            << "gpu-emulated: the GPU kernels' mapped IR compiled for the CPU in " << compile
+            << " s (blocks and threads run as loops)\n";
+  std::cout << "                  forward (s)  fwd+bwd (s)  emulated/this  max |out - float64|\n";
+  std::vector<std::pair<std::string, SpectralAttention *>> modes = {
+      {"gpu-emulated", &emulated}, {"fused (CPU)", &fused}, {"reference", &reference}};
+  double emulatedForward = 0;
+  for (auto &[name, m] : modes) {
+    torch::Tensor out;
+    double tf;
+    {
+      torch::NoGradGuard g;
+      tf = median(s.repeats, s.device, [&] { out = (*m)->forward(s.q, s.k, s.v); });
+    }
+    double tb = median(s.repeats, s.device, [&] { forwardBackward(*m, s); });
+    if (emulatedForward == 0)
+      emulatedForward = tf;
+    double error = (out.to(torch::kFloat64) - oracle).abs().max().item<double>();
+    std::cout << "  " << std::left << std::setw(16) << name << std::right << std::setw(11) << tf
+              << std::setw(13) << tb << std::setw(14) << emulatedForward / tf << "x"
+              << std::setw(18) << error << "\n";
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opt = {
       {"variant", "posrf-mm"}, {"batch", "4"},   {"heads", "2"},      {"length", "4096"},
@@ -352,12 +400,14 @@ int main(int argc, char **argv) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << "usage: spectra-bench [--variant V] [--batch B] [--heads H] [--length N] "
-                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda] [--dtype f32|bf16|f16]\n"
+                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda|gpu-emulated] [--dtype f32|bf16|f16]\n"
                    "       spectra-bench --sweep DIR [--variant V] [--batch B] [--heads H] "
                    "[--lengths 1024,...,65536] [--shapes 32x128,64x256] [--dtypes f32,bf16] "
                    "[--max-seconds 5] [--repeats R] [--device cpu|cuda]\n"
                    "Compares the fused kernels with the eager reference, torch's SDPA and a "
-                   "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n";
+                   "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n"
+                   "--device gpu-emulated: the GPU kernels run on the CPU beside the CPU kernels "
+                   "and the reference (times, and each one's distance from float64).\n";
       return 0;
     }
     if (a.rfind("--", 0) != 0 || i + 1 >= argc || !opt.count(a.substr(2))) {
@@ -373,8 +423,9 @@ int main(int argc, char **argv) {
     s.N = std::stoll(opt["length"]);
     s.d = std::stoll(opt["dim"]);
     s.repeats = std::stoi(opt["repeats"]);
-    if (opt["device"] != "cpu" && opt["device"] != "cuda")
-      throw std::invalid_argument("--device must be cpu or cuda, got '" + opt["device"] + "'");
+    if (opt["device"] != "cpu" && opt["device"] != "cuda" && opt["device"] != "gpu-emulated")
+      throw std::invalid_argument("--device must be cpu, cuda or gpu-emulated, got '" +
+                                  opt["device"] + "'");
     if (opt["device"] == "cuda") {
       if (!torch::cuda::is_available())
         throw std::invalid_argument("--device cuda: torch sees no CUDA device on this machine");
@@ -394,6 +445,11 @@ int main(int argc, char **argv) {
     s.v = torch::randn({s.B, s.H, s.N, s.d}, o);
     if (!opt["child"].empty())
       return measureChild(s, parseAttentionMode(opt["child"]));
+    if (opt["device"] == "gpu-emulated") {
+      if (!opt["sweep"].empty())
+        throw std::invalid_argument("--sweep measures a real device (cpu or cuda), not gpu-emulated");
+      return benchEmulated(s, opt);
+    }
     if (!opt["sweep"].empty()) {
       if (opt["dtypes"].empty())
         opt["dtypes"] = s.device.is_cuda() ? "f32,bf16" : "f32";

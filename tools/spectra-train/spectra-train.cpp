@@ -95,7 +95,9 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --clip X 1.0   --weight-decay X 0   --seed N 42
   --features M 128   --embed 64   --layers 2   --heads 2   --head-dim 32   --ffn 128
   --dropout 0.1
-  --device auto|cpu|cuda[:N]        auto: CUDA when there is one
+  --device auto|cpu|cuda[:N]|gpu-emulated
+                                    auto: CUDA when there is one; gpu-emulated: the CPU,
+                                    spectra attention through the GPU kernels run on it
   --precision auto|fp32|bf16|fp16   auto: bf16 autocast on CUDA, fp32 on the CPU
   --threads N                       CPU threads (default: torch's)
   --resume                          continue the run in --out from its last checkpoint
