@@ -373,8 +373,8 @@ struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTile
     MapTilesOptions o{threads, chunkRows, sharedLimit};
     if (threads < 1 || threads > 1024 || chunkRows < 1) {
       getOperation().emitError() << "spectra-map-tiles-to-gpu: threads must be in [1, 1024] (the "
-                                    "most a block may hold) and chunk-rows positive, got "
-                                 << threads << " and " << chunkRows;
+                                    "most a block may hold) and chunk-rows positive, got threads="
+                                 << o.threads << " and chunk-rows=" << o.chunkRows;
       return signalPassFailure();
     }
     for (auto fn : llvm::to_vector(getOperation().getOps<func::FuncOp>()))

@@ -5,7 +5,7 @@ kernel, what ptxas says it uses: registers, spill bytes, static shared bytes, an
 count of atomic instructions in the PTX (there must be none: row chunks write partial
 sums that combine kernels merge in order). Needs ptxas, not a GPU.
 
-  gpu_resources.py --compiler build/bin/spectra-compile --ptxas /usr/local/cuda/bin/ptxas \\
+  scripts/gpu-resources.py --compiler build/bin/spectra-compile --ptxas /usr/local/cuda/bin/ptxas \\
       --chip sm_80 --dtype bf16 posrf-mm saderf-orf
 
 Prints one table row per kernel and a closing line "N passed, M failed"; exits 1 when a
@@ -75,8 +75,10 @@ def run_one(args, variant, workdir):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compiler", required=True)
-    p.add_argument("--ptxas", required=True)
+    cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    p.add_argument("--compiler", default="build/bin/spectra-compile", help="spectra-compile")
+    p.add_argument("--ptxas", default=os.path.join(cuda, "bin", "ptxas"),
+                   help="ptxas (default: $CUDA_HOME/bin/ptxas)")
     p.add_argument("--chip", default="sm_80", choices=["sm_80", "sm_90a"])
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
     p.add_argument("--m", type=int, default=128)
