@@ -280,6 +280,26 @@ static std::string packObjects(llvm::ArrayRef<std::string> objects) {
   }
   return out;
 }
+/// The kernels' ABI as one more part of the pack (so a cached kernel keeps it):
+/// "spectra-abi\n", then "<kind>=<abi>\n" per kernel.
+static constexpr llvm::StringLiteral kAbiMagic = "spectra-abi\n";
+static std::string packAbi(const std::map<std::string, std::string> &abi) {
+  std::string out = kAbiMagic.str();
+  for (const auto &[kind, text] : abi)
+    out += kind + "=" + text + "\n";
+  return out;
+}
+static bool unpackAbi(llvm::StringRef part, std::map<std::string, std::string> &abi) {
+  if (!part.consume_front(kAbiMagic))
+    return false;
+  for (llvm::StringRef line : llvm::split(part, '\n')) {
+    if (line.empty())
+      continue;
+    auto [kind, text] = line.split('=');
+    abi[kind.str()] = text.str();
+  }
+  return true;
+}
 static bool unpackObjects(llvm::StringRef packed, std::vector<llvm::StringRef> &objects) {
   if (!packed.consume_front(kObjectsMagic))
     return false;
@@ -503,7 +523,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     result->backwardError = "the backward kernels were not built";
   result->engines.push_back(std::move(forwardEngine));
   result->engines.push_back(std::move(backwardEngine));
-  result->object = packObjects({forwardObject, backwardObject});
+  result->object = packObjects({forwardObject, backwardObject, packAbi(result->abi)});
   return result.release();
 }
 
@@ -616,9 +636,13 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   if (!unpackObjects(result->object, objects))
     return failKernel(error, "the cached objects are not a spectra object pack");
   for (llvm::StringRef object : objects)
-    if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
+    if (unpackAbi(object, result->abi))
+      continue;
+    else if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
             object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
       return failKernel(error, "the cached object does not load: " + llvm::toString(std::move(e)));
+  if (result->abi.empty())
+    return failKernel(error, "the cached objects carry no kernel ABI");
   std::string missing = lookupEntries(*result, featureMap, [&](const std::string &symbol) -> void * {
     auto address = (*jit)->lookup(symbol);
     if (!address) {

@@ -1,6 +1,7 @@
 //===- FusedCpu.cpp - calling the fused CPU kernel -------------------------===//
 
 #include "runtime/FusedCpu.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/KernelCache.h"
 
 #include "codegen/spectra_compiler.h"
@@ -16,43 +17,24 @@ namespace spectra {
 namespace {
 
 /// MLIR's memref descriptor for a rank-R f32 memref (what the C interface takes).
-template <int R>
-struct MemRef {
-  float *allocated;
-  float *aligned;
-  int64_t offset;
-  int64_t sizes[R];
-  int64_t strides[R];
-};
-
-template <int R>
-MemRef<R> view(const torch::Tensor &t) {
-  TORCH_CHECK(t.dim() == R && t.scalar_type() == torch::kFloat32 && t.stride(R - 1) == 1,
-              "spectra fused CPU attention: internal error: a rank-", R,
-              " f32 view with unit inner stride was expected, got ", t.sizes(), " ", t.strides());
-  MemRef<R> m;
-  m.allocated = m.aligned = t.data_ptr<float>();
-  m.offset = 0;
-  for (int i = 0; i < R; ++i) {
-    m.sizes[i] = t.size(i);
-    m.strides[i] = t.stride(i);
-  }
-  return m;
+/// The kernel of `kind` and its generated ABI (codegen: spectra_cpu_kernel_abi).
+std::pair<void *, KernelAbi> kernelOf(spectra_cpu_kernel *kernels, const char *kind,
+                                      const std::string &name) {
+  const char *why = nullptr;
+  void *entry = spectra_cpu_kernel_entry(kernels, kind, &why);
+  TORCH_CHECK(entry, "spectra fused CPU attention: no '", kind, "' kernel for '", name, "'",
+              why && *why ? ": " : "", why ? why : "");
+  KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(kernels, kind));
+  abi.kind = kind;
+  return {entry, std::move(abi)};
 }
 
-using M1 = MemRef<1> *;
-using M2 = MemRef<2> *;
-// The kernels' C interfaces, in the argument order of codegen/TileKernels.h.
-using KvFn = void (*)(M2 k, M2 v, M1 keep, M2 Wt, M1 ww, M1 rowscale, M1 params, M2 S, M1 z,
-                      M1 zabs, M1 c, M1 kscale);
-using ReadoutFn = void (*)(M2 q, M2 Wt, M1 ww, M1 params, M2 S, M1 z, M1 zabs, M1 c, M2 out,
-                           M2 qstat, M1 qscale);
-using QueryBackwardFn = void (*)(M2 q, M2 Wt, M2 W, M1 ww, M1 params, M2 S, M2 St, M1 z, M1 c,
-                                 M2 out, M2 gout, M2 qstat, M2 dq, M2 dS, M1 dz, M2 dW,
-                                 M1 dparams, M1 qscale);
-using KeyBackwardFn = void (*)(M2 k, M2 v, M1 keep, M2 Wt, M2 W, M1 ww, M1 rowscale, M1 params,
-                               M1 c, M2 dS, M2 dSt, M1 dz, M2 dk, M2 dv, M2 dW, M1 dparams,
-                               M1 kscale);
+/// Binds the kernel of `kind` to `buffers` by its ABI.
+SliceCall bindKernel(spectra_cpu_kernel *kernels, const char *kind, const std::string &name,
+               const std::map<std::string, torch::Tensor> &buffers) {
+  auto [entry, abi] = kernelOf(kernels, kind, name);
+  return SliceCall(entry, abi, buffers);
+}
 
 spectra_cpu_kernel *check(spectra_cpu_kernel *kernel, char *error) {
   if (!kernel) {
@@ -135,67 +117,48 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage, int64_t dv) co
 }
 
 FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
-  const torch::Tensor &qs = in.qs, &ks = in.ks, &vs = in.vs, &params = in.params,
-                      &keep = in.keep, &rowscale = in.rowscale;
-  const int64_t B = qs.size(0), H = qs.size(1), Nq = qs.size(2), Nk = ks.size(2), dv = vs.size(3);
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
+                dv = in.vs.size(3);
   const int64_t F = descriptor().numFeatures();
+  const std::string &name = descriptor().name;
   spectra_cpu_kernel *kernels = kernelsFor(dv);
-  auto kv = reinterpret_cast<KvFn>(spectra_cpu_kernel_entry(kernels, "kv", nullptr));
-  auto readout = reinterpret_cast<ReadoutFn>(spectra_cpu_kernel_entry(kernels, "readout", nullptr));
-  torch::Tensor Wt = in.W.t().contiguous(), ww = in.W.square().sum(1).contiguous();
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  std::map<std::string, torch::Tensor> buf = {
+      {"k", in.ks}, {"v", in.vs}, {"q", in.qs}, {"keep", in.keep}, {"Wt", in.W.t().contiguous()},
+      {"ww", in.W.square().sum(1).contiguous()}, {"rowscale", in.rowscale}, {"params", in.params},
+      {"kscale", in.kscale}, {"qscale", in.qscale}};
 
-  // Keys: S, z, zabs and the feature constants per row chunk, then merged.
+  // Keys: S, z, zabs and the feature constants per row chunk, then merged in chunk order by
+  // the compiled combine kernel (the split reduction's second stage, as on the GPU).
   Chunks keys(Nk);
   torch::Tensor Sp = torch::empty({B, H, keys.count, F, dv}, f32),
                 zp = torch::empty({B, H, keys.count, F}, f32), zabsp = torch::empty_like(zp),
                 cp = torch::empty_like(zp);
+  std::map<std::string, torch::Tensor> kvBuf = buf;
+  kvBuf.insert({{"S", Sp}, {"z", zp}, {"zabs", zabsp}, {"c", cp}});
+  SliceCall kv = bindKernel(kernels, "kv", name, kvBuf);
   forTasks(B, H, keys.count, [&](int64_t b, int64_t h, int64_t c) {
-    int64_t first = keys.first(c), rows = keys.rows(c);
-    MemRef<2> mk = view<2>(ks[b][h].narrow(0, first, rows)), mv = view<2>(vs[b][h].narrow(0, first, rows)),
-              mWt = view<2>(Wt), mS = view<2>(Sp[b][h][c]);
-    MemRef<1> mkeep = view<1>(keep[b].narrow(0, first, rows)), mww = view<1>(ww),
-              mrow = view<1>(rowscale), mp = view<1>(params[b][h]), mz = view<1>(zp[b][h][c]),
-              mzabs = view<1>(zabsp[b][h][c]), mc = view<1>(cp[b][h][c]);
-    MemRef<1> mscale = view<1>(in.kscale[b][h]);
-    kv(&mk, &mv, &mkeep, &mWt, &mww, &mrow, &mp, &mS, &mz, &mzabs, &mc, &mscale);
+    kv(b, h, c, keys.first(c), keys.rows(c));
   });
   FusedForward result;
-  if (keys.count == 1) {
-    result.S = Sp.select(2, 0);
-    result.z = zp.select(2, 0);
-    result.zabs = zabsp.select(2, 0);
-    result.shift = cp.select(2, 0);
-  } else {
-    // c = max over chunks; a chunk no kept key reached (-inf) weighs 0.
-    result.shift = cp.amax(2);
-    torch::Tensor w = torch::where(torch::isinf(cp), torch::zeros_like(cp),
-                                   torch::exp(cp - result.shift.unsqueeze(2)));
-    result.S = (Sp * w.unsqueeze(-1)).sum(2);
-    result.z = (zp * w).sum(2);
-    result.zabs = (zabsp * w).sum(2);
-  }
-  // A feature no kept key reached (refused by checkAttentionInputs) keeps the constant 0.
-  result.shift = torch::where(torch::isinf(result.shift), torch::zeros_like(result.shift),
-                              result.shift)
-                     .contiguous();
-  result.S = result.S.contiguous();
-  result.z = result.z.contiguous();
-  result.zabs = result.zabs.contiguous();
+  result.S = torch::empty({B, H, F, dv}, f32);
+  result.z = torch::empty({B, H, F}, f32);
+  result.zabs = torch::empty({B, H, F}, f32);
+  result.shift = torch::empty({B, H, F}, f32);
+  SliceCall combine = bindKernel(kernels, "kv_combine", name,
+                           {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", result.S},
+                            {"z", result.z}, {"zabs", result.zabs}, {"c", result.shift}});
+  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { combine(b, h, 0, 0, 0); });
 
   // Queries: independent rows.
   Chunks queries(Nq);
   result.out = torch::empty({B, H, Nq, dv}, f32);
   result.qstat = torch::empty({B, H, Nq, 3}, f32);
+  buf.insert({{"S", result.S}, {"z", result.z}, {"zabs", result.zabs}, {"c", result.shift},
+              {"out", result.out}, {"qstat", result.qstat}});
+  SliceCall readout = bindKernel(kernels, "readout", name, buf);
   forTasks(B, H, queries.count, [&](int64_t b, int64_t h, int64_t c) {
-    int64_t first = queries.first(c), rows = queries.rows(c);
-    MemRef<2> mq = view<2>(qs[b][h].narrow(0, first, rows)), mWt = view<2>(Wt),
-              mS = view<2>(result.S[b][h]), mo = view<2>(result.out[b][h].narrow(0, first, rows)),
-              mst = view<2>(result.qstat[b][h].narrow(0, first, rows));
-    MemRef<1> mww = view<1>(ww), mp = view<1>(params[b][h]), mz = view<1>(result.z[b][h]),
-              mzabs = view<1>(result.zabs[b][h]), mc = view<1>(result.shift[b][h]);
-    MemRef<1> mscale = view<1>(in.qscale[b][h]);
-    readout(&mq, &mWt, &mww, &mp, &mS, &mz, &mzabs, &mc, &mo, &mst, &mscale);
+    readout(b, h, c, queries.first(c), queries.rows(c));
   });
   result.guarded = result.qstat.select(3, 2).sum(2);
   return result;
@@ -204,70 +167,57 @@ FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
 std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
                                                           const FusedForward &saved,
                                                           const torch::Tensor &goutIn) const {
-  const torch::Tensor &qs = in.qs, &ks = in.ks, &vs = in.vs, &params = in.params,
-                      &keep = in.keep, &rowscale = in.rowscale;
-  const int64_t B = qs.size(0), H = qs.size(1), Nq = qs.size(2), Nk = ks.size(2), dv = vs.size(3);
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
+                dv = in.vs.size(3);
   const int64_t F = descriptor().numFeatures(), M = in.W.size(0), D = in.W.size(1),
-                P = params.size(2);
+                P = in.params.size(2);
+  const std::string &name = descriptor().name;
   spectra_cpu_kernel *kernels = kernelsFor(dv);
-  const char *why = nullptr;
-  auto queryBackward = reinterpret_cast<QueryBackwardFn>(
-      spectra_cpu_kernel_entry(kernels, "query_backward", &why));
-  auto keyBackward =
-      reinterpret_cast<KeyBackwardFn>(spectra_cpu_kernel_entry(kernels, "key_backward", nullptr));
-  TORCH_CHECK(queryBackward && keyBackward, "spectra fused CPU attention: no backward kernels for '",
-              descriptor().name, "': ", why ? why : "");
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  torch::Tensor gout = goutIn.to(torch::kFloat32).contiguous();
-  torch::Tensor W = in.W.contiguous(), Wt = in.W.t().contiguous(),
-                ww = in.W.square().sum(1).contiguous();
-  torch::Tensor St = saved.S.transpose(-1, -2).contiguous();
+  Chunks queries(Nq), keys(Nk);
+  const int64_t Cq = queries.count, Ck = keys.count;
+  std::map<std::string, torch::Tensor> buf = {
+      {"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W.contiguous()},
+      {"Wt", in.W.t().contiguous()}, {"ww", in.W.square().sum(1).contiguous()},
+      {"rowscale", in.rowscale}, {"params", in.params}, {"qscale", in.qscale},
+      {"kscale", in.kscale}, {"S", saved.S}, {"St", saved.S.transpose(-1, -2).contiguous()},
+      {"z", saved.z}, {"c", saved.shift}, {"out", saved.out}, {"qstat", saved.qstat},
+      {"gout", goutIn.to(torch::kFloat32).contiguous()}};
+  torch::Tensor dq = torch::empty_like(in.qs), dk = torch::empty_like(in.ks),
+                dvOut = torch::empty_like(in.vs);
+  // Every (slice, chunk) share of dW and dparams, the queries' chunks first, in one buffer each.
+  torch::Tensor dWp = torch::empty({B, H, Cq + Ck, M, D}, f32),
+                dpp = torch::empty({B, H, Cq + Ck, P}, f32);
 
   // Queries: dq, and per chunk dS, dz and the query share of dW and dparams.
-  Chunks queries(Nq);
-  torch::Tensor dq = torch::empty_like(qs);
-  torch::Tensor dSp = torch::empty({B, H, queries.count, F, dv}, f32),
-                dzp = torch::empty({B, H, queries.count, F}, f32),
-                dWq = torch::empty({B, H, queries.count, M, D}, f32),
-                dpq = torch::empty({B, H, queries.count, P}, f32);
-  forTasks(B, H, queries.count, [&](int64_t b, int64_t h, int64_t c) {
-    int64_t first = queries.first(c), rows = queries.rows(c);
-    auto rowsOf = [&](const torch::Tensor &t) { return view<2>(t[b][h].narrow(0, first, rows)); };
-    MemRef<2> mq = rowsOf(qs), mWt = view<2>(Wt), mW = view<2>(W), mS = view<2>(saved.S[b][h]),
-              mSt = view<2>(St[b][h]), mo = rowsOf(saved.out), mg = rowsOf(gout),
-              mst = rowsOf(saved.qstat), mdq = rowsOf(dq), mdS = view<2>(dSp[b][h][c]),
-              mdW = view<2>(dWq[b][h][c]);
-    MemRef<1> mww = view<1>(ww), mp = view<1>(params[b][h]), mz = view<1>(saved.z[b][h]),
-              mc = view<1>(saved.shift[b][h]), mdz = view<1>(dzp[b][h][c]),
-              mdp = view<1>(dpq[b][h][c]);
-    MemRef<1> mscale = view<1>(in.qscale[b][h]);
-    queryBackward(&mq, &mWt, &mW, &mww, &mp, &mS, &mSt, &mz, &mc, &mo, &mg, &mst, &mdq, &mdS, &mdz,
-                  &mdW, &mdp, &mscale);
+  torch::Tensor dSp = torch::empty({B, H, Cq, F, dv}, f32), dzp = torch::empty({B, H, Cq, F}, f32);
+  std::map<std::string, torch::Tensor> qBuf = buf;
+  qBuf.insert({{"dq", dq}, {"dS", dSp}, {"dz", dzp}, {"dW", dWp.narrow(2, 0, Cq)},
+               {"dparams", dpp.narrow(2, 0, Cq)}});
+  SliceCall queryBackward = bindKernel(kernels, "query_backward", name, qBuf);
+  forTasks(B, H, Cq, [&](int64_t b, int64_t h, int64_t c) {
+    queryBackward(b, h, c, queries.first(c), queries.rows(c));
   });
-  torch::Tensor dS = dSp.sum(2), dz = dzp.sum(2).contiguous();
-  torch::Tensor dSt = dS.transpose(-1, -2).contiguous();
-  dS = dS.contiguous();
+  torch::Tensor dS = torch::empty({B, H, F, dv}, f32), dz = torch::empty({B, H, F}, f32);
+  SliceCall dsummary = bindKernel(kernels, "dsummary_combine", name,
+                            {{"dSp", dSp}, {"dzp", dzp}, {"dS", dS}, {"dz", dz}});
+  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { dsummary(b, h, 0, 0, 0); });
 
   // Keys: dk, dv, and the key share of dW and dparams.
-  Chunks keys(Nk);
-  torch::Tensor dk = torch::empty_like(ks), dvOut = torch::empty_like(vs);
-  torch::Tensor dWk = torch::empty({B, H, keys.count, M, D}, f32),
-                dpk = torch::empty({B, H, keys.count, P}, f32);
-  forTasks(B, H, keys.count, [&](int64_t b, int64_t h, int64_t c) {
-    int64_t first = keys.first(c), rows = keys.rows(c);
-    auto rowsOf = [&](const torch::Tensor &t) { return view<2>(t[b][h].narrow(0, first, rows)); };
-    MemRef<2> mk = rowsOf(ks), mv = rowsOf(vs), mWt = view<2>(Wt), mW = view<2>(W),
-              mdS = view<2>(dS[b][h]), mdSt = view<2>(dSt[b][h]), mdk = rowsOf(dk),
-              mdv = rowsOf(dvOut), mdW = view<2>(dWk[b][h][c]);
-    MemRef<1> mkeep = view<1>(keep[b].narrow(0, first, rows)), mww = view<1>(ww),
-              mrow = view<1>(rowscale), mp = view<1>(params[b][h]), mc = view<1>(saved.shift[b][h]),
-              mdz = view<1>(dz[b][h]), mdp = view<1>(dpk[b][h][c]);
-    MemRef<1> mscale = view<1>(in.kscale[b][h]);
-    keyBackward(&mk, &mv, &mkeep, &mWt, &mW, &mww, &mrow, &mp, &mc, &mdS, &mdSt, &mdz, &mdk, &mdv,
-                &mdW, &mdp, &mscale);
+  buf.insert({{"dS", dS}, {"dSt", dS.transpose(-1, -2).contiguous()}, {"dz", dz}, {"dk", dk},
+              {"dv", dvOut}, {"dW", dWp.narrow(2, Cq, Ck)}, {"dparams", dpp.narrow(2, Cq, Ck)}});
+  SliceCall keyBackward = bindKernel(kernels, "key_backward", name, buf);
+  forTasks(B, H, Ck, [&](int64_t b, int64_t h, int64_t c) {
+    keyBackward(b, h, c, keys.first(c), keys.rows(c));
   });
-  torch::Tensor dW = dWq.sum({0, 1, 2}) + dWk.sum({0, 1, 2});
-  torch::Tensor dparams = dpq.sum(2) + dpk.sum(2);
+  // The shares summed in a fixed order by the compiled combine kernels.
+  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({B, H, P}, f32);
+  auto [dwEntry, dwAbi] = kernelOf(kernels, "dweights_combine", name);
+  callHostKernel(dwEntry, dwAbi,
+                 kernelOperands(dwAbi, {{"dWp", dWp.view({B * H * (Cq + Ck), M, D})}, {"dW", dW}}));
+  SliceCall dparamsCombine =
+      bindKernel(kernels, "dparams_combine", name, {{"dparamsp", dpp}, {"dparams", dparams}});
+  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { dparamsCombine(b, h, 0, 0, 0); });
   return {dq, dk, dvOut, dW, dparams};
 }
 

@@ -27,41 +27,6 @@ torch::ScalarType scalarTypeOf(const std::string &dtype) {
 }
 
 namespace {
-
-/// An MLIR memref descriptor as 8-byte words: allocated, aligned, offset, sizes, strides.
-std::vector<int64_t> descriptorOf(const torch::Tensor &t) {
-  std::vector<int64_t> words = {reinterpret_cast<int64_t>(t.data_ptr()),
-                                reinterpret_cast<int64_t>(t.data_ptr()), 0};
-  for (int64_t s : t.sizes())
-    words.push_back(s);
-  for (int64_t s : t.strides())
-    words.push_back(s);
-  return words;
-}
-
-template <size_t... I>
-void invoke(void *entry, std::vector<void *> &args, std::index_sequence<I...>) {
-  using Fn = void (*)(decltype(I, static_cast<void *>(nullptr))...);
-  reinterpret_cast<Fn>(entry)(args[I]...);
-}
-
-} // namespace
-
-void callKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands) {
-  TORCH_CHECK(operands.size() <= 24, "spectra kernel '", abi.kind, "': more than 24 arguments");
-  std::vector<std::vector<int64_t>> descriptors;
-  descriptors.reserve(operands.size());
-  for (const torch::Tensor &t : operands)
-    descriptors.push_back(descriptorOf(t));
-  std::vector<void *> args;
-  for (auto &d : descriptors)
-    args.push_back(d.data());
-  args.resize(24, nullptr);
-  // Every argument is a pointer to a descriptor: one call shape covers every kernel.
-  invoke(entry, args, std::make_index_sequence<24>());
-}
-
-namespace {
 spectra_cpu_kernel *checked(spectra_cpu_kernel *kernel, char *error) {
   if (!kernel) {
     std::string message = error ? error : "libspectra-compiler failed without a message";
@@ -160,7 +125,7 @@ struct EmulatedLauncher : KernelLauncher {
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).second; }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
-    callKernel(get(abi.kind).first, abi, operands);
+    callHostKernel(get(abi.kind).first, abi, operands);
   }
 };
 } // namespace

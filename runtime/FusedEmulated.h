@@ -27,10 +27,6 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
-/// Calls a kernel JIT-compiled for the host: one memref descriptor per operand
-/// (kernelOperands of its ABI), blocks and threads as loops.
-void callKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
-
 class FusedEmulatedAttention {
 public:
   /// The GPU kernels of a named variant with q/k/v of `dtype` ("f32", "bf16", "f16").

@@ -69,6 +69,88 @@ std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch:
 }
 
 namespace {
+constexpr size_t kMaxArgs = 24;
+
+template <size_t... I>
+void invoke(void *entry, void *const *args, std::index_sequence<I...>) {
+  using Fn = void (*)(decltype(I, static_cast<void *>(nullptr))...);
+  reinterpret_cast<Fn>(entry)(args[I]...);
+}
+} // namespace
+
+void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands) {
+  TORCH_CHECK(operands.size() <= kMaxArgs, "spectra kernel '", abi.kind, "': more than ", kMaxArgs,
+              " arguments");
+  // An MLIR memref descriptor as 8-byte words: allocated, aligned, offset, sizes, strides.
+  std::vector<std::vector<int64_t>> descriptors;
+  descriptors.reserve(operands.size());
+  for (const torch::Tensor &t : operands) {
+    std::vector<int64_t> words = {reinterpret_cast<int64_t>(t.data_ptr()),
+                                  reinterpret_cast<int64_t>(t.data_ptr()), 0};
+    for (int64_t size : t.sizes())
+      words.push_back(size);
+    for (int64_t stride : t.strides())
+      words.push_back(stride);
+    descriptors.push_back(std::move(words));
+  }
+  std::array<void *, kMaxArgs> args{};
+  for (size_t i = 0; i < descriptors.size(); ++i)
+    args[i] = descriptors[i].data();
+  // Every argument is a pointer to a descriptor: one call shape covers every kernel.
+  invoke(entry, args.data(), std::make_index_sequence<kMaxArgs>());
+}
+
+SliceCall::SliceCall(void *entry, const KernelAbi &abi,
+                     const std::map<std::string, torch::Tensor> &buffers)
+    : entry(entry), kind(abi.kind) {
+  TORCH_CHECK(entry, "spectra kernel '", abi.kind, "': no entry point");
+  TORCH_CHECK(abi.args.size() <= kMaxArgs, "spectra kernel '", abi.kind, "': more than ", kMaxArgs,
+              " arguments");
+  for (const KernelArgSpec &arg : abi.args) {
+    auto it = buffers.find(arg.name);
+    TORCH_CHECK(it != buffers.end(), "spectra kernel '", abi.kind, "': no buffer '", arg.name,
+                "' (role ", arg.role, ")");
+    TORCH_CHECK(arg.rank >= 1 && arg.rank <= 5, "spectra kernel '", abi.kind, "': argument '",
+                arg.name, "' of rank ", arg.rank, " (1 to 5 supported)");
+    const torch::Tensor &t = it->second;
+    Operand o{static_cast<char *>(t.data_ptr()), static_cast<int64_t>(t.element_size()),
+              t.dim() - arg.rank, arg.rank, t.sizes().vec(), t.strides().vec(),
+              arg.role == "rows" || arg.role == "mask"};
+    int64_t expectedLead = arg.role == "rows" ? 2 : arg.role == "mask" ? 1 : arg.role == "shared" ? 0 : -1;
+    TORCH_CHECK(o.lead >= 0 && o.lead <= 3 && (expectedLead < 0 || o.lead == expectedLead),
+                "spectra kernel '", abi.kind, "': buffer '", arg.name, "' (role ", arg.role,
+                ") has shape ", t.sizes(), " for a rank-", arg.rank, " argument");
+    TORCH_CHECK(t.numel() == 0 || t.stride(-1) == 1, "spectra kernel '", abi.kind, "': buffer '",
+                arg.name, "' needs a unit inner stride");
+    operands.push_back(std::move(o));
+  }
+}
+
+void SliceCall::operator()(int64_t b, int64_t h, int64_t chunk, int64_t first, int64_t rows) const {
+  std::array<std::array<int64_t, 3 + 2 * 5>, kMaxArgs> words;
+  std::array<void *, kMaxArgs> args{};
+  const int64_t index[3] = {b, h, chunk};
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Operand &o = operands[i];
+    int64_t offset = 0;
+    for (int64_t l = 0; l < o.lead; ++l)
+      offset += index[l] * o.strides[l];
+    if (o.windowed)
+      offset += first * o.strides[o.lead];
+    auto &w = words[i];
+    char *data = o.data + offset * o.elementBytes;
+    w[0] = w[1] = reinterpret_cast<int64_t>(data);
+    w[2] = 0;
+    for (int64_t d = 0; d < o.rank; ++d) {
+      w[3 + d] = o.windowed && d == 0 ? rows : o.sizes[o.lead + d];
+      w[3 + o.rank + d] = o.strides[o.lead + d];
+    }
+    args[i] = w.data();
+  }
+  invoke(entry, args.data(), std::make_index_sequence<kMaxArgs>());
+}
+
+namespace {
 
 /// [B, H, N, ...] as [B*H, N, ...].
 torch::Tensor slices(const torch::Tensor &t) {

@@ -58,6 +58,32 @@ std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
 /// first `rows` argument), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
 std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
+/// Calls a kernel JIT-compiled for the host (its C interface: one memref descriptor
+/// pointer per operand, operands as kernelOperands gives them).
+void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
+
+/// A per-slice host kernel (the CPU schedule of the tile layer) bound to whole buffers by
+/// its ABI's roles, so one (batch, head, chunk) task builds its descriptors without
+/// making tensors: `rows` buffers are [B, H, N, ...] windowed to the task's rows, `mask`
+/// [B, N] windowed likewise, `slice` and `partial` buffers are indexed by (b, h[, chunk])
+/// as far as their extra leading dimensions go, `shared` buffers are passed whole.
+class SliceCall {
+public:
+  SliceCall(void *entry, const KernelAbi &abi, const std::map<std::string, torch::Tensor> &buffers);
+  void operator()(int64_t b, int64_t h, int64_t chunk, int64_t first, int64_t rows) const;
+
+private:
+  struct Operand {
+    char *data;
+    int64_t elementBytes, lead, rank;
+    std::vector<int64_t> sizes, strides;
+    bool windowed;
+  };
+  void *entry;
+  std::string kind;
+  std::vector<Operand> operands;
+};
+
 /// Runs the kernels of one feature map; the plan below calls it.
 class KernelLauncher {
 public:
