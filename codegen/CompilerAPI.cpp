@@ -300,6 +300,14 @@ static bool unpackAbi(llvm::StringRef part, std::map<std::string, std::string> &
   }
   return true;
 }
+/// Why there is no backward, as one more part of the pack (a cached kernel keeps the reason).
+static constexpr llvm::StringLiteral kBackwardErrorMagic = "spectra-backward-error\n";
+static bool unpackBackwardError(llvm::StringRef part, std::string &why) {
+  if (!part.consume_front(kBackwardErrorMagic))
+    return false;
+  why = part.str();
+  return true;
+}
 static bool unpackObjects(llvm::StringRef packed, std::vector<llvm::StringRef> &objects) {
   if (!packed.consume_front(kObjectsMagic))
     return false;
@@ -478,6 +486,12 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     options.enableGDBNotificationListener = false;
     // Keep the object so the runtime can cache it on disk (spectra_cpu_kernel_object).
     options.enableObjectDump = true;
+    // A module without kernels (the backward of a component with no derivative) is not
+    // compiled: the engine would hold no object to dump.
+    if (llvm::none_of(module.getOps<LLVM::LLVMFuncOp>(), [](LLVM::LLVMFuncOp fn) {
+          return !fn.isExternal() && fn.getSymName().starts_with("_mlir_ciface_");
+        }))
+      return;
     auto created = ExecutionEngine::create(module, options);
     if (!created)
       return setFailure("JIT compilation failed: " + llvm::toString(created.takeError()));
@@ -510,6 +524,8 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     return failKernel(error, failure);
   std::string missing = lookupEntries(*result, mapName, [&](const std::string &symbol) -> void * {
     for (ExecutionEngine *engine : {forwardEngine.get(), backwardEngine.get()}) {
+      if (!engine)
+        continue;
       auto address = engine->lookup(symbol);
       if (address)
         return *address;
@@ -521,9 +537,17 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     return failKernel(error, missing);
   if (!result->entries.count("query_backward") && result->backwardError.empty())
     result->backwardError = "the backward kernels were not built";
-  result->engines.push_back(std::move(forwardEngine));
-  result->engines.push_back(std::move(backwardEngine));
-  result->object = packObjects({forwardObject, backwardObject, packAbi(result->abi)});
+  std::vector<std::string> parts;
+  for (auto *engine : {&forwardEngine, &backwardEngine})
+    if (*engine)
+      result->engines.push_back(std::move(*engine));
+  for (std::string *object : {&forwardObject, &backwardObject})
+    if (!object->empty())
+      parts.push_back(std::move(*object));
+  parts.push_back(packAbi(result->abi));
+  if (!result->backwardError.empty())
+    parts.push_back(kBackwardErrorMagic.str() + result->backwardError);
+  result->object = packObjects(parts);
   return result.release();
 }
 
@@ -636,7 +660,7 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   if (!unpackObjects(result->object, objects))
     return failKernel(error, "the cached objects are not a spectra object pack");
   for (llvm::StringRef object : objects)
-    if (unpackAbi(object, result->abi))
+    if (unpackAbi(object, result->abi) || unpackBackwardError(object, result->backwardError))
       continue;
     else if (llvm::Error e = (*jit)->addObjectFile(llvm::MemoryBuffer::getMemBuffer(
             object, "spectra-cached-kernel", /*RequiresNullTerminator=*/false)))
@@ -653,7 +677,7 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   });
   if (!missing.empty())
     return failKernel(error, "the cached object is incomplete: " + missing);
-  if (!result->entries.count("query_backward"))
+  if (!result->entries.count("query_backward") && result->backwardError.empty())
     result->backwardError = "the cached kernel has no backward";
   result->stages = {{"tiles", tilesIR ? tilesIR : ""},
                     {"vectors", vectorsIR ? vectorsIR : ""},
@@ -696,6 +720,15 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
       sp::gpuArtifact(source, mapName, options, spectra_compiler_version());
   if (!artifact)
     return fail(error, llvm::toString(artifact.takeError()));
+  // The tile stage warns when the backward cannot be derived: the forward kernels are there,
+  // and the artifact says why the backward ones are not (as spectra_cpu_kernel_entry does).
+  if (!ctx.diagnostics.empty()) {
+    llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(*artifact);
+    if (parsed && parsed->getAsObject()) {
+      parsed->getAsObject()->insert({"backward_error", ctx.diagnostics});
+      return duplicate(llvm::formatv("{0:2}", *parsed).str());
+    }
+  }
   return duplicate(*artifact);
 }
 

@@ -67,6 +67,7 @@ GpuArtifact GpuArtifact::fromJson(const std::string &text) {
     a.dtype = root.at("dtype").get<std::string>();
     a.dv = root.at("dv").get<int64_t>();
     a.ptx = root.at("ptx").get<std::string>();
+    a.backwardError = root.value("backward_error", std::string());
     for (const json &k : root.at("kernels")) {
       KernelAbi abi = kernelOf(k);
       if (a.ptx.find(".entry " + abi.name + "(") == std::string::npos)
@@ -89,8 +90,10 @@ const KernelAbi &GpuArtifact::kernel(const std::string &kind) const {
     std::string kinds;
     for (const auto &[k, abi] : kernels)
       kinds += (kinds.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("GPU kernels of " + featureMap + ": no '" + kind +
-                                "' kernel (there are: " + kinds + ")");
+    throw std::invalid_argument("spectra fused CUDA attention: no '" + kind + "' kernel for '" +
+                                featureMap + "'" +
+                                (backwardError.empty() ? " (there are: " + kinds + ")"
+                                                       : ": " + backwardError));
   }
   return it->second;
 }

@@ -35,6 +35,7 @@ namespace spectra {
 /// the launch description generated from the outlined kernels, and their PTX.
 struct GpuArtifact {
   std::string featureMap, target, dtype, ptx;
+  std::string backwardError;  ///< why there are no backward kernels (the component's derivative)
   int64_t dv = 0;
   std::map<std::string, KernelAbi> kernels;  ///< by kind
 

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/spectra_compiler.h"
+#include "runtime/FusedCuda.h"
 #include "runtime/FusedEmulated.h"
 #include "runtime/WeightFactory.h"
 
@@ -183,6 +184,56 @@ TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
   }
   EXPECT_THROW(KernelAbi::parse("nonsense"), std::invalid_argument);
   spectra_cpu_kernel_free(k);
+}
+
+TEST(FusedEmulated, AComponentWithoutABackwardIsTheSameOnEveryTarget) {
+  // math.erf has no derivative rule: the forward kernels exist on every target, the backward
+  // ones on none, and each target says why in the same words.
+  const std::string ir = R"(
+spectra.component @erfy params(%m, %d) {
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features(%wx, %xx, %ww, %c) {
+  %half = arith.constant 5.000000e-01 : f32
+  %h = arith.mulf %xx, %half : f32
+  %e = math.erf %wx : f32
+  %l = arith.subf %e, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+spectra.feature_map @erfy_orf component @erfy weights @orf m = 16 d = 8 seed = 3
+)";
+  const std::string why = "'math.erf' op cannot be differentiated by spectra-derive-partials";
+  FusedCpuAttention cpu = FusedCpuAttention::fromIR(ir, "erfy.mlir");
+  FusedEmulatedAttention emulated = FusedEmulatedAttention::fromIR(ir, "erfy.mlir");
+  Case c = makeCase(1.0, 5);
+  Weights w = WeightFactory(cpu.descriptor()).draw(0, torch::kFloat32);
+  auto q = c.q.to(torch::kFloat32), k = c.k.to(torch::kFloat32), v = c.v.to(torch::kFloat32);
+  {
+    torch::NoGradGuard g;
+    torch::Tensor a = cpu.attention(q, k, v, w, c.mask), b = emulated.attention(q, k, v, w, c.mask);
+    EXPECT_LT(maxAbs(a - b), 1e-5) << "the forward agrees across targets";
+  }
+  auto backwardError = [&](auto &fused) -> std::string {
+    torch::Tensor qg = q.clone().requires_grad_();
+    try {
+      fused.attention(qg, k, v, w, c.mask).sum().backward();
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(backwardError(cpu).find(why), std::string::npos) << backwardError(cpu);
+  EXPECT_NE(backwardError(emulated).find(why), std::string::npos) << backwardError(emulated);
+  // The CUDA launcher's artifact (host side, no GPU): forward kernels only, and the reason.
+  GpuArtifact artifact = GpuArtifact::fromJson(compileGpuIR(ir, "erfy.mlir", "", "sm_80", "f32", 0));
+  EXPECT_EQ(artifact.kernels.count("kv"), 1u);
+  EXPECT_EQ(artifact.kernels.count("query_backward"), 0u);
+  try {
+    artifact.kernel("query_backward");
+    ADD_FAILURE() << "a missing backward kernel was found";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
 }
 
 TEST(FusedEmulated, UnknownDtypeAndVariantAreNamed) {

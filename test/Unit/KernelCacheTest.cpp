@@ -78,6 +78,43 @@ VariantConfig small() {
   return c;
 }
 
+TEST(KernelCache, ACachedKernelWithoutABackwardRunsForwardAndKeepsTheReason) {
+  // math.erf has no derivative rule: the kernel has a forward only; loaded from the disk it
+  // still runs it, and still says why the backward is missing.
+  const std::string ir = R"(
+spectra.component @erfy params(%m, %d) {
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features(%wx, %xx, %ww, %c) {
+  %half = arith.constant 5.000000e-01 : f32
+  %h = arith.mulf %xx, %half : f32
+  %e = math.erf %wx : f32
+  %l = arith.subf %e, %h : f32
+  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+}
+spectra.feature_map @erfy_orf component @erfy weights @orf m = 16 d = 8 seed = 3
+)";
+  CacheDir dir("no-backward");
+  KernelCache &cache = KernelCache::instance();
+  FusedCpuAttention cold = FusedCpuAttention::fromIR(ir, "erfy.mlir");
+  torch::Tensor expected = runOnce(cold);
+  cache.clearMemory();
+  FusedCpuAttention fromDisk = FusedCpuAttention::fromIR(ir, "erfy.mlir");
+  EXPECT_EQ(cache.stats().diskHits, 1);
+  EXPECT_EQ(cache.stats().corruptEntries, 0);
+  EXPECT_TRUE(torch::equal(runOnce(fromDisk), expected));
+  torch::Tensor q = torch::randn({1, 2, 9, 8}, torch::requires_grad()), k = torch::randn({1, 2, 7, 8}),
+                v = torch::randn({1, 2, 7, 8});
+  const Descriptor &d = fromDisk.descriptor();
+  try {
+    fromDisk.attention(q, k, v, WeightFactory(d).draw(d.seed, torch::kFloat32)).sum().backward();
+    ADD_FAILURE() << "a backward ran without backward kernels";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("'math.erf' op cannot be differentiated"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(KernelCache, ColdCompileThenMemoryHitThenDiskHit) {
   CacheDir dir("hits");
   KernelCache &cache = KernelCache::instance();
