@@ -865,45 +865,16 @@ void sumChunks(TileBuilder &tb, Value parts, Value total) {
   });
 }
 
-/// The query backward's per-chunk dS and dz of one slice, summed in chunk order.
-void buildDsummaryCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
-                          const Types &t, StringRef name) {
-  Kernel k = makeKernel(b, loc, name, "dsummary_combine", "slices",
-                        {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
-                         {t.f, "dz", "slice"}},
-                        0, 0);
+/// A combine kernel of plain sums: each (parts [R, ...], total [...]) pair of `args`
+/// (in that order) summed over R in order 0, 1, ...
+void buildSumCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                     StringRef name, StringRef kind, StringRef grid, ArrayRef<Arg> args) {
+  Kernel k = makeKernel(b, loc, name, kind, grid, args, 0, 0);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
-  sumChunks(tb, k.arg(0), k.arg(2));
-  sumChunks(tb, k.arg(1), k.arg(3));
-  func::ReturnOp::create(b, loc);
-}
-
-/// Every (slice, chunk) share of dW and dparams, summed in order into the weights'
-/// gradient (dW is shared by the slices) and dparams (per slice: the runtime views
-/// one slice's shares, or all of them for a parameter shared by the slices).
-void buildDweightsCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
-                          const Types &t, StringRef name) {
-  Kernel k = makeKernel(b, loc, name, "dweights_combine", "one",
-                        {{t.Wp, "dWp", "shared"}, {t.W, "dW", "shared"}},
-                        0, 0);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToEnd(k.entry);
-  TileBuilder tb(b, loc, component, s, k.entry);
-  sumChunks(tb, k.arg(0), k.arg(1));
-  func::ReturnOp::create(b, loc);
-}
-
-void buildDparamsCombine(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
-                         const Types &t, StringRef name) {
-  Kernel k = makeKernel(b, loc, name, "dparams_combine", "slices",
-                        {{t.paramsp, "dparamsp", "slice"}, {t.params, "dparams", "slice"}},
-                        0, 0);
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToEnd(k.entry);
-  TileBuilder tb(b, loc, component, s, k.entry);
-  sumChunks(tb, k.arg(0), k.arg(1));
+  for (size_t i = 0; i < args.size() / 2; ++i)
+    sumChunks(tb, k.arg(i), k.arg(args.size() / 2 + i));
   func::ReturnOp::create(b, loc);
 }
 
@@ -976,10 +947,19 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       *backwardError = why.empty() ? "the component could not be differentiated" : why;
     return success();
   }
+  // The backward's combine kernels: the query chunks' dS and dz of one slice, and every
+  // (slice, chunk) share of dW and dparams, summed in order into the weights' gradient (dW
+  // is shared by the slices) and dparams (per slice: the runtime views one slice's shares,
+  // or all of them for a parameter shared by the slices).
   buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
-  buildDsummaryCombine(b, loc, component, s, t, (mapName + "_dsummary_combine").str());
+  buildSumCombine(b, loc, component, s, (mapName + "_dsummary_combine").str(), "dsummary_combine",
+                  "slices",
+                  {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
+                   {t.f, "dz", "slice"}});
   buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
-  buildDweightsCombine(b, loc, component, s, t, (mapName + "_dweights_combine").str());
-  buildDparamsCombine(b, loc, component, s, t, (mapName + "_dparams_combine").str());
+  buildSumCombine(b, loc, component, s, (mapName + "_dweights_combine").str(), "dweights_combine",
+                  "one", {{t.Wp, "dWp", "shared"}, {t.W, "dW", "shared"}});
+  buildSumCombine(b, loc, component, s, (mapName + "_dparams_combine").str(), "dparams_combine",
+                  "slices", {{t.paramsp, "dparamsp", "slice"}, {t.params, "dparams", "slice"}});
   return success();
 }

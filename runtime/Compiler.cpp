@@ -21,19 +21,27 @@ std::string take(char *text, char *error) {
 
 Descriptor finish(char *text, char *error) { return Descriptor::fromJson(take(text, error)); }
 
-std::string optionText(const VariantConfig &config) {
+} // namespace
+
+std::string variantOptionsText(const VariantConfig &config) {
   std::ostringstream options;
   options.precision(17);
   for (const auto &[key, value] : config.options)
     options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
   return options.str();
 }
-} // namespace
+
+spectra_cpu_kernel *kernelOrThrow(spectra_cpu_kernel *kernel, char *error) {
+  CString message(error, spectra_free);
+  if (!kernel)
+    throw std::invalid_argument(error ? error : "libspectra-compiler failed without a message");
+  return kernel;
+}
 
 Descriptor describeVariant(const std::string &variant, const VariantConfig &config) {
   char *error = nullptr;
   char *text = spectra_describe_variant(variant.c_str(), config.m, config.d, config.seed,
-                                        optionText(config).c_str(), &error);
+                                        variantOptionsText(config).c_str(), &error);
   return finish(text, error);
 }
 
@@ -41,7 +49,7 @@ std::string compileGpuVariant(const std::string &variant, const VariantConfig &c
                               const std::string &target, const std::string &dtype, int64_t dv) {
   char *error = nullptr;
   char *text = spectra_gpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
-                                           optionText(config).c_str(), target.c_str(),
+                                           variantOptionsText(config).c_str(), target.c_str(),
                                            dtype.c_str(), dv, &error);
   return take(text, error);
 }

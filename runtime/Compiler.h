@@ -14,6 +14,8 @@
 #include <map>
 #include <string>
 
+struct spectra_cpu_kernel;
+
 namespace spectra {
 
 /// Options of a named variant.
@@ -43,6 +45,13 @@ std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
 
 /// The compiler build id (part of every cache key).
 std::string compilerVersion();
+
+/// A variant's component options as the C API takes them: "key=value,..." (17 digits).
+std::string variantOptionsText(const VariantConfig &config);
+
+/// `kernel`, or (when it is null) throws std::invalid_argument with the compiler's `error`
+/// (freed either way).
+spectra_cpu_kernel *kernelOrThrow(spectra_cpu_kernel *kernel, char *error);
 
 } // namespace spectra
 

@@ -36,15 +36,6 @@ SliceCall bindKernel(spectra_cpu_kernel *kernels, const char *kind, const std::s
   return SliceCall(entry, abi, buffers);
 }
 
-spectra_cpu_kernel *check(spectra_cpu_kernel *kernel, char *error) {
-  if (!kernel) {
-    std::string message = error ? error : "libspectra-compiler failed without a message";
-    spectra_free(error);
-    throw std::invalid_argument(message);
-  }
-  return kernel;
-}
-
 /// Row chunks of a sequence of n rows: [first, first + count) per chunk.
 struct Chunks {
   int64_t n, count;
@@ -65,14 +56,6 @@ void forTasks(int64_t B, int64_t H, int64_t chunks,
   });
 }
 
-std::string optionsText(const VariantConfig &config) {
-  std::ostringstream options;
-  options.precision(17);
-  for (const auto &[key, value] : config.options)
-    options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
-  return options.str();
-}
-
 } // namespace
 
 FusedCpuAttention::FusedCpuAttention(Descriptor desc, Compile c)
@@ -85,8 +68,8 @@ FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantCo
         char *error = nullptr;
         // Two statements: argument evaluation order is unspecified, and `error` is set by the call.
         spectra_cpu_kernel *k = spectra_cpu_compile_variant(
-            variant.c_str(), config.m, config.d, config.seed, optionsText(config).c_str(), dv, &error);
-        return check(k, error);
+            variant.c_str(), config.m, config.d, config.seed, variantOptionsText(config).c_str(), dv, &error);
+        return kernelOrThrow(k, error);
       }) {}
 
 FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::string &sourceName,
@@ -95,7 +78,7 @@ FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::st
     char *error = nullptr;
     spectra_cpu_kernel *k = spectra_cpu_compile_ir(
         ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(), dv, &error);
-    return check(k, error);
+    return kernelOrThrow(k, error);
   });
 }
 

@@ -26,24 +26,6 @@ torch::ScalarType scalarTypeOf(const std::string &dtype) {
   throw std::invalid_argument("unknown dtype '" + dtype + "'; dtypes: f32, bf16, f16");
 }
 
-namespace {
-spectra_cpu_kernel *checked(spectra_cpu_kernel *kernel, char *error) {
-  if (!kernel) {
-    std::string message = error ? error : "libspectra-compiler failed without a message";
-    spectra_free(error);
-    throw std::invalid_argument(message);
-  }
-  return kernel;
-}
-
-std::string optionsOf(const VariantConfig &config) {
-  std::ostringstream options;
-  options.precision(17);
-  for (const auto &[key, value] : config.options)
-    options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
-  return options.str();
-}
-} // namespace
 
 FusedEmulatedAttention::FusedEmulatedAttention(Descriptor desc, Compile c, std::string dtype)
     : reference(std::move(desc)), compile(std::move(c)), inputType(std::move(dtype)) {
@@ -59,9 +41,9 @@ FusedEmulatedAttention::FusedEmulatedAttention(const std::string &variant,
           [variant, config, dtype](int64_t dv) {
             char *error = nullptr;
             spectra_cpu_kernel *k = spectra_emulated_compile_variant(
-                variant.c_str(), config.m, config.d, config.seed, optionsOf(config).c_str(),
+                variant.c_str(), config.m, config.d, config.seed, variantOptionsText(config).c_str(),
                 dtype.c_str(), dv, &error);
-            return checked(k, error);
+            return kernelOrThrow(k, error);
           },
           dtype) {}
 
@@ -76,7 +58,7 @@ FusedEmulatedAttention FusedEmulatedAttention::fromIR(const std::string &ir,
         spectra_cpu_kernel *k = spectra_emulated_compile_ir(
             ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(),
             dtype.c_str(), dv, &error);
-        return checked(k, error);
+        return kernelOrThrow(k, error);
       },
       dtype);
 }
