@@ -2,6 +2,7 @@
 
 #include "dialect/SpectraDialect.h"
 #include "dialect/BuiltinLibrary.h"
+#include "dialect/NearestName.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -20,6 +21,21 @@ LogicalResult FeatureMapOp::verify() {
   return success();
 }
 
+/// " (did you mean '@name'?)" for the recipe or component of `kind` nearest to `word`, among
+/// the module's own and the built-in library's; "" when none is close.
+template <typename OpT>
+static std::string didYouMean(Operation *from, StringRef word, BuiltinSymbol::Kind kind) {
+  std::vector<std::string> known;
+  for (const auto &entry : getBuiltinSymbols())
+    if (entry.second.kind == kind)
+      known.push_back(entry.first().str());
+  if (auto module = from->getParentOfType<ModuleOp>())
+    for (auto op : module.getOps<OpT>())
+      known.push_back(op.getSymName().str());
+  std::string near = nearestName(word, known);
+  return near.empty() ? "" : " (did you mean '@" + near + "'?)";
+}
+
 /// Symbols resolve in the module first, then in the built-in library (which
 /// spectra-link-library copies in later), so user IR may name built-ins.
 LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -33,9 +49,10 @@ LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
   const BuiltinSymbol *builtinRecipe =
       recipe ? nullptr : builtinOfKind(getWeights(), BuiltinSymbol::Kind::Recipe);
   if (recipe ? !llvm::isa<WeightRecipeOp>(recipe) : !builtinRecipe)
-    return constraintError(*this, "C1") << "weights '" << getWeights()
-                                        << "' does not name a spectra.weight_recipe (in this "
-                                           "module or the built-in library)";
+    return constraintError(*this, "C1")
+           << "weights '" << getWeights()
+           << "' does not name a spectra.weight_recipe (in this module or the built-in library)"
+           << didYouMean<WeightRecipeOp>(*this, getWeights(), BuiltinSymbol::Kind::Recipe);
   SmallVector<std::string> recipeOptions;
   if (builtinRecipe)
     recipeOptions.assign(builtinRecipe->options.begin(), builtinRecipe->options.end());
@@ -52,9 +69,10 @@ LogicalResult FeatureMapOp::verifySymbolUses(SymbolTableCollection &symbols) {
                  component ? nullptr : builtinOfKind(getComponent(), BuiltinSymbol::Kind::Component)) {
     declared.assign(builtin->options.begin(), builtin->options.end());
   } else {
-    return constraintError(*this, "C2") << "component '" << getComponent()
-                                        << "' does not name a spectra.component (in this module "
-                                           "or the built-in library)";
+    return constraintError(*this, "C2")
+           << "component '" << getComponent()
+           << "' does not name a spectra.component (in this module or the built-in library)"
+           << didYouMean<ComponentOp>(*this, getComponent(), BuiltinSymbol::Kind::Component);
   }
 
   if (std::optional<DictionaryAttr> options = getOptions()) {

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "frontend/Variant.h"
+#include "dialect/NearestName.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -59,18 +60,8 @@ std::vector<Variant> spectra::frontend::allVariants() {
   return out;
 }
 
-/// The known name closest to `word` by edit distance, if close enough to be a typo.
 static std::string nearest(llvm::StringRef word, const std::vector<std::string> &known) {
-  std::string best;
-  unsigned bestDistance = 3; // more than two edits is not a typo
-  for (const std::string &k : known) {
-    unsigned dist = word.edit_distance(k, /*AllowReplacements=*/true, bestDistance);
-    if (dist < bestDistance) {
-      bestDistance = dist;
-      best = k;
-    }
-  }
-  return best;
+  return mlir::spectra::nearestName(word, known);
 }
 
 llvm::Expected<Variant> spectra::frontend::parseVariantName(llvm::StringRef raw) {

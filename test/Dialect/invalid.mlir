@@ -769,6 +769,26 @@ spectra.feature_map @f component @orf weights @orf m = 8 d = 4 seed = 0
 
 // -----
 
+// Tests feature_map C1 and C2: a mistyped name gets the nearest one, built-in or the module's.
+// expected-error@+1 {{'spectra.feature_map' op C1: weights 'orff' does not name a spectra.weight_recipe (in this module or the built-in library) (did you mean '@orf'?)}}
+spectra.feature_map @f component @posrf weights @orff m = 8 d = 4 seed = 0
+
+// -----
+
+// expected-error@+1 {{'spectra.feature_map' op C2: component 'posfr' does not name a spectra.component (in this module or the built-in library) (did you mean '@posrf'?)}}
+spectra.feature_map @f component @posfr weights @orf m = 8 d = 4 seed = 0
+
+// -----
+
+spectra.weight_recipe @my_gaussian(%m, %d) {
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+// expected-error@+1 {{'spectra.feature_map' op C1: weights 'my_gausian' does not name a spectra.weight_recipe (in this module or the built-in library) (did you mean '@my_gaussian'?)}}
+spectra.feature_map @f component @posrf weights @my_gausian m = 8 d = 4 seed = 0
+
+// -----
+
 // Tests feature_map C4: options must be declared by the component.
 spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>

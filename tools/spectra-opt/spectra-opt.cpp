@@ -25,6 +25,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <vector>
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
@@ -38,6 +41,16 @@ int main(int argc, char **argv) {
   mlir::registerTransformsPasses();
   mlir::spectra::registerSpectraPassesAndPipelines();
   mlir::spectra::registerSpectraCodegenPassesAndPipelines();
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "Spectra optimizer driver\n", registry));
+  // Diagnostics without MLIR's "see current operation" note (the op again, in generic form):
+  // the error already names the op and its location. --mlir-print-op-on-diagnostic brings
+  // the note back for debugging.
+  std::vector<char *> args(argv, argv + argc);
+  bool asked = false;
+  for (int i = 1; i < argc; ++i)
+    asked = asked || llvm::StringRef(argv[i]).contains("mlir-print-op-on-diagnostic");
+  static char quiet[] = "--mlir-print-op-on-diagnostic=false";
+  if (!asked)
+    args.insert(args.begin() + 1, quiet);
+  return mlir::asMainReturnCode(mlir::MlirOptMain(static_cast<int>(args.size()), args.data(),
+                                                  "Spectra optimizer driver\n", registry));
 }
