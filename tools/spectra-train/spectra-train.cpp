@@ -9,6 +9,7 @@
 //                                                    then the Table 2 layout
 //                                                    and the Figure 1 plot
 //   spectra-train table --out DIR                    the table and plot again
+//   spectra-train plot RUN_DIR... [--out FILE]       learning curves, redrawn
 //
 //===----------------------------------------------------------------------===//
 
@@ -65,7 +66,10 @@ commands:
         sweep prints a status line a minute; <out>/<task>/sweep-history.jsonl keeps each
         sweep's wall time. --threads (default: the cores shared out) applies to every run.
   table [--out DIR]
-        writes DIR/results.{md,csv,png} from the runs under DIR
+        writes DIR/results.{md,csv,png} and DIR/<task>/curves.png (one line per run) from the
+        runs under DIR
+  plot RUN_DIR [RUN_DIR ...] [--out FILE.png]
+        the learning curves of finished or interrupted runs, redrawn from their metrics.jsonl
   generate-listops --out DIR [...]
         LRA's ListOps generator (see 'spectra-train generate-listops --help')
 
@@ -103,7 +107,8 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --resume                          continue the run in --out from its last checkpoint
   --no-progress                     no progress bar
 
-outputs (in --out): metrics.jsonl, checkpoint.pt (every evaluation), best.pt, report.json
+outputs (in --out): metrics.jsonl, checkpoint.pt (every evaluation), best.pt, report.json,
+curves.png (loss and accuracy against steps and time)
 )";
 
 int usage(std::ostream &os, int code) {
@@ -305,6 +310,7 @@ std::string gib(int64_t bytes) {
 }
 
 std::string formatted(double x, int digits);
+void drawCurves(const std::string &png, const std::vector<std::string> &runs);
 
 int trainCommand(int argc, char **argv, int first) {
   Args a = parseArgs(argc, argv, first);
@@ -329,6 +335,8 @@ int trainCommand(int argc, char **argv, int first) {
             << "peak memory       " << gib(r.peakBytes) << " GiB (" << r.peakKind << ")\n"
             << "device            " << r.device << ", " << r.precision << "\n"
             << "outputs           " << o.out << "/{metrics.jsonl,report.json,best.pt,checkpoint.pt}\n";
+  drawCurves(o.out + "/curves.png", {o.out});
+  std::cout << "curves            " << o.out << "/curves.png\n";
   return 0;
 }
 
@@ -366,6 +374,22 @@ int runChild(const std::vector<std::string> &args) {
   return spectra::sweep::runQueue({{args[0], args, ""}}, {{"", "", {}}}).outcomes[0].exitCode;
 }
 
+/// Learning curves of `runs` into `png` (spectra-plot-curves.py beside this program); a
+/// warning, never a failure, when it cannot be drawn.
+void drawCurves(const std::string &png, const std::vector<std::string> &runs) {
+  std::string exe = selfPath();
+  std::string script = exe.substr(0, exe.rfind('/')) + "/spectra-plot-curves.py";
+  if (!exists(script)) {
+    std::cerr << "spectra-train: warning: " << script << " is missing; no curves\n";
+    return;
+  }
+  std::vector<std::string> args = {"/usr/bin/env", "python3", script, png};
+  args.insert(args.end(), runs.begin(), runs.end());
+  if (int rc = runChild(args); rc != 0)
+    std::cerr << "spectra-train: warning: the curves were not drawn (" << script << " exited " << rc
+              << ")\n";
+}
+
 struct Row {
   std::map<std::string, json> byTask;  ///< task -> report.json
 };
@@ -400,6 +424,7 @@ std::string formatted(double x, int digits) {
 int writeTable(const std::string &out) {
   std::map<std::string, Row> rows;
   std::vector<std::string> tasks;
+  std::map<std::string, std::vector<std::string>> runDirs;  // task -> its runs (for the curves)
   for (auto *task : kTasks) {
     std::string dir = out + "/" + task;
     DIR *d = ::opendir(dir.c_str());
@@ -410,6 +435,7 @@ int writeTable(const std::string &out) {
       std::string report = dir + "/" + e->d_name + "/report.json";
       if (e->d_name[0] == '.' || !exists(report))
         continue;
+      runDirs[task].push_back(dir + "/" + e->d_name);
       std::ifstream in(report);
       json j = json::parse(in, nullptr, false);
       if (j.is_discarded() || !j.contains("attention")) {
@@ -437,7 +463,8 @@ int writeTable(const std::string &out) {
 
   std::ofstream csv(out + "/results.csv");
   csv << "task,attention,component,weights,test_accuracy,best_val_accuracy,train_seconds,"
-         "peak_bytes,peak_kind,steps,early_stopped,time_limited,diverged_at,device,precision\n";
+         "peak_bytes,peak_kind,steps,early_stopped,time_limited,diverged_at,device,precision,"
+         "majority_baseline\n";
   for (auto &a : order)
     for (auto &t : tasks)
       if (rows[a].byTask.count(t)) {
@@ -448,7 +475,8 @@ int writeTable(const std::string &out) {
             << j["peak_bytes"].get<int64_t>() << "," << j["peak_kind"].get<std::string>() << ","
             << j["steps"].get<int64_t>() << "," << (j["early_stopped"].get<bool>() ? 1 : 0) << ","
             << (j.value("time_limited", false) ? 1 : 0) << "," << j.value("diverged_at", int64_t(0)) << ","
-            << j["device"].get<std::string>() << "," << j["precision"].get<std::string>() << "\n";
+            << j["device"].get<std::string>() << "," << j["precision"].get<std::string>() << ","
+            << j.value("majority_baseline", -1.0) << "\n";
       }
   csv.close();
 
@@ -529,6 +557,11 @@ int writeTable(const std::string &out) {
   int rc = runChild({"/usr/bin/env", "python3", script, out + "/results.csv", out + "/results.png"});
   if (rc != 0)
     std::cerr << "spectra-train: warning: the plot was not written (" << script << " exited " << rc << ")\n";
+  // One figure per task with every run's curves, one line per attention.
+  for (auto &[task, dirs] : runDirs) {
+    std::sort(dirs.begin(), dirs.end());
+    drawCurves(out + "/" + task + "/curves.png", dirs);
+  }
   return 0;
 }
 
@@ -707,6 +740,39 @@ int sweepCommand(int argc, char **argv) {
   return rc;
 }
 
+/// spectra-train plot RUN_DIR... [--out FILE]: the learning curves of finished or interrupted
+/// runs, redrawn from their metrics.jsonl (one run: RUN_DIR/curves.png by default).
+int plotCommand(int argc, char **argv) {
+  std::vector<std::string> runs;
+  std::string png;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << "usage: spectra-train plot RUN_DIR [RUN_DIR ...] [--out FILE.png]\n"
+                   "  the learning curves of runs (one line per run), from their metrics.jsonl;\n"
+                   "  default --out: RUN_DIR/curves.png for one run, curves.png for several\n";
+      return 0;
+    }
+    if (arg == "--out") {
+      if (i + 1 >= argc)
+        throw std::invalid_argument("--out needs a file name");
+      png = argv[++i];
+    } else if (arg.rfind("--", 0) == 0) {
+      throw std::invalid_argument("unknown option '" + arg + "' for plot (--out FILE)");
+    } else {
+      if (!exists(arg + "/metrics.jsonl"))
+        throw std::invalid_argument("'" + arg + "' is not a run directory (no metrics.jsonl)");
+      runs.push_back(arg);
+    }
+  }
+  if (runs.empty())
+    throw std::invalid_argument("plot needs at least one run directory (spectra-train plot --help)");
+  if (png.empty())
+    png = runs.size() == 1 ? runs[0] + "/curves.png" : "curves.png";
+  drawCurves(png, runs);
+  return exists(png) ? 0 : 1;
+}
+
 int tableCommand(int argc, char **argv) {
   Args a = parseArgs(argc, argv, 2);
   return writeTable(a.values.count("out") ? a.values["out"] : "runs/sweep");
@@ -730,15 +796,18 @@ int main(int argc, char **argv) {
       return sweepCommand(argc, argv);
     if (command == "table")
       return tableCommand(argc, argv);
+    if (command == "plot")
+      return plotCommand(argc, argv);
 #else
-    if (command == "train" || command == "sweep" || command == "table" || command.rfind("--", 0) == 0) {
+    if (command == "train" || command == "sweep" || command == "table" || command == "plot" ||
+        command.rfind("--", 0) == 0) {
       std::cerr << "spectra-train: error: this build has no LibTorch (SPECTRA_ENABLE_TORCH=OFF); "
                    "only generate-listops is available\n";
       return 2;
     }
 #endif
     std::cerr << "spectra-train: error: unknown command '" << command
-              << "'; commands: train, sweep, table, generate-listops\n";
+              << "'; commands: train, sweep, table, plot, generate-listops\n";
     return usage(std::cerr, 2);
   } catch (const std::invalid_argument &e) {
     std::cerr << "spectra-train: error: " << e.what() << "\n";
