@@ -26,13 +26,20 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.valueDim = valueDim;
     options.tileRows = tileRows;
     options.inputType = inputType;
+    NamedAttrList missing;
     for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
       std::string backwardError;
       if (failed(buildTileKernels(module, map, options, &backwardError)))
         return signalPassFailure();
-      if (!backwardError.empty())
+      if (!backwardError.empty()) {
         map.emitWarning() << "no backward kernels: " << backwardError;
+        missing.set(map.getSymNameAttr(), StringAttr::get(&getContext(), backwardError));
+      }
     }
+    // Why a map has no backward kernels travels with the module (the maps are dropped
+    // before the lowering): spectra.backward_errors = {map = "reason"}.
+    if (!missing.empty())
+      module->setAttr(kBackwardErrorsAttr, missing.getDictionary(&getContext()));
   }
 };
 } // namespace

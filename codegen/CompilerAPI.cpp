@@ -247,21 +247,28 @@ struct spectra_cpu_kernel {
   std::map<std::string, std::string> abi;  // by kind: the kernel ABI (spectra_cpu_kernel_abi)
 };
 
-/// Each kernel's ABI as text: "grid=<rule>;chunk_rows=<n>;" then "name:role:rank;" per argument.
+/// Each kernel's ABI as text: "grid=<rule>;chunk_rows=<n>;" then "name:role:rank:element;" per
+/// argument (element: f32, bf16 or f16).
 static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
   for (auto fn : module.getOps<func::FuncOp>()) {
     auto kind = fn->getAttrOfType<StringAttr>(sp::kKernelKindAttr);
     auto names = fn->getAttrOfType<ArrayAttr>(sp::kKernelArgNamesAttr);
     auto roles = fn->getAttrOfType<ArrayAttr>(sp::kKernelArgRolesAttr);
-    if (!kind || !names || !roles)
+    auto grid = fn->getAttrOfType<StringAttr>(sp::kKernelGridAttr);
+    if (!kind || !names || !roles || !grid || names.size() != fn.getNumArguments() ||
+        roles.size() != fn.getNumArguments())
       continue;
-    std::string text = "grid=" + fn->getAttrOfType<StringAttr>(sp::kKernelGridAttr).getValue().str() + ";";
+    std::string text = "grid=" + grid.getValue().str() + ";";
     if (auto chunk = fn->getAttrOfType<IntegerAttr>(sp::kKernelChunkRowsAttr))
       text += "chunk_rows=" + std::to_string(chunk.getInt()) + ";";
-    for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes()))
+    for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes())) {
+      auto memref = cast<MemRefType>(type);
+      std::string element;
+      llvm::raw_string_ostream(element) << memref.getElementType();
       text += cast<StringAttr>(names[i]).getValue().str() + ":" +
               cast<StringAttr>(roles[i]).getValue().str() + ":" +
-              std::to_string(cast<MemRefType>(type).getRank()) + ";";
+              std::to_string(memref.getRank()) + ":" + element + ";";
+    }
     kernel.abi[kind.getValue().str()] = text;
   }
 }
@@ -422,14 +429,14 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   for (auto &[build, name] : stages) {
     PassManager pm(&ctx.context);
     build(pm);
-    size_t before = ctx.diagnostics.size();
     if (failed(pm.run(source)))
       return failKernel(error, std::string(emulatedDtype ? "compiling the emulated GPU kernels"
                                                          : "compiling the CPU kernels") +
                                    " failed (stage " + name + "):\n" + ctx.diagnostics);
-    // The tile stage warns when the backward cannot be derived; the forward still works.
-    if (firstStage && ctx.diagnostics.size() > before)
-      result->backwardError = ctx.diagnostics.substr(before);
+    // The tile stage records why a map has no backward kernels; the forward still works.
+    if (auto errors = source->getAttrOfType<DictionaryAttr>(sp::kBackwardErrorsAttr))
+      if (auto why = errors.getAs<StringAttr>(mapName); firstStage && why)
+        result->backwardError = why.str();
     if (firstStage)
       recordAbi(*result, source);
     firstStage = false;
@@ -720,15 +727,6 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
       sp::gpuArtifact(source, mapName, options, spectra_compiler_version());
   if (!artifact)
     return fail(error, llvm::toString(artifact.takeError()));
-  // The tile stage warns when the backward cannot be derived: the forward kernels are there,
-  // and the artifact says why the backward ones are not (as spectra_cpu_kernel_entry does).
-  if (!ctx.diagnostics.empty()) {
-    llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(*artifact);
-    if (parsed && parsed->getAsObject()) {
-      parsed->getAsObject()->insert({"backward_error", ctx.diagnostics});
-      return duplicate(llvm::formatv("{0:2}", *parsed).str());
-    }
-  }
   return duplicate(*artifact);
 }
 

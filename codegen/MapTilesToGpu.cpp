@@ -516,6 +516,16 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
       }
       auto names = fn->getAttrOfType<ArrayAttr>(kKernelArgNamesAttr);
       auto roles = fn->getAttrOfType<ArrayAttr>(kKernelArgRolesAttr);
+      auto gridRule = fn->getAttrOfType<StringAttr>(kKernelGridAttr);
+      auto threadCount = fn->getAttrOfType<IntegerAttr>(kKernelThreadsAttr);
+      auto chunkRowCount = fn->getAttrOfType<IntegerAttr>(kKernelChunkRowsAttr);
+      if (!names || !roles || !gridRule || !threadCount || !chunkRowCount ||
+          names.size() != fn.getNumArguments() || roles.size() != fn.getNumArguments()) {
+        fn.emitOpError("spectra-describe-gpu-kernels: a mapped kernel needs its ABI attributes "
+                       "(spectra.arg_names, spectra.arg_roles, spectra.grid, spectra.threads, "
+                       "spectra.chunk_rows; run spectra-map-tiles-to-gpu first)");
+        return signalPassFailure();
+      }
       llvm::json::Array args;
       for (Value operand : launchOp.getKernelOperands()) {
         auto arg = dyn_cast<BlockArgument>(operand);
@@ -550,9 +560,9 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
       kernels.push_back(llvm::json::Object{
           {"kind", kind.getValue()},
           {"name", fn.getSymName()},
-          {"grid", fn->getAttrOfType<StringAttr>(kKernelGridAttr).getValue()},
-          {"block", fn->getAttrOfType<IntegerAttr>(kKernelThreadsAttr).getInt()},
-          {"chunk_rows", fn->getAttrOfType<IntegerAttr>(kKernelChunkRowsAttr).getInt()},
+          {"grid", gridRule.getValue()},
+          {"block", threadCount.getInt()},
+          {"chunk_rows", chunkRowCount.getInt()},
           {"shared_bytes", shared},
           {"args", std::move(args)}});
     }
@@ -627,6 +637,10 @@ llvm::Expected<std::string> mlir::spectra::gpuArtifact(ModuleOp module, StringRe
   if (!kernels)
     return llvm::createStringError("internal error: the launch description is not JSON: " +
                                    llvm::toString(kernels.takeError()));
+  std::string backwardError;
+  if (auto errors = module->getAttrOfType<DictionaryAttr>(kBackwardErrorsAttr))
+    if (auto why = errors.getAs<StringAttr>(featureMap))
+      backwardError = why.str();
   llvm::json::Object artifact{{"version", 3},
                               {"feature_map", featureMap},
                               {"target", options.chip.getValue()},
@@ -635,6 +649,8 @@ llvm::Expected<std::string> mlir::spectra::gpuArtifact(ModuleOp module, StringRe
                               {"compiler", compilerVersion},
                               {"kernels", std::move(*kernels)},
                               {"ptx", ptx}};
+  if (!backwardError.empty())
+    artifact.insert({"backward_error", backwardError});
   return llvm::formatv("{0:2}", llvm::json::Value(std::move(artifact))).str();
 }
 

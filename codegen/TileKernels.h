@@ -82,6 +82,8 @@ struct TileKernelOptions {
 };
 
 /// Attributes of the kernel ABI (see above).
+/// The module attribute naming, per feature map, why it has no backward kernels.
+inline constexpr llvm::StringLiteral kBackwardErrorsAttr = "spectra.backward_errors";
 inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";

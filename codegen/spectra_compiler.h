@@ -61,14 +61,16 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const cha
 /* A kernel's C entry point by kind ("kv", "kv_combine", "readout", "query_backward",
  * "dsummary_combine", "key_backward", "dweights_combine", "dparams_combine"):
  * void (*)(StridedMemRef *...) in the argument order of
- * codegen/TileKernels.h, memrefs of f32 as MLIR lays them out ({allocated,
- * aligned, offset, sizes[R], strides[R]}). NULL when missing; *why then says
+ * codegen/TileKernels.h (spectra_cpu_kernel_abi), memrefs as MLIR lays them
+ * out ({allocated, aligned, offset, sizes[R], strides[R]}; f32, or the rows'
+ * bf16/f16 in the emulated GPU kernels). NULL when missing; *why then says
  * why (a component that could not be differentiated has no backward). */
 SPECTRA_API void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
                                            const char **why);
 /* A kernel's ABI, generated from its signature (codegen/TileKernels.h): "grid=RULE;"
- * ("chunk_rows=N;" for the mapped GPU kernels), then "NAME:ROLE:RANK;" per argument
- * in order. "" when unknown (kernels loaded from a cached object). */
+ * ("chunk_rows=N;" for the mapped GPU kernels), then "NAME:ROLE:RANK:ELEMENT;" per
+ * argument in order (ELEMENT: f32, bf16, f16). Cached objects carry it. "" for an
+ * unknown kind. */
 SPECTRA_API const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const char *kind);
 /* The kernel's IR at a stage of spectra-cpu-pipeline: "tiles", "vectors" or "llvm". */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);

@@ -16,7 +16,6 @@
 namespace spectra {
 namespace {
 
-/// MLIR's memref descriptor for a rank-R f32 memref (what the C interface takes).
 /// The kernel of `kind` and its generated ABI (codegen: spectra_cpu_kernel_abi).
 std::pair<void *, KernelAbi> kernelOf(spectra_cpu_kernel *kernels, const char *kind,
                                       const std::string &name) {

@@ -76,7 +76,6 @@ public:
                 "(their gradient is not computed); use mode 'reference'");
     FusedInputs in{qs, ks, vs, W, params, keep, rowscale, qscale, kscale};
     FusedForward saved = self->runForward(in);
-    // An undefined qstat (GPU: recomputed by the backward) is saved as such.
     ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, qscale, kscale, saved.S,
                             saved.z, saved.out, saved.shift, saved.qstat, saved.zabs});
     ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);

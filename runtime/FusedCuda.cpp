@@ -37,16 +37,8 @@ KernelAbi kernelOf(const json &k) {
     badArtifact("kernel '" + abi.name + "' has " + std::to_string(abi.threads) + " threads per block");
   for (const json &arg : k.at("args"))
     abi.args.push_back({arg.at("name").get<std::string>(), arg.at("role").get<std::string>(),
-                        arg.at("rank").get<int64_t>()});
+                        arg.at("rank").get<int64_t>(), arg.at("element").get<std::string>()});
   return abi;
-}
-
-std::string dtypeName(torch::ScalarType t) {
-  switch (t) {
-  case torch::kBFloat16: return "bf16";
-  case torch::kHalf: return "f16";
-  default: return "f32";
-  }
 }
 
 } // namespace
@@ -179,7 +171,7 @@ const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Te
   int device = t.device().index();
   auto [major, minor] = cuda::computeCapability(device);
   std::string target = gpuTargetFor(major, minor);
-  std::string dtype = dtypeName(t.scalar_type());
+  std::string dtype = elementName(t.scalar_type());
   std::string key = std::to_string(device) + "/" + target + "/" + dtype + "/" + std::to_string(dv);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = loaded.find(key);
@@ -234,7 +226,7 @@ void checkAgainstArtifact(const GpuArtifact &a, const FusedInputs &in, const std
 FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
-  checkAgainstArtifact(k.artifact, in, dtypeName(in.qs.scalar_type()));
+  checkAgainstArtifact(k.artifact, in, elementName(in.qs.scalar_type()));
   return launchForward(CudaLauncher(k.artifact, k.functions, in.qs.device().index()), in,
                        descriptor().numFeatures());
 }

@@ -69,8 +69,7 @@ const FusedEmulatedAttention::Kernels &FusedEmulatedAttention::kernelsFor(int64_
   if (!kernels) {
     auto k = std::make_shared<Kernels>();
     k->handle = compile(dv);
-    for (const char *kind : {"kv", "kv_combine", "readout", "query_backward", "dsummary_combine",
-                             "key_backward", "dweights_combine", "dparams_combine"}) {
+    for (const char *kind : kKernelKinds) {
       const char *why = nullptr;
       void *entry = spectra_cpu_kernel_entry(k->handle, kind, &why);
       if (!entry) {

@@ -19,16 +19,47 @@ KernelAbi KernelAbi::parse(const std::string &text) {
     } else if (part.rfind("chunk_rows=", 0) == 0) {
       abi.chunkRows = std::stoll(part.substr(11));
     } else {
-      size_t a = part.find(':'), b = part.rfind(':');
-      if (a == std::string::npos || a == b)
-        throw std::invalid_argument("kernel ABI: malformed argument '" + part + "' in '" + text + "'");
-      abi.args.push_back({part.substr(0, a), part.substr(a + 1, b - a - 1), std::stoll(part.substr(b + 1))});
+      std::vector<std::string> fields;
+      std::stringstream fieldStream(part);
+      for (std::string field; std::getline(fieldStream, field, ':');)
+        fields.push_back(field);
+      if (fields.size() != 4 || fields[0].empty() || fields[1].empty() ||
+          fields[2].find_first_not_of("0123456789") != std::string::npos || fields[2].empty())
+        throw std::invalid_argument("kernel ABI: malformed argument '" + part + "' in '" + text +
+                                    "' (name:role:rank:element)");
+      abi.args.push_back({fields[0], fields[1], std::stoll(fields[2]), fields[3]});
     }
   }
   if (abi.grid.empty() || abi.args.empty())
     throw std::invalid_argument("kernel ABI: no grid or no arguments in '" + text + "'");
   return abi;
 }
+
+std::string elementName(torch::ScalarType type) {
+  return type == torch::kBFloat16 ? "bf16" : type == torch::kHalf ? "f16" : "f32";
+}
+
+namespace {
+/// The checks every operand passes: element type, unit inner stride, dense below the
+/// outermost of the kernel's dimensions (from `first` on).
+void checkOperand(const KernelAbi &abi, const KernelArgSpec &arg, const torch::Tensor &t,
+                  int64_t first) {
+  const bool kernelType = t.scalar_type() == torch::kFloat32 ||
+                          t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+  TORCH_CHECK(arg.element.empty() || (kernelType && elementName(t.scalar_type()) == arg.element),
+              "spectra kernel '", abi.kind, "': buffer '", arg.name, "' is ", t.scalar_type(),
+              ", the kernel takes ", arg.element);
+  if (t.numel() == 0)
+    return;
+  int64_t expected = 1;
+  for (int64_t d = t.dim() - 1; d > first; --d) {
+    TORCH_CHECK(t.size(d) == 1 || t.stride(d) == expected, "spectra kernel '", abi.kind,
+                "': buffer '", arg.name, "' of shape ", t.sizes(), " has strides ", t.strides(),
+                "; the kernel needs its inner dimensions dense");
+    expected *= t.size(d);
+  }
+}
+} // namespace
 
 std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
                                           const std::map<std::string, torch::Tensor> &buffers) {
@@ -41,8 +72,7 @@ std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
     const torch::Tensor &t = it->second;
     TORCH_CHECK(t.dim() == arg.rank, "spectra kernel '", abi.kind, "': buffer '", arg.name,
                 "' has rank ", t.dim(), ", the kernel takes rank ", arg.rank);
-    TORCH_CHECK(t.numel() == 0 || t.stride(-1) == 1, "spectra kernel '", abi.kind, "': buffer '",
-                arg.name, "' needs a unit inner stride");
+    checkOperand(abi, arg, t, 0);
     operands.push_back(t);
   }
   return operands;
@@ -120,8 +150,7 @@ SliceCall::SliceCall(void *entry, const KernelAbi &abi,
     TORCH_CHECK(o.lead >= 0 && o.lead <= 3 && (expectedLead < 0 || o.lead == expectedLead),
                 "spectra kernel '", abi.kind, "': buffer '", arg.name, "' (role ", arg.role,
                 ") has shape ", t.sizes(), " for a rank-", arg.rank, " argument");
-    TORCH_CHECK(t.numel() == 0 || t.stride(-1) == 1, "spectra kernel '", abi.kind, "': buffer '",
-                arg.name, "' needs a unit inner stride");
+    checkOperand(abi, arg, t, o.lead);
     operands.push_back(std::move(o));
   }
 }

@@ -30,11 +30,21 @@
 
 namespace spectra {
 
-/// One argument of a compiled kernel (its ABI).
+/// One argument of a compiled kernel (its ABI): element "f32", "bf16" or "f16".
 struct KernelArgSpec {
   std::string name, role;
   int64_t rank = 0;
+  std::string element;
 };
+
+/// The kernel kinds of a feature map, in launch order (codegen's tileKernelKinds).
+inline const char *const kKernelKinds[] = {"kv",           "kv_combine",      "readout",
+                                           "query_backward", "dsummary_combine", "key_backward",
+                                           "dweights_combine", "dparams_combine"};
+
+/// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
+/// the type the runtime computes them in).
+std::string elementName(torch::ScalarType type);
 
 /// A compiled kernel's ABI: its kind, symbol, grid rule ("keys", "queries": a block
 /// per (row chunk, slice); "slices": a block per slice; "one": one block), rows per
@@ -43,13 +53,15 @@ struct KernelAbi {
   std::string kind, name, grid;
   int64_t chunkRows = 0, threads = 1, sharedBytes = 0;
   std::vector<KernelArgSpec> args;
-  /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;name:role:rank;...");
+  /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;name:role:rank:element;...");
   /// throws std::invalid_argument naming the part.
   static KernelAbi parse(const std::string &text);
 };
 
-/// The buffers named by a kernel's ABI, in its argument order; each tensor's rank
-/// must be the ABI's and its inner stride 1 (TORCH_CHECK naming the kernel and buffer).
+/// The buffers named by a kernel's ABI, in its argument order; each tensor's rank and
+/// element type must be the ABI's and every dimension but the outermost dense (the kernels
+/// are compiled for identity layouts: only the outermost stride is free; TORCH_CHECK naming
+/// the kernel and buffer).
 std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
                                           const std::map<std::string, torch::Tensor> &buffers);
 

@@ -1,6 +1,7 @@
 //===- SpectralAttention.cpp - random-feature attention as a torch module -===//
 
 #include "runtime/SpectralAttention.h"
+#include "runtime/KernelLaunch.h"
 
 
 #include <stdexcept>
@@ -93,7 +94,7 @@ const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
 
 const FusedEmulatedAttention &SpectralAttentionImpl::fusedEmulated(torch::ScalarType type) {
   // bf16 and f16 inputs run as such (accumulating in f32), everything else in f32.
-  std::string dtype = type == torch::kBFloat16 ? "bf16" : type == torch::kHalf ? "f16" : "f32";
+  std::string dtype = elementName(type);
   std::lock_guard<std::mutex> lock(compileMutex);
   auto &kernels = emulated[dtype];
   if (!kernels)

@@ -9,7 +9,7 @@
 //   cpu:           tiles (the kernels as linalg on static tiles), vectors
 //                  (register-tiled vector code), llvm (lowered); each a prefix
 //                  of spectra-cpu-pipeline, the pipeline the JIT runs
-//   sm_80, sm_90a: gpu (the gpu.module of kernels), llvm (NVVM), ptx,
+//   sm_80, sm_90a: gpu (the tile kernels mapped to blocks and threads), llvm (NVVM), ptx,
 //                  artifact (launch description + PTX as JSON)
 //
 //===----------------------------------------------------------------------===//
@@ -75,7 +75,7 @@ static cl::opt<std::string> emit("emit",
                                           "the runtime reads); --target cpu: tiles (the kernels "
                                           "as linalg on tiles), vectors (register-tiled vector "
                                           "code), llvm (lowered); --target sm_80|sm_90a: gpu "
-                                          "(the kernels' gpu.module), llvm (NVVM), ptx, artifact "
+                                          "(the tile kernels mapped to blocks and threads), llvm (NVVM), ptx, artifact "
                                           "(launch description and PTX as JSON)"),
                                  cl::init("spectra"), cl::cat(category));
 static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or sm_90a"),

@@ -305,7 +305,7 @@ int attention(const Args &args) {
     Weights w = weightsFor(args, desc, torch::kFloat32);
     if (deviceName == "gpu-emulated") {
       // The GPU kernels' mapped IR run on the CPU, with q, k, v in the requested dtype.
-      std::string dt = dtype == torch::kBFloat16 ? "bf16" : dtype == torch::kFloat16 ? "f16" : "f32";
+      std::string dt = spectra::elementName(dtype);
       FusedEmulatedAttention fused =
           args.has("ir") ? FusedEmulatedAttention::fromIR(irText, args.get("ir"), args.get("feature-map"), dt)
                          : FusedEmulatedAttention(args.get("variant"), config, dt);
