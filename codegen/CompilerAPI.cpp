@@ -4,6 +4,7 @@
 
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuLowering.h"
+#include "frontend/OptionText.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/TileKernels.h"
 #include "codegen/ExportFeatureMap.h"
@@ -103,15 +104,11 @@ static std::string variantOptions(int64_t m, int64_t d, int64_t seed, const char
   opts.m = m;
   opts.d = d;
   opts.seed = seed;
-  llvm::SmallVector<llvm::StringRef> pairs;
-  llvm::StringRef(options ? options : "").split(pairs, ',', -1, /*KeepEmpty=*/false);
-  for (llvm::StringRef pair : pairs) {
-    auto [key, value] = pair.split('=');
-    double number;
-    if (key.trim().empty() || value.trim().getAsDouble(number))
-      return "option '" + pair.str() + "' is not NAME=VALUE with a number";
-    opts.componentOptions[key.trim().str()] = number;
-  }
+  std::map<std::string, double> parsed;
+  if (std::string error = ::spectra::parseOptionList(options ? options : "", parsed); !error.empty())
+    return "option " + error;
+  for (const auto &[key, value] : parsed)
+    opts.componentOptions[key] = value;
   return "";
 }
 

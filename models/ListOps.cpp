@@ -1,6 +1,7 @@
 //===- ListOps.cpp - the LRA ListOps generator ----------------------------===//
 
 #include "models/ListOps.h"
+#include "runtime/Paths.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -165,19 +166,11 @@ int evaluateListOps(const std::string &source) {
 }
 
 void writeListOpsTsv(const std::string &path, const std::vector<ListOpsExample> &examples) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      throw std::runtime_error("cannot write '" + tmp + "'");
-    out << "Source\tTarget\n";
-    for (const ListOpsExample &e : examples)
-      out << e.source << "\t" << e.target << "\n";
-    if (!out.flush())
-      throw std::runtime_error("writing '" + tmp + "' failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "'");
+  std::string text = "Source\tTarget\n";
+  for (const ListOpsExample &e : examples)
+    text += e.source + "\t" + std::to_string(e.target) + "\n";
+  if (std::string error; !writeFileAtomically(path, text, &error))
+    throw std::runtime_error(error);
 }
 
 } // namespace spectra::data

@@ -292,11 +292,15 @@ void saveCheckpoint(const std::string &path, LraModel &model, torch::optim::Opti
   }
   json counters = c;
   archive.write("counters", c10::IValue(counters.dump()));
-  std::string temporary = path + ".tmp";
-  archive.save_to(temporary);
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot move the checkpoint into place at '" + path +
-                             "': " + std::strerror(errno));
+  std::string error;
+  if (!replaceAtomically(
+          path,
+          [&](const std::string &temporary) {
+            archive.save_to(temporary);
+            return true;
+          },
+          &error))
+    throw std::runtime_error("cannot write the checkpoint: " + error);
 }
 
 std::string readString(torch::serialize::InputArchive &archive, const std::string &key) {
@@ -386,20 +390,6 @@ void promotePendingBest(const std::string &bestPath, int64_t bestStep) {
   } else {
     std::remove(pending.c_str());
   }
-}
-
-/// Writes `text` to `path` through a temporary file and a rename.
-void writeFileAtomically(const std::string &path, const std::string &text) {
-  std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out)
-      throw std::runtime_error("cannot write '" + temporary + "'");
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot move '" + temporary + "' into place: " + std::strerror(errno));
 }
 
 class MetricsLog {
@@ -900,7 +890,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   report["task"] = o.task;
   report["attention"] = o.attention;
   report["options"] = trajectory;
-  writeFileAtomically(o.out + "/report.json", report.dump(2) + "\n");
+  if (std::string error; !writeFileAtomically(o.out + "/report.json", report.dump(2) + "\n", &error))
+    throw std::runtime_error(error);
   return r;
 }
 

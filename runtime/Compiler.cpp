@@ -3,6 +3,7 @@
 #include "runtime/Compiler.h"
 
 #include "codegen/spectra_compiler.h"
+#include "frontend/OptionText.h"
 
 #include <memory>
 #include <sstream>
@@ -24,11 +25,7 @@ Descriptor finish(char *text, char *error) { return Descriptor::fromJson(take(te
 } // namespace
 
 std::string variantOptionsText(const VariantConfig &config) {
-  std::ostringstream options;
-  options.precision(17);
-  for (const auto &[key, value] : config.options)
-    options << (options.tellp() > 0 ? "," : "") << key << "=" << value;
-  return options.str();
+  return formatOptionList(config.options);
 }
 
 spectra_cpu_kernel *kernelOrThrow(spectra_cpu_kernel *kernel, char *error) {

@@ -43,25 +43,6 @@ std::string readFile(const std::string &path, bool &ok) {
   return buffer.str();
 }
 
-/// Writes through a temporary file renamed into place (atomic on POSIX).
-bool writeAtomically(const std::string &path, const std::string &bytes) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out)
-      return false;
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.flush())
-      return false;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
 std::string cacheDirectoryFromEnvironment() {
   if (const char *dir = std::getenv("SPECTRA_CACHE_DIR"))
     return dir;
@@ -178,7 +159,7 @@ bool KernelCache::readEntry(const std::string &path, CacheEntry &entry) {
 }
 
 void KernelCache::writeEntry(const std::string &path, const CacheEntry &entry) {
-  if (writeAtomically(path, encodeCacheEntry(entry)))
+  if (writeFileAtomically(path, encodeCacheEntry(entry)))
     ++counters.diskWrites;
   else
     TORCH_WARN("spectra: could not write the cache entry '", path, "' (", std::strerror(errno),
@@ -195,7 +176,7 @@ void KernelCache::dump(const std::string &name, const std::string &key, const Ca
   }
   std::string base = std::string(dir) + "/" + fileSafe(name) + "." + key.substr(0, 12) + ".";
   for (const auto &[section, bytes] : entry)
-    writeAtomically(base + section, bytes);
+    writeFileAtomically(base + section, bytes);
 }
 
 std::shared_ptr<spectra_cpu_kernel>

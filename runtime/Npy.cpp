@@ -1,6 +1,7 @@
 //===- Npy.cpp - NumPy .npy reading and writing --------------------------===//
 
 #include "runtime/Npy.h"
+#include "runtime/Paths.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -105,23 +106,22 @@ void writeNpy(const std::string &path, const torch::Tensor &tensor) {
   // Pad so that the data starts at a multiple of 64 bytes.
   size_t total = 10 + header.size() + 1;
   header += std::string((64 - total % 64) % 64, ' ') + "\n";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out)
-      throw std::runtime_error(path + ": cannot open for writing");
-    out.write("\x93NUMPY\x01\x00", 8);
-    unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff),
-                            static_cast<unsigned char>(header.size() >> 8)};
-    out.write(reinterpret_cast<char *>(len), 2);
-    out << header;
-    out.write(static_cast<const char *>(t.data_ptr()),
-              static_cast<std::streamsize>(t.numel() * t.element_size()));
-    if (!out)
-      throw std::runtime_error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error(path + ": cannot move the written file into place");
+  std::string error;
+  if (!replaceAtomically(
+          path,
+          [&](const std::string &temporary) {
+            std::ofstream out(temporary, std::ios::binary);
+            out.write("\x93NUMPY\x01\x00", 8);
+            unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff),
+                                    static_cast<unsigned char>(header.size() >> 8)};
+            out.write(reinterpret_cast<char *>(len), 2);
+            out << header;
+            out.write(static_cast<const char *>(t.data_ptr()),
+                      static_cast<std::streamsize>(t.numel() * t.element_size()));
+            return static_cast<bool>(out.flush());
+          },
+          &error))
+    throw std::runtime_error(path + ": " + error);
 }
 
 } // namespace spectra

@@ -9,10 +9,15 @@
 #ifndef SPECTRA_RUNTIME_PATHS_H
 #define SPECTRA_RUNTIME_PATHS_H
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace spectra {
 
@@ -34,6 +39,52 @@ inline bool makeDirectories(const std::string &path, std::string *error = nullpt
     start = end + 1;
   }
   return true;
+}
+
+/// Replaces `path` atomically (POSIX rename): `write` fills a temporary file beside it (a
+/// name unique to this process and call), which is then renamed into place. A reader sees
+/// the old file or the new one, never half of one. On failure the temporary is removed, and
+/// false is returned with the reason in `error` when given; an exception from `write`
+/// propagates after the cleanup.
+inline bool replaceAtomically(const std::string &path,
+                              const std::function<bool(const std::string &temporary)> &write,
+                              std::string *error = nullptr) {
+  static std::atomic<unsigned long long> counter{0};
+  std::string temporary =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  bool written = false;
+  try {
+    written = write(temporary);
+  } catch (...) {
+    std::remove(temporary.c_str());
+    throw;
+  }
+  if (!written) {
+    std::remove(temporary.c_str());
+    if (error)
+      *error = "cannot write '" + temporary + "'";
+    return false;
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    if (error)
+      *error = "cannot move '" + temporary + "' into place at '" + path + "': " + std::strerror(errno);
+    std::remove(temporary.c_str());
+    return false;
+  }
+  return true;
+}
+
+/// Writes `bytes` to `path` atomically (replaceAtomically).
+inline bool writeFileAtomically(const std::string &path, const std::string &bytes,
+                                std::string *error = nullptr) {
+  return replaceAtomically(
+      path,
+      [&](const std::string &temporary) {
+        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return static_cast<bool>(out.flush());
+      },
+      error);
 }
 
 } // namespace spectra

@@ -21,6 +21,7 @@
 #include "codegen/Passes.h"
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
+#include "frontend/OptionText.h"
 #include "frontend/Variant.h"
 #include "passes/Passes.h"
 
@@ -179,11 +180,11 @@ int main(int argc, char **argv) {
     options.seed = seed;
     options.dtype = dtype;
     for (const std::string &kv : componentOptions) {
-      auto [key, value] = llvm::StringRef(kv).split('=');
-      double parsed;
-      if (key.empty() || value.trim().getAsDouble(parsed))
-        return fail("--option expects NAME=VALUE with a number, got '" + kv + "'");
-      options.componentOptions[key.trim().str()] = parsed;
+      std::map<std::string, double> parsed;
+      if (std::string error = ::spectra::parseOption(kv, parsed); !error.empty())
+        return fail("--option " + error);
+      for (const auto &[key, value] : parsed)
+        options.componentOptions[key] = value;
     }
     fe::Instantiation plan;
     auto built = fe::buildVariantModule(&context, *variant, options, &plan);

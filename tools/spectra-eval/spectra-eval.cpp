@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "frontend/OptionText.h"
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedEmulated.h"
@@ -166,22 +167,9 @@ Descriptor describeFrom(const Args &args, const std::string &variant, int64_t m)
   config.seed = args.integer("seed", 0);
   auto it = args.values.find("option");
   if (it != args.values.end())
-    for (const std::string &kv : it->second) {
-      auto eq = kv.find('=');
-      if (eq == std::string::npos)
-        throw std::invalid_argument("--option expects NAME=VALUE, got '" + kv + "'");
-      std::string value = kv.substr(eq + 1);
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(value, &used);
-      } catch (...) {
-        used = std::string::npos;
-      }
-      if (eq == 0 || used != value.size())
-        throw std::invalid_argument("--option expects NAME=VALUE with a number, got '" + kv + "'");
-      config.options[kv.substr(0, eq)] = v;
-    }
+    for (const std::string &kv : it->second)
+      if (std::string error = parseOption(kv, config.options); !error.empty())
+        throw std::invalid_argument("--option " + error);
   return describeVariant(variant, config);
 }
 

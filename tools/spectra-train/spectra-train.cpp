@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "frontend/OptionText.h"
 #include "models/ListOps.h"
 #include "models/Sweep.h"
 #include "runtime/Paths.h"
@@ -291,13 +292,9 @@ TrainOptions optionsFrom(const Args &a) {
     o.precision = get("precision");
   if (!get("threads").empty())
     torch::set_num_threads(static_cast<int>(toInt("threads", get("threads"))));
-  for (const std::string &kv : a.variantOptions) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw std::invalid_argument("--option expects NAME=VALUE with a number, got '" + kv + "'");
-    std::string name = kv.substr(0, eq);
-    o.model.options[name] = toDouble("option " + name, kv.substr(eq + 1));
-  }
+  for (const std::string &kv : a.variantOptions)
+    if (std::string error = ::spectra::parseOption(kv, o.model.options); !error.empty())
+      throw std::invalid_argument("--option " + error);
   o.resume = a.flags.count("resume") > 0;
   o.progress = a.flags.count("no-progress") == 0;
   return o;
