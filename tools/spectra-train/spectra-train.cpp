@@ -781,6 +781,20 @@ int main(int argc, char **argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")
     return usage(argc < 2 ? std::cerr : std::cout, argc < 2 ? 2 : 0);
   std::string command = argv[1];
+  // --help after any command: that command's usage (train and sweep share the training
+  // options, listed in the full usage).
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      if (command == "table") {
+        std::cout << "usage: spectra-train table [--out DIR]\n"
+                     "  writes DIR/results.{md,csv,png} and DIR/<task>/curves.png from the runs "
+                     "under DIR\n  (default runs/sweep)\n";
+        return 0;
+      }
+      if (command == "train" || command == "sweep" || command.rfind("--", 0) == 0)
+        return usage(std::cout, 0);
+      break;  // generate-listops and plot answer --help themselves
+    }
   try {
     if (command == "generate-listops")
       return generate(argc, argv);
