@@ -20,7 +20,7 @@
 namespace spectra {
 
 /// Parses one NAME=VALUE with a numeric VALUE into `options`; "" on success, else
-/// "expects NAME=VALUE with a number, got '<text>'".
+/// "expects NAME=VALUE with a number, got '<text>'" or "<NAME> takes a number, got '<VALUE>'".
 inline std::string parseOption(const std::string &text, std::map<std::string, double> &options) {
   auto trim = [](const std::string &s) {
     size_t a = 0, b = s.size();
@@ -33,10 +33,12 @@ inline std::string parseOption(const std::string &text, std::map<std::string, do
   size_t eq = text.find('=');
   std::string name = eq == std::string::npos ? "" : trim(text.substr(0, eq));
   std::string value = eq == std::string::npos ? "" : trim(text.substr(eq + 1));
-  char *end = nullptr;
-  double number = value.empty() ? 0 : std::strtod(value.c_str(), &end);
-  if (name.empty() || value.empty() || end != value.c_str() + value.size())
+  if (name.empty() || value.empty())
     return "expects NAME=VALUE with a number, got '" + text + "'";
+  char *end = nullptr;
+  double number = std::strtod(value.c_str(), &end);
+  if (end != value.c_str() + value.size())
+    return name + " takes a number, got '" + value + "'";
   options[name] = number;
   return "";
 }

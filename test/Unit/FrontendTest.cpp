@@ -8,6 +8,8 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include "frontend/OptionText.h"
+
 #include <gtest/gtest.h>
 
 using namespace spectra::frontend;
@@ -235,3 +237,19 @@ TEST(VariantModule, GerfOptionReachesTheFeatureMap) {
 }
 
 } // namespace
+
+// The one NAME=VALUE parser and printer (frontend/OptionText.h) of the C API and the tools.
+TEST(OptionText, ParsesPrintsAndNamesWhatIsWrong) {
+  std::map<std::string, double> options;
+  EXPECT_EQ(spectra::parseOption(" a = -0.2 ", options), "");
+  EXPECT_EQ(spectra::parseOptionList("components=4,,hidden=32", options), "");
+  EXPECT_EQ(options, (std::map<std::string, double>{{"a", -0.2}, {"components", 4}, {"hidden", 32}}));
+  std::map<std::string, double> again;
+  EXPECT_EQ(spectra::parseOptionList(spectra::formatOptionList(options), again), "");
+  EXPECT_EQ(again, options) << "printing and parsing back is exact";
+  EXPECT_EQ(spectra::formatOptionList({{"a", 0.1}}), "a=0.10000000000000001");
+  EXPECT_EQ(spectra::parseOption("a", options), "expects NAME=VALUE with a number, got 'a'");
+  EXPECT_EQ(spectra::parseOption("=3", options), "expects NAME=VALUE with a number, got '=3'");
+  EXPECT_EQ(spectra::parseOption("a=two", options), "a takes a number, got 'two'");
+  EXPECT_EQ(spectra::parseOptionList("a=1,b=x", options), "b takes a number, got 'x'");
+}
