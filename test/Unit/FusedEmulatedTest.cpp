@@ -13,6 +13,8 @@
 #include "runtime/FusedEmulated.h"
 #include "runtime/WeightFactory.h"
 
+#include "test/Unit/TestFeatures.h"
+
 #include <gtest/gtest.h>
 
 using namespace spectra;
@@ -189,19 +191,7 @@ TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
 TEST(FusedEmulated, AComponentWithoutABackwardIsTheSameOnEveryTarget) {
   // math.erf has no derivative rule: the forward kernels exist on every target, the backward
   // ones on none, and each target says why in the same words.
-  const std::string ir = R"(
-spectra.component @erfy params(%m, %d) {
-  %c = math.rsqrt %m : f32
-  spectra.params_yield scalars(%c : f32)
-} features(%wx, %xx, %ww, %c) {
-  %half = arith.constant 5.000000e-01 : f32
-  %h = arith.mulf %xx, %half : f32
-  %e = math.erf %wx : f32
-  %l = arith.subf %e, %h : f32
-  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
-}
-spectra.feature_map @erfy_orf component @erfy weights @orf m = 16 d = 8 seed = 3
-)";
+  const std::string ir = spectra::test::kUndifferentiableFeature;
   const std::string why = "'math.erf' op cannot be differentiated by spectra-derive-partials";
   FusedCpuAttention cpu = FusedCpuAttention::fromIR(ir, "erfy.mlir");
   FusedEmulatedAttention emulated = FusedEmulatedAttention::fromIR(ir, "erfy.mlir");

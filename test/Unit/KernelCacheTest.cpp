@@ -4,6 +4,8 @@
 #include "runtime/KernelCache.h"
 #include "runtime/WeightFactory.h"
 
+#include "test/Unit/TestFeatures.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -81,19 +83,7 @@ VariantConfig small() {
 TEST(KernelCache, ACachedKernelWithoutABackwardRunsForwardAndKeepsTheReason) {
   // math.erf has no derivative rule: the kernel has a forward only; loaded from the disk it
   // still runs it, and still says why the backward is missing.
-  const std::string ir = R"(
-spectra.component @erfy params(%m, %d) {
-  %c = math.rsqrt %m : f32
-  spectra.params_yield scalars(%c : f32)
-} features(%wx, %xx, %ww, %c) {
-  %half = arith.constant 5.000000e-01 : f32
-  %h = arith.mulf %xx, %half : f32
-  %e = math.erf %wx : f32
-  %l = arith.subf %e, %h : f32
-  spectra.feature_yield exp(%l : f32) scaled(%c : f32)
-}
-spectra.feature_map @erfy_orf component @erfy weights @orf m = 16 d = 8 seed = 3
-)";
+  const std::string ir = spectra::test::kUndifferentiableFeature;
   CacheDir dir("no-backward");
   KernelCache &cache = KernelCache::instance();
   FusedCpuAttention cold = FusedCpuAttention::fromIR(ir, "erfy.mlir");
