@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FmaPeak.h"
 #include "runtime/KernelCache.h"
 #include "runtime/SpectralAttention.h"
 
@@ -534,6 +535,20 @@ int main(int argc, char **argv) {
               << bytes(s, false) / tfF / 1e9 << " GB/s, forward+backward "
               << flops(Method::Fused, s, desc.m, features, true) / tbF / 1e9 << " GFLOP/s "
               << bytes(s, true) / tbF / 1e9 << " GB/s" << std::setprecision(4) << "\n";
+    if (!s.device.is_cuda()) {
+      // The share of what this CPU does at best, measured now (machines change day to day).
+      int threads = torch::get_num_threads();
+      bench::FmaPeak peak = bench::measureFmaPeak(threads);
+      if (peak.gflops > 0) {
+        double forward = flops(Method::Fused, s, desc.m, features, false) / tfF / 1e9,
+               both = flops(Method::Fused, s, desc.m, features, true) / tbF / 1e9;
+        std::cout << "CPU FMA peak      " << std::setprecision(1) << peak.gflops
+                  << " GFLOP/s (f32 FMA chains on " << threads << " thread(s), " << peak.isa
+                  << ", measured in this run): fused forward " << 100 * forward / peak.gflops
+                  << "%, forward+backward " << 100 * both / peak.gflops << "% of it"
+                  << std::setprecision(4) << "\n";
+      }
+    }
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);
     if (memF > 0 && memR > 0)

@@ -1,0 +1,86 @@
+//===- FmaPeak.cpp - the CPU's f32 FMA peak, measured in the benchmark's run ==//
+//
+// Throughput figures are stated as a share of what this CPU does at best, measured in the same
+// run (machines change from day to day): every intra-op thread runs independent chains of
+// vector FMAs (enough of them to cover the FMA latency), AVX-512 and AVX2 where the CPU has
+// them, and the faster is the peak.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FmaPeak.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <vector>
+#include <immintrin.h>
+
+namespace spectra::bench {
+namespace {
+
+constexpr int kChains = 12;  // independent accumulators per thread: latency 4 x 2 units, and more
+
+// Each chain starts from its own value, so the compiler cannot merge them into one.
+#define SPECTRA_FMA_CHAINS(FMA, V, START)                                                       \
+  V a0 = START(1.0f), a1 = START(1.001f), a2 = START(1.002f), a3 = START(1.003f),              \
+    a4 = START(1.004f), a5 = START(1.005f), a6 = START(1.006f), a7 = START(1.007f),            \
+    a8 = START(1.008f), a9 = START(1.009f), a10 = START(1.010f), a11 = START(1.011f);          \
+  for (int64_t i = 0; i < iterations; ++i) {                                                  \
+    a0 = FMA(a0, b, c); a1 = FMA(a1, b, c); a2 = FMA(a2, b, c); a3 = FMA(a3, b, c);           \
+    a4 = FMA(a4, b, c); a5 = FMA(a5, b, c); a6 = FMA(a6, b, c); a7 = FMA(a7, b, c);           \
+    a8 = FMA(a8, b, c); a9 = FMA(a9, b, c); a10 = FMA(a10, b, c); a11 = FMA(a11, b, c);       \
+  }                                                                                            \
+  V total = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+
+__attribute__((target("avx512f"))) float chains512(int64_t iterations) {
+  __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  SPECTRA_FMA_CHAINS(_mm512_fmadd_ps, __m512, _mm512_set1_ps)
+  return _mm512_reduce_add_ps(total);
+}
+
+__attribute__((target("avx2,fma"))) float chains256(int64_t iterations) {
+  __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  SPECTRA_FMA_CHAINS(_mm256_fmadd_ps, __m256, _mm256_set1_ps)
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  return lanes[0] + lanes[7];
+}
+
+/// GFLOP/s of `threads` threads each running `kernel` (lanes wide) for about `seconds`.
+double measure(float (*kernel)(int64_t), int lanes, int threads, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  kernel(1000);  // warm up (frequency, caches)
+  int64_t iterations = 1 << 16;
+  std::vector<float> results(threads);
+  for (;;) {
+    auto t0 = Clock::now();
+    at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        results[t] = kernel(iterations);  // kept: the chains cannot be optimised away
+    });
+    double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (elapsed >= seconds || iterations > (int64_t(1) << 40))
+      return 2.0 * lanes * kChains * static_cast<double>(iterations) * threads / elapsed / 1e9;
+    iterations *= 2;
+  }
+}
+
+} // namespace
+
+FmaPeak measureFmaPeak(int threads, double seconds) {
+  FmaPeak best;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    double g = measure(chains256, 8, threads, seconds);
+    if (g > best.gflops)
+      best = {g, "AVX2 (8 lanes)"};
+  }
+  if (__builtin_cpu_supports("avx512f")) {
+    double g = measure(chains512, 16, threads, seconds);
+    if (g > best.gflops)
+      best = {g, "AVX-512 (16 lanes)"};
+  }
+  return best;
+}
+
+} // namespace spectra::bench
