@@ -16,44 +16,75 @@
 namespace spectra {
 namespace {
 
-/// The kernel of `kind` and its generated ABI (codegen: spectra_cpu_kernel_abi).
-std::pair<void *, KernelAbi> kernelOf(spectra_cpu_kernel *kernels, const char *kind,
-                                      const std::string &name) {
-  const char *why = nullptr;
-  void *entry = spectra_cpu_kernel_entry(kernels, kind, &why);
-  TORCH_CHECK(entry, "spectra fused CPU attention: no '", kind, "' kernel for '", name, "'",
-              why && *why ? ": " : "", why ? why : "");
-  KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(kernels, kind));
-  abi.kind = kind;
-  return {entry, std::move(abi)};
+/// The leading dimensions the launch plan's batched buffers add to a per-slice kernel
+/// argument of `role` (as the GPU schedule batches them, codegen/MapTilesToGpu.cpp).
+int64_t batchDims(const std::string &role) {
+  if (role == "rows" || role == "mask" || role == "slice")
+    return 1;
+  return role == "partial" ? 2 : 0;
 }
 
-/// Binds the kernel of `kind` to `buffers` by its ABI.
-SliceCall bindKernel(spectra_cpu_kernel *kernels, const char *kind, const std::string &name,
-               const std::map<std::string, torch::Tensor> &buffers) {
-  auto [entry, abi] = kernelOf(kernels, kind, name);
-  return SliceCall(entry, abi, buffers);
-}
+/// The launch plan (KernelLaunch.h) run by the CPU kernels: each kernel is per slice (the CPU
+/// schedule of the tile layer), so a launch runs its (slice, row chunk) tasks on the intra-op
+/// threads; the plan sees the kernels batched, with kChunkRows rows per chunk.
+struct CpuLauncher : KernelLauncher {
+  struct Kernel {
+    void *entry = nullptr;
+    KernelAbi perSlice, batched;
+  };
+  std::map<std::string, Kernel> kernels;
+  std::string name, backwardError;
 
-/// Row chunks of a sequence of n rows: [first, first + count) per chunk.
-struct Chunks {
-  int64_t n, count;
-  explicit Chunks(int64_t n) : n(n), count(std::max<int64_t>(1, (n + FusedCpuAttention::kChunkRows - 1) /
-                                                                     FusedCpuAttention::kChunkRows)) {}
-  int64_t first(int64_t c) const { return c * FusedCpuAttention::kChunkRows; }
-  int64_t rows(int64_t c) const {
-    return std::max<int64_t>(0, std::min(FusedCpuAttention::kChunkRows, n - first(c)));
+  CpuLauncher(spectra_cpu_kernel *compiled, const std::string &name) : name(name) {
+    for (const char *kind : kKernelKinds) {
+      const char *why = nullptr;
+      void *entry = spectra_cpu_kernel_entry(compiled, kind, &why);
+      if (!entry) {
+        if (why && *why)
+          backwardError = why;
+        continue;
+      }
+      Kernel k;
+      k.entry = entry;
+      k.perSlice = KernelAbi::parse(spectra_cpu_kernel_abi(compiled, kind));
+      k.perSlice.kind = kind;
+      k.batched = k.perSlice;
+      k.batched.chunkRows = FusedCpuAttention::kChunkRows;
+      for (KernelArgSpec &arg : k.batched.args)
+        arg.rank += batchDims(arg.role);
+      kernels.emplace(kind, std::move(k));
+    }
+  }
+  const Kernel &get(const std::string &kind) const {
+    auto it = kernels.find(kind);
+    TORCH_CHECK(it != kernels.end(), "spectra fused CPU attention: no '", kind, "' kernel for '",
+                name, "'", backwardError.empty() ? "" : ": ", backwardError);
+    return it->second;
+  }
+  const KernelAbi &abi(const std::string &kind) const override { return get(kind).batched; }
+  void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
+    const Kernel &k = get(abi.kind);
+    std::array<int64_t, 3> grid = launchGrid(abi, operands);
+    if (abi.grid == "one") {
+      callHostKernel(k.entry, k.perSlice, operands);
+      return;
+    }
+    SliceCall call(k.entry, k.perSlice, operands);
+    const int64_t chunks = abi.grid == "slices" ? 1 : grid[0], slices = abi.grid == "slices" ? grid[0] : grid[1];
+    int64_t n = 0;
+    for (size_t i = 0; i < abi.args.size(); ++i)
+      if (abi.args[i].role == "rows") {
+        n = operands[i].size(1);
+        break;
+      }
+    at::parallel_for(0, slices * chunks, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        int64_t slice = task / chunks, chunk = task % chunks, first = chunk * abi.chunkRows;
+        call(slice, chunk, first, std::min(abi.chunkRows, n - first));
+      }
+    });
   }
 };
-
-/// Runs body(b, h, chunk) over every (batch, head, chunk) task on the intra-op threads.
-void forTasks(int64_t B, int64_t H, int64_t chunks,
-              const std::function<void(int64_t, int64_t, int64_t)> &body) {
-  at::parallel_for(0, B * H * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task)
-      body(task / (H * chunks), (task / chunks) % H, task % chunks);
-  });
-}
 
 } // namespace
 
@@ -99,108 +130,15 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage, int64_t dv) co
 }
 
 FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
-  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
-                dv = in.vs.size(3);
-  const int64_t F = descriptor().numFeatures();
-  const std::string &name = descriptor().name;
-  spectra_cpu_kernel *kernels = kernelsFor(dv);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  std::map<std::string, torch::Tensor> buf = {
-      {"k", in.ks}, {"v", in.vs}, {"q", in.qs}, {"keep", in.keep}, {"Wt", in.W.t().contiguous()},
-      {"ww", in.W.square().sum(1).contiguous()}, {"rowscale", in.rowscale}, {"params", in.params},
-      {"kscale", in.kscale}, {"qscale", in.qscale}};
-
-  // Keys: S, z, zabs and the feature constants per row chunk, then merged in chunk order by
-  // the compiled combine kernel (the split reduction's second stage, as on the GPU).
-  Chunks keys(Nk);
-  torch::Tensor Sp = torch::empty({B, H, keys.count, F, dv}, f32),
-                zp = torch::empty({B, H, keys.count, F}, f32), zabsp = torch::empty_like(zp),
-                cp = torch::empty_like(zp);
-  std::map<std::string, torch::Tensor> kvBuf = buf;
-  kvBuf.insert({{"S", Sp}, {"z", zp}, {"zabs", zabsp}, {"c", cp}});
-  SliceCall kv = bindKernel(kernels, "kv", name, kvBuf);
-  forTasks(B, H, keys.count, [&](int64_t b, int64_t h, int64_t c) {
-    kv(b, h, c, keys.first(c), keys.rows(c));
-  });
-  FusedForward result;
-  result.S = torch::empty({B, H, F, dv}, f32);
-  result.z = torch::empty({B, H, F}, f32);
-  result.zabs = torch::empty({B, H, F}, f32);
-  result.shift = torch::empty({B, H, F}, f32);
-  SliceCall combine = bindKernel(kernels, "kv_combine", name,
-                           {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", result.S},
-                            {"z", result.z}, {"zabs", result.zabs}, {"c", result.shift}});
-  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { combine(b, h, 0, 0, 0); });
-
-  // Queries: independent rows.
-  Chunks queries(Nq);
-  result.out = torch::empty({B, H, Nq, dv}, f32);
-  result.qstat = torch::empty({B, H, Nq, 3}, f32);
-  buf.insert({{"S", result.S}, {"z", result.z}, {"zabs", result.zabs}, {"c", result.shift},
-              {"out", result.out}, {"qstat", result.qstat}});
-  SliceCall readout = bindKernel(kernels, "readout", name, buf);
-  forTasks(B, H, queries.count, [&](int64_t b, int64_t h, int64_t c) {
-    readout(b, h, c, queries.first(c), queries.rows(c));
-  });
-  result.guarded = result.qstat.select(3, 2).sum(2);
-  return result;
+  return launchForward(CpuLauncher(kernelsFor(in.vs.size(3)), descriptor().name), in,
+                       descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
                                                           const FusedForward &saved,
-                                                          const torch::Tensor &goutIn) const {
-  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nq = in.qs.size(2), Nk = in.ks.size(2),
-                dv = in.vs.size(3);
-  const int64_t F = descriptor().numFeatures(), M = in.W.size(0), D = in.W.size(1),
-                P = in.params.size(2);
-  const std::string &name = descriptor().name;
-  spectra_cpu_kernel *kernels = kernelsFor(dv);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  Chunks queries(Nq), keys(Nk);
-  const int64_t Cq = queries.count, Ck = keys.count;
-  std::map<std::string, torch::Tensor> buf = {
-      {"q", in.qs}, {"k", in.ks}, {"v", in.vs}, {"keep", in.keep}, {"W", in.W.contiguous()},
-      {"Wt", in.W.t().contiguous()}, {"ww", in.W.square().sum(1).contiguous()},
-      {"rowscale", in.rowscale}, {"params", in.params}, {"qscale", in.qscale},
-      {"kscale", in.kscale}, {"S", saved.S}, {"St", saved.S.transpose(-1, -2).contiguous()},
-      {"z", saved.z}, {"c", saved.shift}, {"out", saved.out}, {"qstat", saved.qstat},
-      {"gout", goutIn.to(torch::kFloat32).contiguous()}};
-  torch::Tensor dq = torch::empty_like(in.qs), dk = torch::empty_like(in.ks),
-                dvOut = torch::empty_like(in.vs);
-  // Every (slice, chunk) share of dW and dparams, the queries' chunks first, in one buffer each.
-  torch::Tensor dWp = torch::empty({B, H, Cq + Ck, M, D}, f32),
-                dpp = torch::empty({B, H, Cq + Ck, P}, f32);
-
-  // Queries: dq, and per chunk dS, dz and the query share of dW and dparams.
-  torch::Tensor dSp = torch::empty({B, H, Cq, F, dv}, f32), dzp = torch::empty({B, H, Cq, F}, f32);
-  std::map<std::string, torch::Tensor> qBuf = buf;
-  qBuf.insert({{"dq", dq}, {"dS", dSp}, {"dz", dzp}, {"dW", dWp.narrow(2, 0, Cq)},
-               {"dparams", dpp.narrow(2, 0, Cq)}});
-  SliceCall queryBackward = bindKernel(kernels, "query_backward", name, qBuf);
-  forTasks(B, H, Cq, [&](int64_t b, int64_t h, int64_t c) {
-    queryBackward(b, h, c, queries.first(c), queries.rows(c));
-  });
-  torch::Tensor dS = torch::empty({B, H, F, dv}, f32), dz = torch::empty({B, H, F}, f32);
-  SliceCall dsummary = bindKernel(kernels, "dsummary_combine", name,
-                            {{"dSp", dSp}, {"dzp", dzp}, {"dS", dS}, {"dz", dz}});
-  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { dsummary(b, h, 0, 0, 0); });
-
-  // Keys: dk, dv, and the key share of dW and dparams.
-  buf.insert({{"dS", dS}, {"dSt", dS.transpose(-1, -2).contiguous()}, {"dz", dz}, {"dk", dk},
-              {"dv", dvOut}, {"dW", dWp.narrow(2, Cq, Ck)}, {"dparams", dpp.narrow(2, Cq, Ck)}});
-  SliceCall keyBackward = bindKernel(kernels, "key_backward", name, buf);
-  forTasks(B, H, Ck, [&](int64_t b, int64_t h, int64_t c) {
-    keyBackward(b, h, c, keys.first(c), keys.rows(c));
-  });
-  // The shares summed in a fixed order by the compiled combine kernels.
-  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({B, H, P}, f32);
-  auto [dwEntry, dwAbi] = kernelOf(kernels, "dweights_combine", name);
-  callHostKernel(dwEntry, dwAbi,
-                 kernelOperands(dwAbi, {{"dWp", dWp.view({B * H * (Cq + Ck), M, D})}, {"dW", dW}}));
-  SliceCall dparamsCombine =
-      bindKernel(kernels, "dparams_combine", name, {{"dparamsp", dpp}, {"dparams", dparams}});
-  forTasks(B, H, 1, [&](int64_t b, int64_t h, int64_t) { dparamsCombine(b, h, 0, 0, 0); });
-  return {dq, dk, dvOut, dW, dparams};
+                                                          const torch::Tensor &gout) const {
+  return launchBackward(CpuLauncher(kernelsFor(in.vs.size(3)), descriptor().name), in, saved,
+                        gout.to(torch::kFloat32), descriptor().numFeatures());
 }
 
 AttentionResult FusedCpuAttention::attentionWithStats(

@@ -130,24 +130,21 @@ void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::
   invoke(entry, args.data(), std::make_index_sequence<kMaxArgs>());
 }
 
-SliceCall::SliceCall(void *entry, const KernelAbi &abi,
-                     const std::map<std::string, torch::Tensor> &buffers)
+SliceCall::SliceCall(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &ops)
     : entry(entry), kind(abi.kind) {
   TORCH_CHECK(entry, "spectra kernel '", abi.kind, "': no entry point");
-  TORCH_CHECK(abi.args.size() <= kMaxArgs, "spectra kernel '", abi.kind, "': more than ", kMaxArgs,
-              " arguments");
-  for (const KernelArgSpec &arg : abi.args) {
-    auto it = buffers.find(arg.name);
-    TORCH_CHECK(it != buffers.end(), "spectra kernel '", abi.kind, "': no buffer '", arg.name,
-                "' (role ", arg.role, ")");
+  TORCH_CHECK(abi.args.size() == ops.size() && ops.size() <= kMaxArgs, "spectra kernel '",
+              abi.kind, "': ", ops.size(), " operands for ", abi.args.size(), " arguments");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const KernelArgSpec &arg = abi.args[i];
+    const torch::Tensor &t = ops[i];
     TORCH_CHECK(arg.rank >= 1 && arg.rank <= 5, "spectra kernel '", abi.kind, "': argument '",
                 arg.name, "' of rank ", arg.rank, " (1 to 5 supported)");
-    const torch::Tensor &t = it->second;
     Operand o{static_cast<char *>(t.data_ptr()), static_cast<int64_t>(t.element_size()),
               t.dim() - arg.rank, arg.rank, t.sizes().vec(), t.strides().vec(),
               arg.role == "rows" || arg.role == "mask"};
-    int64_t expectedLead = arg.role == "rows" ? 2 : arg.role == "mask" ? 1 : arg.role == "shared" ? 0 : -1;
-    TORCH_CHECK(o.lead >= 0 && o.lead <= 3 && (expectedLead < 0 || o.lead == expectedLead),
+    int64_t expectedLead = o.windowed ? 1 : arg.role == "shared" ? 0 : -1;
+    TORCH_CHECK(o.lead >= 0 && o.lead <= 2 && (expectedLead < 0 || o.lead == expectedLead),
                 "spectra kernel '", abi.kind, "': buffer '", arg.name, "' (role ", arg.role,
                 ") has shape ", t.sizes(), " for a rank-", arg.rank, " argument");
     checkOperand(abi, arg, t, o.lead);
@@ -155,10 +152,10 @@ SliceCall::SliceCall(void *entry, const KernelAbi &abi,
   }
 }
 
-void SliceCall::operator()(int64_t b, int64_t h, int64_t chunk, int64_t first, int64_t rows) const {
+void SliceCall::operator()(int64_t slice, int64_t chunk, int64_t first, int64_t rows) const {
   std::array<std::array<int64_t, 3 + 2 * 5>, kMaxArgs> words;
   std::array<void *, kMaxArgs> args{};
-  const int64_t index[3] = {b, h, chunk};
+  const int64_t index[2] = {slice, chunk};
   for (size_t i = 0; i < operands.size(); ++i) {
     const Operand &o = operands[i];
     int64_t offset = 0;

@@ -74,15 +74,16 @@ std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch:
 /// pointer per operand, operands as kernelOperands gives them).
 void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
-/// A per-slice host kernel (the CPU schedule of the tile layer) bound to whole buffers by
-/// its ABI's roles, so one (batch, head, chunk) task builds its descriptors without
-/// making tensors: `rows` buffers are [B, H, N, ...] windowed to the task's rows, `mask`
-/// [B, N] windowed likewise, `slice` and `partial` buffers are indexed by (b, h[, chunk])
-/// as far as their extra leading dimensions go, `shared` buffers are passed whole.
+/// A per-slice host kernel (the CPU schedule of the tile layer) bound to the launch plan's
+/// batched operands (kernelOperands of its ABI), so one (slice, chunk) task builds its
+/// descriptors without making tensors: `rows` [BH, N, ...] and `mask` [BH, N] operands are
+/// indexed by the slice and windowed to the task's rows, `slice` and `partial` operands are
+/// indexed by (slice[, chunk]) as far as their extra leading dimensions go, `shared` ones are
+/// passed whole.
 class SliceCall {
 public:
-  SliceCall(void *entry, const KernelAbi &abi, const std::map<std::string, torch::Tensor> &buffers);
-  void operator()(int64_t b, int64_t h, int64_t chunk, int64_t first, int64_t rows) const;
+  SliceCall(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
+  void operator()(int64_t slice, int64_t chunk, int64_t first, int64_t rows) const;
 
 private:
   struct Operand {
