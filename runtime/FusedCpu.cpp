@@ -36,19 +36,8 @@ struct CpuLauncher : KernelLauncher {
   std::string name, backwardError;
 
   CpuLauncher(spectra_cpu_kernel *compiled, const std::string &name) : name(name) {
-    for (const char *kind : kKernelKinds) {
-      const char *why = nullptr;
-      void *entry = spectra_cpu_kernel_entry(compiled, kind, &why);
-      if (!entry) {
-        if (why && *why)
-          backwardError = why;
-        continue;
-      }
-      Kernel k;
-      k.entry = entry;
-      k.perSlice = KernelAbi::parse(spectra_cpu_kernel_abi(compiled, kind));
-      k.perSlice.kind = kind;
-      k.batched = k.perSlice;
+    for (auto &[kind, host] : hostKernels(compiled, &backwardError)) {
+      Kernel k{host.entry, host.abi, host.abi};
       k.batched.chunkRows = FusedCpuAttention::kChunkRows;
       for (KernelArgSpec &arg : k.batched.args)
         arg.rank += batchDims(arg.role);

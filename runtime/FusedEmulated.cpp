@@ -11,7 +11,7 @@ namespace spectra {
 
 struct FusedEmulatedAttention::Kernels {
   spectra_cpu_kernel *handle = nullptr;
-  std::map<std::string, std::pair<void *, KernelAbi>> byKind;
+  std::map<std::string, HostKernel> byKind;
   std::string backwardError;
   ~Kernels() { spectra_cpu_kernel_free(handle); }
 };
@@ -69,18 +69,7 @@ const FusedEmulatedAttention::Kernels &FusedEmulatedAttention::kernelsFor(int64_
   if (!kernels) {
     auto k = std::make_shared<Kernels>();
     k->handle = compile(dv);
-    for (const char *kind : kKernelKinds) {
-      const char *why = nullptr;
-      void *entry = spectra_cpu_kernel_entry(k->handle, kind, &why);
-      if (!entry) {
-        if (why && *why)
-          k->backwardError = why;
-        continue;
-      }
-      KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(k->handle, kind));
-      abi.kind = kind;
-      k->byKind[kind] = {entry, std::move(abi)};
-    }
+    k->byKind = hostKernels(k->handle, &k->backwardError);
     kernels = std::move(k);
   }
   return *kernels;
@@ -93,20 +82,20 @@ std::string FusedEmulatedAttention::kernelIR(const std::string &stage, int64_t d
 namespace {
 /// The launch plan's kernels run on the CPU.
 struct EmulatedLauncher : KernelLauncher {
-  const std::map<std::string, std::pair<void *, KernelAbi>> &byKind;
+  const std::map<std::string, HostKernel> &byKind;
   const std::string &name, &backwardError;
-  EmulatedLauncher(const std::map<std::string, std::pair<void *, KernelAbi>> &byKind,
+  EmulatedLauncher(const std::map<std::string, HostKernel> &byKind,
                    const std::string &name, const std::string &backwardError)
       : byKind(byKind), name(name), backwardError(backwardError) {}
-  const std::pair<void *, KernelAbi> &get(const std::string &kind) const {
+  const HostKernel &get(const std::string &kind) const {
     auto it = byKind.find(kind);
     TORCH_CHECK(it != byKind.end(), "spectra gpu-emulated attention: no '", kind, "' kernel for '",
                 name, "'", backwardError.empty() ? "" : ": ", backwardError);
     return it->second;
   }
-  const KernelAbi &abi(const std::string &kind) const override { return get(kind).second; }
+  const KernelAbi &abi(const std::string &kind) const override { return get(kind).abi; }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
-    callHostKernel(get(abi.kind).first, abi, operands);
+    callHostKernel(get(abi.kind).entry, abi, operands);
   }
 };
 } // namespace

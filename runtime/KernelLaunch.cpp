@@ -2,6 +2,8 @@
 
 #include "runtime/KernelLaunch.h"
 
+#include "codegen/spectra_compiler.h"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -107,6 +109,24 @@ void invoke(void *entry, void *const *args, std::index_sequence<I...>) {
   reinterpret_cast<Fn>(entry)(args[I]...);
 }
 } // namespace
+
+std::map<std::string, HostKernel> hostKernels(spectra_cpu_kernel *compiled,
+                                              std::string *backwardError) {
+  std::map<std::string, HostKernel> out;
+  for (const char *kind : kKernelKinds) {
+    const char *why = nullptr;
+    void *entry = spectra_cpu_kernel_entry(compiled, kind, &why);
+    if (!entry) {
+      if (why && *why && backwardError)
+        *backwardError = why;
+      continue;
+    }
+    HostKernel k{entry, KernelAbi::parse(spectra_cpu_kernel_abi(compiled, kind))};
+    k.abi.kind = kind;
+    out.emplace(kind, std::move(k));
+  }
+  return out;
+}
 
 void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands) {
   TORCH_CHECK(operands.size() <= kMaxArgs, "spectra kernel '", abi.kind, "': more than ", kMaxArgs,

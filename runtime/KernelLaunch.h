@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+struct spectra_cpu_kernel;
+
 namespace spectra {
 
 /// One argument of a compiled kernel (its ABI): element "f32", "bf16" or "f16".
@@ -69,6 +71,16 @@ std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
 /// {ceil(rows / chunk_rows), slices, 1} for a row grid (rows and slices read off the
 /// first `rows` argument), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
 std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
+
+/// The kernels of a JIT-compiled (or cached) set, by kind, with their generated ABI; a kind
+/// without an entry (a component without a derivative has no backward kernels) is left out
+/// and `*backwardError` says why.
+struct HostKernel {
+  void *entry = nullptr;
+  KernelAbi abi;
+};
+std::map<std::string, HostKernel> hostKernels(spectra_cpu_kernel *compiled,
+                                              std::string *backwardError);
 
 /// Calls a kernel JIT-compiled for the host (its C interface: one memref descriptor
 /// pointer per operand, operands as kernelOperands gives them).
