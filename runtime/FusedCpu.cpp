@@ -114,19 +114,28 @@ spectra_cpu_kernel *FusedCpuAttention::kernelsFor(int64_t dv) const {
   return kernel.get();
 }
 
+const KernelLauncher &FusedCpuAttention::launcherFor(int64_t dv) const {
+  spectra_cpu_kernel *kernels = kernelsFor(dv);
+  std::lock_guard<std::mutex> lock(compiled->mutex);
+  auto &launcher = compiled->launchers[dv];
+  if (!launcher)
+    launcher = std::make_shared<CpuLauncher>(kernels, descriptor().name);
+  return *launcher;
+}
+
 std::string FusedCpuAttention::kernelIR(const std::string &stage, int64_t dv) const {
   return spectra_cpu_kernel_ir(kernelsFor(dv > 0 ? dv : descriptor().d), stage.c_str());
 }
 
 FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
-  return launchForward(CpuLauncher(kernelsFor(in.vs.size(3)), descriptor().name), in,
+  return launchForward(launcherFor(in.vs.size(3)), in,
                        descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
                                                           const FusedForward &saved,
                                                           const torch::Tensor &gout) const {
-  return launchBackward(CpuLauncher(kernelsFor(in.vs.size(3)), descriptor().name), in, saved,
+  return launchBackward(launcherFor(in.vs.size(3)), in, saved,
                         gout.to(torch::kFloat32), descriptor().numFeatures());
 }
 

@@ -26,6 +26,9 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
+class KernelLauncher;
+
+
 /// The fused kernels' inputs: q, k, v unscaled in the kernels' dtype, W in f32,
 /// the parameters [B, H, P] from the params program, the key mask as 1/0, the
 /// row scales (m*a_i), and qscale/kscale [B, H, d] f32: the d^-1/4 normaliser
@@ -166,9 +169,13 @@ private:
   /// The kernels for value dimension dv (through the KernelCache, once per dv).
   spectra_cpu_kernel *kernelsFor(int64_t dv) const;
 
+  /// The launch plan's CPU launcher for value dimension dv (its kernels enumerated once).
+  const KernelLauncher &launcherFor(int64_t dv) const;
+
   struct Compiled {
     std::mutex mutex;
     std::map<int64_t, std::shared_ptr<spectra_cpu_kernel>> byValueDim;
+    std::map<int64_t, std::shared_ptr<const KernelLauncher>> launchers;
   };
   ReferenceFeatureMap reference;
   Compile compile;

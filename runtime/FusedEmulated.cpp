@@ -16,15 +16,6 @@ struct FusedEmulatedAttention::Kernels {
   ~Kernels() { spectra_cpu_kernel_free(handle); }
 };
 
-torch::ScalarType scalarTypeOf(const std::string &dtype) {
-  if (dtype == "f32")
-    return torch::kFloat32;
-  if (dtype == "bf16")
-    return torch::kBFloat16;
-  if (dtype == "f16")
-    return torch::kFloat16;
-  throw std::invalid_argument("unknown dtype '" + dtype + "'; dtypes: f32, bf16, f16");
-}
 
 
 FusedEmulatedAttention::FusedEmulatedAttention(Descriptor desc, Compile c, std::string dtype)

@@ -78,8 +78,6 @@ private:
   std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
 };
 
-/// The scalar type of a dtype name ("f32", "bf16", "f16"); throws for others.
-torch::ScalarType scalarTypeOf(const std::string &dtype);
 
 } // namespace spectra
 

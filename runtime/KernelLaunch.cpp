@@ -41,6 +41,16 @@ std::string elementName(torch::ScalarType type) {
   return type == torch::kBFloat16 ? "bf16" : type == torch::kHalf ? "f16" : "f32";
 }
 
+torch::ScalarType scalarTypeOf(const std::string &dtype) {
+  if (dtype == "f32")
+    return torch::kFloat32;
+  if (dtype == "bf16")
+    return torch::kBFloat16;
+  if (dtype == "f16")
+    return torch::kFloat16;
+  throw std::invalid_argument("unknown dtype '" + dtype + "'; dtypes: f32, bf16, f16");
+}
+
 namespace {
 /// The checks every operand passes: element type, unit inner stride, dense below the
 /// outermost of the kernel's dimensions (from `first` on).

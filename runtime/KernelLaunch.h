@@ -47,6 +47,9 @@ inline const char *const kKernelKinds[] = {"kv",           "kv_combine",      "r
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
 /// the type the runtime computes them in).
 std::string elementName(torch::ScalarType type);
+/// The inverse: the scalar type of "f32", "bf16" or "f16"; throws std::invalid_argument for
+/// other names.
+torch::ScalarType scalarTypeOf(const std::string &dtype);
 
 /// A compiled kernel's ABI: its kind, symbol, grid rule ("keys", "queries": a block
 /// per (row chunk, slice); "slices": a block per slice; "one": one block), rows per

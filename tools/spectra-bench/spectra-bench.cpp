@@ -28,6 +28,7 @@
 
 #include "FmaPeak.h"
 #include "runtime/KernelCache.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/SpectralAttention.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -432,10 +433,11 @@ int main(int argc, char **argv) {
         throw std::invalid_argument("--device cuda: torch sees no CUDA device on this machine");
       s.device = torch::Device(torch::kCUDA, 0);
     }
-    s.dtype = opt["dtype"] == "bf16"  ? torch::kBFloat16
-              : opt["dtype"] == "f16" ? torch::kHalf
-              : opt["dtype"] == "f32" ? torch::kFloat32
-                                      : throw std::invalid_argument("--dtype must be f32, bf16 or f16");
+    try {
+      s.dtype = scalarTypeOf(opt["dtype"]);
+    } catch (const std::invalid_argument &) {
+      throw std::invalid_argument("--dtype must be f32, bf16 or f16");
+    }
     s.options.variant = opt["variant"];
     s.options.config.m = std::stoll(opt["m"]);
     s.options.config.d = s.d;

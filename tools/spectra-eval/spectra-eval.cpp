@@ -14,6 +14,7 @@
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedEmulated.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/FusedCuda.h"
 #include "runtime/Npy.h"
 #include "runtime/Reference.h"
@@ -183,13 +184,11 @@ torch::ScalarType dtypeOf(const Args &args) {
   std::string d = args.get("dtype", "f64");
   if (d == "f64")
     return torch::kFloat64;
-  if (d == "f32")
-    return torch::kFloat32;
-  if (d == "bf16")
-    return torch::kBFloat16;
-  if (d == "f16")
-    return torch::kFloat16;
-  throw std::invalid_argument("--dtype must be f64, f32, bf16 or f16, got '" + d + "'");
+  try {
+    return scalarTypeOf(d);
+  } catch (const std::invalid_argument &) {
+    throw std::invalid_argument("--dtype must be f64, f32, bf16 or f16, got '" + d + "'");
+  }
 }
 
 Weights weightsFor(const Args &args, const Descriptor &desc, torch::ScalarType dtype) {
