@@ -350,8 +350,12 @@ static std::string keepOneFeatureMap(ModuleOp source, const char *featureMap, st
 
 /// A kernel kind that only the backward needs (missing when the component has no backward).
 static bool isBackwardKind(llvm::StringRef kind) {
-  return kind.contains("backward") || (kind.ends_with("_combine") && kind != "kv_combine");
+  return kind.contains("backward") ||
+         (kind.ends_with("_combine") && kind != "kv_combine" && kind != "moments_combine");
 }
+
+/// A kernel kind that only components with data statistics have (TileKernels.h).
+static bool isStatisticsKind(llvm::StringRef kind) { return kind.starts_with("moments"); }
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
   fail(error, message);
@@ -373,7 +377,7 @@ static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map
     std::string symbol = "_mlir_ciface_" + map.str() + "_" + kind.str();
     if (void *address = lookup(symbol))
       kernel.entries[kind.str()] = address;
-    else if (isBackwardKind(kind))
+    else if (isBackwardKind(kind) || isStatisticsKind(kind))
       continue;
     else
       return "the compiled kernels lack " + symbol;

@@ -327,7 +327,7 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
 /// Memref types of the kernel arguments.
 struct Types {
   MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat, scale;
-  MemRefType Sp, fp, Wp, paramsp;  // per-chunk partials, [C, ...] (combine kernels)
+  MemRefType Sp, fp, Wp, paramsp, Dp;  // per-chunk partials, [C, ...] (combine kernels)
   Types(MLIRContext *ctx, const Dims &s, Type input) {
     Type f32 = Float32Type::get(ctx);
     int64_t dyn = ShapedType::kDynamic;
@@ -336,6 +336,7 @@ struct Types {
     Sp = MemRefType::get({dyn, s.F, s.DV}, f32);
     fp = MemRefType::get({dyn, s.F}, f32);
     Wp = MemRefType::get({dyn, s.M, s.D}, f32);
+    Dp = MemRefType::get({dyn, s.D}, f32);
     paramsp = MemRefType::get({dyn, s.P}, f32);
     mask = MemRefType::get({dyn}, f32);
     Wt = MemRefType::get({s.D, s.M}, f32);
@@ -878,7 +879,71 @@ void buildSumCombine(OpBuilder &b, Location loc, ComponentOp component, const Di
   func::ReturnOp::create(b, loc);
 }
 
+/// The data statistics' column moments, the compiled prologue of components whose
+/// parameters depend on q and k (OPRF, SADERF, HCEXP): per row chunk of one slice,
+/// sum = sum_n keep_n x_n and cross = sum_n keep_n x_n y_n per column (y = x gives the
+/// sums of squares; y = the rows and x their gradient gives an input scale's gradient).
+void buildMoments(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                  const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "moments", "keys",
+                        {{t.rows, "x", "rows"}, {t.rows, "y", "rows"}, {t.mask, "keep", "mask"},
+                         {t.scale, "sum", "partial"}, {t.scale, "cross", "partial"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value X = k.arg(0), Y = k.arg(1), keep = k.arg(2), sum = k.arg(3), cross = k.arg(4);
+  tb.fill(sum, 0);
+  tb.fill(cross, 0);
+  Value Xt = tb.buffer({s.T, s.D}), Yt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
+  tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
+    tb.stage(X, r0, rows, Xt, s.D);
+    tb.stage(Y, r0, rows, Yt, s.D);
+    tb.stageMask(keep, r0, rows, kept);
+    tb.reduceCols({{Xt}, {Yt}, {kept, At::Row}}, {sum, cross},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    Value kx = x.mul(a[2], a[0]);
+                    return SmallVector<Value>{x.add(a[3], kx), x.add(a[4], x.mul(kx, a[1]))};
+                  });
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+/// The moments' backward: dx = keep (a + b x) per row, for dL/dsum = a and dL/dcross = b
+/// (with y = x, b is twice the sums of squares' gradient).
+void buildMomentsBackward(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                          const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "moments_backward", "keys",
+                        {{t.rows, "x", "rows"}, {t.mask, "keep", "mask"},
+                         {t.scale, "a", "slice"}, {t.scale, "b", "slice"},
+                         {t.rows, "dx", "rows"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value X = k.arg(0), keep = k.arg(1), A = k.arg(2), Bv = k.arg(3), DX = k.arg(4);
+  Value Xt = tb.buffer({s.T, s.D}), DXt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
+  tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
+    tb.stage(X, r0, rows, Xt, s.D);
+    tb.stageMask(keep, r0, rows, kept);
+    tb.elementwise({{Xt}, {kept, At::Row}, {A, At::Col}, {Bv, At::Col}}, {DXt},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return SmallVector<Value>{x.mul(a[1], x.add(a[2], x.mul(a[3], a[0])))};
+                   });
+    tb.unstage(DXt, r0, rows, DX, s.D);
+  });
+  func::ReturnOp::create(b, loc);
+}
+
 } // namespace
+
+bool mlir::spectra::usesStatistics(ComponentOp component) {
+  bool found = false;
+  component->walk([&](StatisticOp) { found = true; });
+  return found;
+}
 
 SmallVector<std::string, 4> mlir::spectra::tileKernelNames(StringRef map) {
   return {(map + "_kv").str(), (map + "_readout").str(), (map + "_query_backward").str(),
@@ -886,9 +951,11 @@ SmallVector<std::string, 4> mlir::spectra::tileKernelNames(StringRef map) {
 }
 
 ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
-  static const StringLiteral kinds[] = {"kv",           "kv_combine",       "readout",
-                                        "query_backward", "dsummary_combine", "key_backward",
-                                        "dweights_combine", "dparams_combine"};
+  static const StringLiteral kinds[] = {
+      "moments",          "moments_combine",  "kv",
+      "kv_combine",       "readout",          "query_backward",
+      "dsummary_combine", "key_backward",     "dweights_combine",
+      "dparams_combine",  "moments_backward"};
   return kinds;
 }
 
@@ -927,6 +994,16 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   Location loc = map.getLoc();
   SmallVector<std::string, 4> names = tileKernelNames(map.getSymName());
   StringRef mapName = map.getSymName();
+  // The data statistics' prologue, for components whose parameters depend on q and k.
+  if (usesStatistics(component)) {
+    buildMoments(b, loc, component, s, t, (mapName + "_moments").str());
+    buildSumCombine(b, loc, component, s, (mapName + "_moments_combine").str(), "moments_combine",
+                    "slices",
+                    {{t.Dp, "sump", "slice"},
+                     {t.Dp, "crossp", "slice"},
+                     {t.scale, "sum", "slice"}, {t.scale, "cross", "slice"}});
+    buildMomentsBackward(b, loc, component, s, t, (mapName + "_moments_backward").str());
+  }
   buildKv(b, loc, component, s, t, names[0], numParams);
   buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
   buildReadout(b, loc, component, s, t, names[1], numParams);

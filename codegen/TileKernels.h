@@ -45,6 +45,11 @@
 //   <map>_dsummary_combine(dSp [C,F,DV], dzp [C,F], dS, dz),
 //   <map>_dweights_combine(dWp [R,M,D], dW), <map>_dparams_combine(dparamsp [C,P], dparams)
 //       the backward's partial shares summed in order.
+//   <map>_moments(x [N,D], y [N,D], keep [N], sum [D], cross [D])
+//       the data statistics' prologue (components with spectra.statistic only): this
+//       chunk's column sums of keep x and keep x y; <map>_moments_combine(sump [C,D],
+//       crossp [C,D], sum, cross) sums the chunks in order, and
+//       <map>_moments_backward(x, keep, a [D], b [D], dx [N,D]) writes dx = keep (a + b x).
 // F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2. q, k, v, out,
 // gout, dq, dk and dv are of the input type (f32, bf16 or f16); every tile is f32.
 //
@@ -89,8 +94,13 @@ inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
 
-/// Every kernel kind, in launch order (forward, then backward).
+/// Every kernel kind, in launch order (forward, then backward). The statistics' kinds
+/// (moments, moments_combine, moments_backward) exist only for components that use
+/// statistics (usesStatistics).
 ArrayRef<StringLiteral> tileKernelKinds();
+
+/// Whether the component's parameters depend on data statistics (spectra.statistic).
+bool usesStatistics(ComponentOp component);
 
 /// The names of the four kernels of `map`, in the order of TileKernels.h.
 SmallVector<std::string, 4> tileKernelNames(StringRef map);

@@ -51,6 +51,7 @@ struct CpuLauncher : KernelLauncher {
     return it->second;
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).batched; }
+  bool has(const std::string &kind) const override { return kernels.count(kind) != 0; }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     const Kernel &k = get(abi.kind);
     std::array<int64_t, 3> grid = launchGrid(abi, operands);
@@ -114,7 +115,7 @@ spectra_cpu_kernel *FusedCpuAttention::kernelsFor(int64_t dv) const {
   return kernel.get();
 }
 
-const KernelLauncher &FusedCpuAttention::launcherFor(int64_t dv) const {
+const KernelLauncher &FusedCpuAttention::launcher(const torch::Tensor &, int64_t dv) const {
   spectra_cpu_kernel *kernels = kernelsFor(dv);
   std::lock_guard<std::mutex> lock(compiled->mutex);
   auto &launcher = compiled->launchers[dv];
@@ -128,14 +129,14 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage, int64_t dv) co
 }
 
 FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
-  return launchForward(launcherFor(in.vs.size(3)), in,
+  return launchForward(launcher(in.qs, in.vs.size(3)), in,
                        descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
                                                           const FusedForward &saved,
                                                           const torch::Tensor &gout) const {
-  return launchBackward(launcherFor(in.vs.size(3)), in, saved,
+  return launchBackward(launcher(in.qs, in.vs.size(3)), in, saved,
                         gout.to(torch::kFloat32), descriptor().numFeatures());
 }
 
@@ -146,7 +147,7 @@ AttentionResult FusedCpuAttention::attentionWithStats(
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
-                                     queryMask);
+                                     queryMask, &launcher(q, v.size(3)));
   auto out = FusedAttentionFunction<FusedCpuAttention>::apply(
       p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, p.qscale, p.kscale, this);
   return {out[0].to(q.scalar_type()), out[1]};
@@ -156,28 +157,42 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale, torch::ScalarType inputType,
-                               const std::optional<torch::Tensor> &queryMask) {
+                               const std::optional<torch::Tensor> &queryMask,
+                               const KernelLauncher *launcher) {
   const Descriptor &desc = reference.descriptor();
   checkAttentionInputs(desc, q, k, v, weights, keyMask);
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
-  // With grad mode on, autograd follows these LibTorch ops: statistics, parameters and input
-  // transforms (the normaliser enters the statistics; no scaled copy of q or k is made).
-  ComponentParams p = reference.params(q.to(torch::kFloat32), k.to(torch::kFloat32), keyMask,
-                                       queryMask, s);
+  FusedInputs out;
+  out.qs = q.to(inputType).contiguous();
+  out.ks = k.to(inputType).contiguous();
+  // With grad mode on, autograd follows the statistics, parameters and input transforms (the
+  // normaliser enters the statistics; no scaled copy of q or k is made). The statistics' one
+  // pass over q and k is the compiled moments kernels' where the launcher has them.
+  ComponentParams p;
+  if (launcher && reference.usesStatistics() && launcher->has("moments")) {
+    const int64_t Nq = q.size(2);
+    ReferenceFeatureMap::queryWeights(queryMask, B, Nq, f32);  // the mask's checks
+    torch::Tensor qkeep = queryMask ? queryMask->to(f32) : torch::ones({B, Nq}, f32);
+    torch::Tensor kkeep = keyMask ? keyMask->to(f32) : torch::ones({B, Nk}, f32);
+    auto side = [&](const torch::Tensor &x, const torch::Tensor &keep) {
+      std::array<torch::Tensor, 2> m = compiledMoments(*launcher, x, keep);
+      return RowMoments{m[0], m[1], keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
+    };
+    p = reference.paramsFromMoments(side(out.qs, qkeep), side(out.ks, kkeep), B, H, s, f32);
+  } else {
+    p = reference.params(q.to(torch::kFloat32), k.to(torch::kFloat32), keyMask, queryMask, s);
+  }
   std::vector<torch::Tensor> scalars;
   for (const torch::Tensor &t : p.scalars)
     scalars.push_back(t.to(torch::kFloat32));
-  FusedInputs out;
   // The kernels scale rows in f32 after loading q and k in their own dtype.
   torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
   if (p.queryScale.defined()) {
     qscale = qscale * p.queryScale.to(torch::kFloat32);
     kscale = kscale * p.keyScale.to(torch::kFloat32);
   }
-  out.qs = q.to(inputType).contiguous();
-  out.ks = k.to(inputType).contiguous();
   out.qscale = qscale.contiguous();
   out.kscale = kscale.contiguous();
   out.vs = v.to(inputType).contiguous();
@@ -198,7 +213,8 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
   torch::NoGradGuard noGrad;
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
-  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale);
+  FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
+                                     std::nullopt, &launcher(q, v.size(3)));
   FusedForward result = runForward(p);
   result.out = result.out.to(q.scalar_type());
   return result;

@@ -38,14 +38,16 @@ struct FusedInputs {
   torch::Tensor qs, ks, vs, W, params, keep, rowscale, qscale, kscale;
 };
 
-/// Computes FusedInputs with LibTorch (autograd follows through the
-/// statistics, parameters and transforms); q, k, v become `inputType`.
+/// Computes FusedInputs (autograd follows through the statistics, parameters and
+/// transforms); q, k, v become `inputType`. The data statistics come from the compiled
+/// moments kernels of `launcher` where it has them (else from LibTorch reductions).
 FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale,
                                torch::ScalarType inputType = torch::kFloat32,
-                               const std::optional<torch::Tensor> &queryMask = std::nullopt);
+                               const std::optional<torch::Tensor> &queryMask = std::nullopt,
+                               const KernelLauncher *launcher = nullptr);
 
 /// What the forward saves for a backward: S, z and the stabiliser constants.
 struct FusedForward {
@@ -97,8 +99,15 @@ public:
     std::vector<torch::Tensor> g = self->runBackward(in, saved, gout);
     // The input scales' gradient (SADERF's Psi, HCEXP's A carry the statistics' gradient):
     // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale, and dL/dq = dL/dx scale.
+    // The column sums run as the compiled moments kernel where the component has it.
     auto scaleGrad = [&](const torch::Tensor &dRaw, const torch::Tensor &raw,
                          const torch::Tensor &scale) {
+      const auto &launcher = self->launcher(raw, s[2].size(3));  // a KernelLauncher
+      if (launcher.has("moments")) {
+        torch::Tensor all = torch::ones({raw.size(0), raw.size(2)},
+                                        raw.options().dtype(torch::kFloat32));
+        return launchMoments(launcher, dRaw, raw, all)[1] / scale;
+      }
       return (dRaw.to(torch::kFloat32) * raw.to(torch::kFloat32)).sum(2) / scale;
     };
     torch::Tensor dqscale = ctx->needs_input_grad(7) ? scaleGrad(g[0], s[0], s[7]) : torch::Tensor();
@@ -159,6 +168,10 @@ public:
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 
+  /// The launch plan's CPU launcher for value dimension dv (its kernels enumerated once;
+  /// `like` is unused: the launchers of every target are found the same way).
+  const KernelLauncher &launcher(const torch::Tensor &like, int64_t dv) const;
+
   /// The kernels' IR at a stage of spectra-cpu-pipeline ("tiles", "vectors", "llvm") for
   /// value dimension dv (0: d).
   std::string kernelIR(const std::string &stage, int64_t dv = 0) const;
@@ -169,8 +182,6 @@ private:
   /// The kernels for value dimension dv (through the KernelCache, once per dv).
   spectra_cpu_kernel *kernelsFor(int64_t dv) const;
 
-  /// The launch plan's CPU launcher for value dimension dv (its kernels enumerated once).
-  const KernelLauncher &launcherFor(int64_t dv) const;
 
   struct Compiled {
     std::mutex mutex;

@@ -166,25 +166,6 @@ std::shared_ptr<FusedCudaAttention> FusedCudaAttention::fromIR(const std::string
   return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile));
 }
 
-const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Tensor &t,
-                                                                 int64_t dv) const {
-  int device = t.device().index();
-  auto [major, minor] = cuda::computeCapability(device);
-  std::string target = gpuTargetFor(major, minor);
-  std::string dtype = elementName(t.scalar_type());
-  std::string key = std::to_string(device) + "/" + target + "/" + dtype + "/" + std::to_string(dv);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = loaded.find(key);
-  if (it != loaded.end())
-    return it->second;
-  Loaded l;
-  l.artifact = GpuArtifact::fromJson(compile(target, dtype, dv));
-  l.module = cuda::loadPtx(device, l.artifact.ptx, descriptor().name + " (" + target + ")");
-  for (const auto &[kind, abi] : l.artifact.kernels)
-    l.functions[kind] = cuda::getFunction(l.module, abi.name);
-  return loaded.emplace(key, std::move(l)).first->second;
-}
-
 namespace {
 /// The launch plan's kernels launched on torch's current stream.
 struct CudaLauncher : KernelLauncher {
@@ -194,6 +175,7 @@ struct CudaLauncher : KernelLauncher {
   CudaLauncher(const GpuArtifact &artifact, const std::map<std::string, void *> &functions, int device)
       : artifact(artifact), functions(functions), device(device) {}
   const KernelAbi &abi(const std::string &kind) const override { return artifact.kernel(kind); }
+  bool has(const std::string &kind) const override { return artifact.kernels.count(kind) != 0; }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     CudaLaunchGeometry g = cudaGeometry(abi, operands);
     if (g.grid[0] == 0 || g.grid[1] == 0)
@@ -214,6 +196,30 @@ struct CudaLauncher : KernelLauncher {
   }
 };
 
+} // namespace
+
+const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Tensor &t,
+                                                                 int64_t dv) const {
+  int device = t.device().index();
+  auto [major, minor] = cuda::computeCapability(device);
+  std::string target = gpuTargetFor(major, minor);
+  std::string dtype = elementName(t.scalar_type());
+  std::string key = std::to_string(device) + "/" + target + "/" + dtype + "/" + std::to_string(dv);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = loaded.find(key);
+  if (it != loaded.end())
+    return it->second;
+  Loaded l;
+  l.artifact = GpuArtifact::fromJson(compile(target, dtype, dv));
+  l.module = cuda::loadPtx(device, l.artifact.ptx, descriptor().name + " (" + target + ")");
+  for (const auto &[kind, abi] : l.artifact.kernels)
+    l.functions[kind] = cuda::getFunction(l.module, abi.name);
+  Loaded &stored = loaded.emplace(key, std::move(l)).first->second;
+  stored.launcher = std::make_shared<CudaLauncher>(stored.artifact, stored.functions, device);
+  return stored;
+}
+
+namespace {
 /// The kernels were compiled for the inputs' dtype and value dimension.
 void checkAgainstArtifact(const GpuArtifact &a, const FusedInputs &in, const std::string &dtype) {
   TORCH_CHECK(a.dtype == dtype, "spectra: GPU kernels for ", a.dtype, " received ",
@@ -227,8 +233,7 @@ FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
   checkAgainstArtifact(k.artifact, in, elementName(in.qs.scalar_type()));
-  return launchForward(CudaLauncher(k.artifact, k.functions, in.qs.device().index()), in,
-                       descriptor().numFeatures());
+  return launchForward(*k.launcher, in, descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in,
@@ -236,8 +241,11 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
                                                            const torch::Tensor &gout) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
-  return launchBackward(CudaLauncher(k.artifact, k.functions, in.qs.device().index()), in, saved,
-                        gout, descriptor().numFeatures());
+  return launchBackward(*k.launcher, in, saved, gout, descriptor().numFeatures());
+}
+
+const KernelLauncher &FusedCudaAttention::launcher(const torch::Tensor &like, int64_t dv) const {
+  return *kernelsFor(like, dv).launcher;
 }
 
 AttentionResult FusedCudaAttention::attentionWithStats(
@@ -253,7 +261,8 @@ AttentionResult FusedCudaAttention::attentionWithStats(
   w.W = w.W.to(q.device());
   if (w.rowWeights)
     w.rowWeights = w.rowWeights->to(q.device());
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask);
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask,
+                                      &launcher(q.to(type), v.size(3)));
   auto out = FusedAttentionFunction<FusedCudaAttention>::apply(
       in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, in.qscale, in.kscale, this);
   return {out[0].to(q.scalar_type()), out[1]};

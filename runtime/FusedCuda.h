@@ -106,11 +106,15 @@ public:
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 
+  /// The launch plan's launcher for the device and dtype of `like` and value dimension dv.
+  const KernelLauncher &launcher(const torch::Tensor &like, int64_t dv) const;
+
 private:
   struct Loaded {
     GpuArtifact artifact;
     void *module = nullptr;
     std::map<std::string, void *> functions;  ///< by kind
+    std::shared_ptr<const KernelLauncher> launcher;  ///< over artifact and functions
   };
   /// The artifact and module for the device and dtype of `t` and value dim `dv` (compiled/loaded once).
   const Loaded &kernelsFor(const torch::Tensor &t, int64_t dv) const;

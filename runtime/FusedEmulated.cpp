@@ -9,10 +9,33 @@
 
 namespace spectra {
 
+namespace {
+/// The launch plan's kernels run on the CPU.
+struct EmulatedLauncher : KernelLauncher {
+  const std::map<std::string, HostKernel> &byKind;
+  std::string name, backwardError;
+  EmulatedLauncher(const std::map<std::string, HostKernel> &byKind, std::string name,
+                   std::string backwardError)
+      : byKind(byKind), name(std::move(name)), backwardError(std::move(backwardError)) {}
+  const HostKernel &get(const std::string &kind) const {
+    auto it = byKind.find(kind);
+    TORCH_CHECK(it != byKind.end(), "spectra gpu-emulated attention: no '", kind, "' kernel for '",
+                name, "'", backwardError.empty() ? "" : ": ", backwardError);
+    return it->second;
+  }
+  const KernelAbi &abi(const std::string &kind) const override { return get(kind).abi; }
+  bool has(const std::string &kind) const override { return byKind.count(kind) != 0; }
+  void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
+    callHostKernel(get(abi.kind).entry, abi, operands);
+  }
+};
+} // namespace
+
 struct FusedEmulatedAttention::Kernels {
   spectra_cpu_kernel *handle = nullptr;
   std::map<std::string, HostKernel> byKind;
   std::string backwardError;
+  std::unique_ptr<EmulatedLauncher> launcher;  ///< over byKind
   ~Kernels() { spectra_cpu_kernel_free(handle); }
 };
 
@@ -61,48 +84,30 @@ const FusedEmulatedAttention::Kernels &FusedEmulatedAttention::kernelsFor(int64_
     auto k = std::make_shared<Kernels>();
     k->handle = compile(dv);
     k->byKind = hostKernels(k->handle, &k->backwardError);
+    k->launcher = std::make_unique<EmulatedLauncher>(k->byKind, descriptor().name, k->backwardError);
     kernels = std::move(k);
   }
   return *kernels;
+}
+
+const KernelLauncher &FusedEmulatedAttention::launcher(const torch::Tensor &, int64_t dv) const {
+  return *kernelsFor(dv).launcher;
 }
 
 std::string FusedEmulatedAttention::kernelIR(const std::string &stage, int64_t dv) const {
   return spectra_cpu_kernel_ir(kernelsFor(dv > 0 ? dv : descriptor().d).handle, stage.c_str());
 }
 
-namespace {
-/// The launch plan's kernels run on the CPU.
-struct EmulatedLauncher : KernelLauncher {
-  const std::map<std::string, HostKernel> &byKind;
-  const std::string &name, &backwardError;
-  EmulatedLauncher(const std::map<std::string, HostKernel> &byKind,
-                   const std::string &name, const std::string &backwardError)
-      : byKind(byKind), name(name), backwardError(backwardError) {}
-  const HostKernel &get(const std::string &kind) const {
-    auto it = byKind.find(kind);
-    TORCH_CHECK(it != byKind.end(), "spectra gpu-emulated attention: no '", kind, "' kernel for '",
-                name, "'", backwardError.empty() ? "" : ": ", backwardError);
-    return it->second;
-  }
-  const KernelAbi &abi(const std::string &kind) const override { return get(kind).abi; }
-  void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
-    callHostKernel(get(abi.kind).entry, abi, operands);
-  }
-};
-} // namespace
 
 FusedForward FusedEmulatedAttention::runForward(const FusedInputs &in) const {
-  const Kernels &k = kernelsFor(in.vs.size(3));
-  return launchForward(EmulatedLauncher(k.byKind, descriptor().name, k.backwardError), in,
-                       descriptor().numFeatures());
+  return launchForward(launcher(in.qs, in.vs.size(3)), in, descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedEmulatedAttention::runBackward(const FusedInputs &in,
                                                                const FusedForward &saved,
                                                                const torch::Tensor &gout) const {
-  const Kernels &k = kernelsFor(in.vs.size(3));
-  return launchBackward(EmulatedLauncher(k.byKind, descriptor().name, k.backwardError), in, saved,
-                        gout, descriptor().numFeatures());
+  return launchBackward(launcher(in.qs, in.vs.size(3)), in, saved, gout,
+                        descriptor().numFeatures());
 }
 
 AttentionResult FusedEmulatedAttention::attentionWithStats(
@@ -113,7 +118,7 @@ AttentionResult FusedEmulatedAttention::attentionWithStats(
               "spectra gpu-emulated attention runs on the CPU: inputs must be CPU tensors, got ",
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale,
-                                     scalarTypeOf(inputType), queryMask);
+                                     scalarTypeOf(inputType), queryMask, &launcher(q, v.size(3)));
   auto out = FusedAttentionFunction<FusedEmulatedAttention>::apply(
       p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, p.qscale, p.kscale, this);
   return {out[0].to(q.scalar_type()), out[1]};

@@ -59,6 +59,9 @@ public:
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 
+  /// The launch plan's launcher for value dimension dv (`like` unused; as FusedCpuAttention).
+  const KernelLauncher &launcher(const torch::Tensor &like, int64_t dv) const;
+
   /// The kernels' IR at a stage ("mapped" or "llvm") for value dimension dv (0: d).
   std::string kernelIR(const std::string &stage, int64_t dv = 0) const;
 

@@ -40,9 +40,11 @@ struct KernelArgSpec {
 };
 
 /// The kernel kinds of a feature map, in launch order (codegen's tileKernelKinds).
-inline const char *const kKernelKinds[] = {"kv",           "kv_combine",      "readout",
-                                           "query_backward", "dsummary_combine", "key_backward",
-                                           "dweights_combine", "dparams_combine"};
+inline const char *const kKernelKinds[] = {
+    "moments",          "moments_combine", "kv",
+    "kv_combine",       "readout",         "query_backward",
+    "dsummary_combine", "key_backward",    "dweights_combine",
+    "dparams_combine",  "moments_backward"};
 
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
 /// the type the runtime computes them in).
@@ -118,9 +120,28 @@ public:
   virtual ~KernelLauncher() = default;
   /// The ABI of the kernel of `kind`; throws (naming the reason) when there is none.
   virtual const KernelAbi &abi(const std::string &kind) const = 0;
+  /// Whether there is a kernel of `kind` (the statistics' kernels exist only for
+  /// components that use statistics; the backward's only where it was derived).
+  virtual bool has(const std::string &kind) const = 0;
   /// Launches the kernel on `operands` (kernelOperands of its ABI).
   virtual void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const = 0;
 };
+
+/// The data statistics' prologue (moments, moments_combine): per (batch, head) the column
+/// sums {sum_n keep_n x_n, sum_n keep_n x_n y_n} [B, H, D] in f32 of rows x, y [B, H, N, D]
+/// (the kernels' element type) with keep [B, N] (1 kept, 0 masked).
+std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
+                                           const torch::Tensor &y, const torch::Tensor &keep);
+/// The moments' backward (moments_backward): keep (a + b x) [B, H, N, D] in x's dtype for
+/// a, b [B, H, D].
+torch::Tensor launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
+                                    const torch::Tensor &keep, const torch::Tensor &a,
+                                    const torch::Tensor &b);
+
+/// Column sums and sums of squares of rows x [B, H, N, D] under keep [B, N] through the
+/// compiled moments kernels, as an autograd node (its backward is moments_backward).
+std::array<torch::Tensor, 2> compiledMoments(const KernelLauncher &launcher,
+                                             const torch::Tensor &x, const torch::Tensor &keep);
 
 /// The forward plan on prepared inputs (on the launcher's device) for `features`
 /// features (outputs x m): kv, kv_combine, readout.

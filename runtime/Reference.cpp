@@ -241,6 +241,37 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
 
 ReferenceFeatureMap::ReferenceFeatureMap(Descriptor descriptor) : desc(std::move(descriptor)) {}
 
+torch::Tensor ReferenceFeatureMap::queryWeights(const std::optional<torch::Tensor> &queryMask,
+                                               int64_t B, int64_t Nq, torch::TensorOptions opts) {
+  if (!queryMask)
+    return torch::ones({1, 1, Nq, 1}, opts);
+  TORCH_CHECK(queryMask->scalar_type() == torch::kBool && queryMask->dim() == 2 &&
+                  queryMask->size(0) == B && queryMask->size(1) == Nq,
+              "spectra attention: the query mask must be bool [", B, ", ", Nq, "], got ",
+              queryMask->scalar_type(), " ", queryMask->sizes());
+  checkValue(queryMask->any(1).all(), &DeferredInputChecks::noteEmptyMask,
+             c10::str("spectra attention: the query mask must be bool [", B, ", ", Nq,
+                      "] keeping at least one query per batch; a row keeps none"));
+  return queryMask->to(opts).view({B, 1, -1, 1});
+}
+
+torch::Tensor ReferenceFeatureMap::keyWeights(const std::optional<torch::Tensor> &keyMask,
+                                             int64_t B, int64_t Nk, torch::TensorOptions opts) {
+  return keyMask ? keyMask->to(opts).view({B, 1, -1, 1}) : torch::ones({1, 1, Nk, 1}, opts);
+}
+
+RowMoments ReferenceFeatureMap::moments(const torch::Tensor &x, const torch::Tensor &w) {
+  return {(x * w).sum(2), (x.square() * w).sum(2),
+          w.sum(2).expand({x.size(0), x.size(1), 1})};
+}
+
+bool ReferenceFeatureMap::usesStatistics() const {
+  for (const ProgramOp &op : desc.component.params.ops)
+    if (op.name == "spectra.statistic")
+      return true;
+  return false;
+}
+
 ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch::Tensor &k,
                                             const std::optional<torch::Tensor> &keyMask,
                                             const std::optional<torch::Tensor> &queryMask,
@@ -248,36 +279,33 @@ ComponentParams ReferenceFeatureMap::params(const torch::Tensor &q, const torch:
   const int64_t B = q.size(0), H = q.size(1);
   torch::TensorOptions opts = q.options();
   // Statistics: the masks' weights (1 for every row without a mask).
-  torch::Tensor keyWeight = keyMask ? keyMask->to(opts).view({B, 1, -1, 1})
-                                    : torch::ones({1, 1, k.size(2), 1}, opts);
-  if (queryMask) {
-    TORCH_CHECK(queryMask->scalar_type() == torch::kBool && queryMask->dim() == 2 &&
-                    queryMask->size(0) == B && queryMask->size(1) == q.size(2),
-                "spectra attention: the query mask must be bool [", B, ", ", q.size(2),
-                "], got ", queryMask->scalar_type(), " ", queryMask->sizes());
-    checkValue(queryMask->any(1).all(), &DeferredInputChecks::noteEmptyMask,
-               c10::str("spectra attention: the query mask must be bool [", B, ", ", q.size(2),
-                        "] keeping at least one query per batch; a row keeps none"));
+  torch::Tensor queryWeight = queryWeights(queryMask, B, q.size(2), opts);
+  RowMoments qm, km;
+  if (usesStatistics()) {
+    qm = moments(q, queryWeight);
+    km = moments(k, keyWeights(keyMask, B, k.size(2), opts));
   }
-  torch::Tensor queryWeight = queryMask ? queryMask->to(opts).view({B, 1, -1, 1})
-                                        : torch::ones({1, 1, q.size(2), 1}, opts);
+  return paramsFromMoments(qm, km, B, H, inputScale, opts);
+}
+
+ComponentParams ReferenceFeatureMap::paramsFromMoments(const RowMoments &queries,
+                                                       const RowMoments &keys, int64_t B,
+                                                       int64_t H, double inputScale,
+                                                       torch::TensorOptions opts) const {
   auto statistic = [&](const ProgramOp &op) {
-    bool keys = op.string("side") == "keys";
-    const torch::Tensor &x = keys ? k : q;
-    torch::Tensor w = keys ? keyWeight : queryWeight;
-    torch::Tensor count = w.sum(2).expand({B, H, 1});  // [B, H, 1]
+    const RowMoments &m = op.string("side") == "keys" ? keys : queries;
     std::string kind = op.string("kind");
     const double s = inputScale, s2 = inputScale * inputScale;
     if (kind == "mean")
-      return (x * w).sum(2) * (s / count);
+      return m.sum * s / m.count;
     if (kind == "mean_square")
-      return (x.square() * w).sum(2) * (s2 / count);
+      return m.sumsq * s2 / m.count;
     if (kind == "sum_square")
-      return (x.square() * w).sum(2) * s2;
+      return m.sumsq * s2;
     if (kind == "mean_sq_norm")
-      return ((x.square().sum(3, true) * w).sum(2) * (s2 / count)).squeeze(-1);
+      return m.sumsq.sum(-1) * s2 / m.count.squeeze(-1);
     if (kind == "count")
-      return count.squeeze(-1);
+      return m.count.squeeze(-1);
     throw std::invalid_argument("component '" + desc.component.name + "': unknown statistic '" +
                                 kind + "'");
   };

@@ -28,6 +28,13 @@ struct ComponentParams {
 
 enum class Side { Queries, Keys };
 
+/// The column moments of one side's rows under its mask weights w_n (1 kept, 0 masked),
+/// all the data statistics need: sum_n w_n x_n and sum_n w_n x_n^2 [B, H, d] and the count
+/// sum_n w_n [B, H, 1], of the unscaled rows.
+struct RowMoments {
+  torch::Tensor sum, sumsq, count;
+};
+
 /// How attention keeps exp() representable. Every scheme here leaves the
 /// estimator unchanged in exact arithmetic; they differ in what stays finite.
 enum class Stabilizer {
@@ -141,6 +148,21 @@ public:
                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
                          const std::optional<torch::Tensor> &queryMask = std::nullopt,
                          double inputScale = 1.0) const;
+  /// The same from the sides' moments (computed elsewhere, e.g. by the compiled moments
+  /// kernels); each statistic is a function of them and the scale; the parameters are
+  /// computed with `opts` (dtype, device).
+  ComponentParams paramsFromMoments(const RowMoments &queries, const RowMoments &keys, int64_t B,
+                                    int64_t H, double inputScale, torch::TensorOptions opts) const;
+  /// Whether the params program reads data statistics (otherwise the moments are not needed).
+  bool usesStatistics() const;
+  /// A side's moments with LibTorch: x [B, H, N, d], weight [B or 1, 1, N, 1].
+  static RowMoments moments(const torch::Tensor &x, const torch::Tensor &weight);
+  /// The query mask's weights [B, 1, Nq, 1] (checked: bool [B, Nq], a query kept per row), or
+  /// ones [1, 1, Nq, 1] without a mask; the same for keys (unchecked: checkAttentionInputs).
+  static torch::Tensor queryWeights(const std::optional<torch::Tensor> &queryMask, int64_t B,
+                                    int64_t Nq, torch::TensorOptions opts);
+  static torch::Tensor keyWeights(const std::optional<torch::Tensor> &keyMask, int64_t B,
+                                  int64_t Nk, torch::TensorOptions opts);
 
   /// phi of already-normalised inputs x [B, H, N, d] as [B, H, N, outputs*m]
   /// (the input transform of `side` applied; for keys, row weights m*a_i and

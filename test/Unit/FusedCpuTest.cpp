@@ -2,6 +2,8 @@
 
 #include "codegen/spectra_compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/FusedEmulated.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/WeightFactory.h"
 
 #include <gtest/gtest.h>
@@ -269,4 +271,61 @@ TEST(FusedCpuBackward, AComponentThatIgnoresTheNorm) {
   FusedCpuAttention fused = FusedCpuAttention::fromIR(kPlainComponentIR, "plain.mlir");
   expectGradientsMatch(fused, "a component without ||x||^2");
 }
+} // namespace
+
+namespace {
+
+/// The compiled statistics' prologue of one launcher against float64 LibTorch: the column
+/// sums and sums of squares under a mask over several row chunks (the last one partial), the
+/// cross moment, and the backward through compiledMoments.
+void expectMomentsMatch(const KernelLauncher &l, torch::ScalarType type, double tol,
+                        double gradTol, const std::string &what) {
+  ASSERT_TRUE(l.has("moments") && l.has("moments_combine") && l.has("moments_backward")) << what;
+  torch::manual_seed(3);
+  const int64_t B = 2, H = 3, N = 2500, D = 8;  // 1024-row chunks on the CPU: three
+  torch::Tensor x = (torch::randn({B, H, N, D}) * 2 + 0.5).to(type);
+  torch::Tensor y = torch::randn({B, H, N, D}).to(type);
+  torch::Tensor keep = torch::ones({B, N});
+  keep[1].narrow(0, 1900, 600).zero_();
+  torch::Tensor w = keep.to(torch::kFloat64).view({B, 1, N, 1});
+  torch::Tensor x64 = x.to(torch::kFloat64).requires_grad_(true), y64 = y.to(torch::kFloat64);
+  torch::Tensor sum64 = (x64 * w).sum(2), sumsq64 = (x64.square() * w).sum(2);
+
+  torch::Tensor xg = x.clone().requires_grad_(true);
+  std::array<torch::Tensor, 2> m = compiledMoments(l, xg, keep);
+  EXPECT_EQ(m[0].scalar_type(), torch::kFloat32) << what;
+  EXPECT_LT(maxAbs(m[0].to(torch::kFloat64) - sum64), tol * maxAbs(sum64)) << what << " sum";
+  EXPECT_LT(maxAbs(m[1].to(torch::kFloat64) - sumsq64), tol * maxAbs(sumsq64)) << what << " sumsq";
+
+  torch::Tensor ps = torch::randn({B, H, D}), pq = torch::randn({B, H, D});
+  ((m[0] * ps).sum() + (m[1] * pq).sum()).backward();
+  ((sum64 * ps.to(torch::kFloat64)).sum() + (sumsq64 * pq.to(torch::kFloat64)).sum()).backward();
+  ASSERT_TRUE(xg.grad().defined()) << what;
+  EXPECT_EQ(xg.grad().scalar_type(), type) << what;
+  EXPECT_LT(maxAbs(xg.grad().to(torch::kFloat64) - x64.grad()), gradTol * maxAbs(x64.grad()))
+      << what << " d(moments)/dx";
+  // Masked rows get no gradient.
+  EXPECT_EQ(maxAbs(xg.grad()[1].narrow(1, 1900, 600).to(torch::kFloat64)), 0.0) << what;
+
+  std::array<torch::Tensor, 2> c = launchMoments(l, x, y, keep);
+  torch::Tensor cross64 = (x64.detach() * y64 * w).sum(2);
+  EXPECT_LT(maxAbs(c[1].to(torch::kFloat64) - cross64), tol * maxAbs(cross64)) << what << " cross";
+}
+
+TEST(FusedCpu, CompiledStatisticsMatchLibTorch) {
+  VariantConfig config;
+  config.m = 16;
+  config.d = 8;
+  // Only components whose parameters read statistics get the prologue.
+  EXPECT_FALSE(FusedCpuAttention("posrf-orf", config).launcher(torch::Tensor(), 8).has("moments"));
+  for (const char *variant : {"saderf-orf", "oprf-qmc", "hcexp-mm"}) {
+    FusedCpuAttention fused(variant, config);
+    expectMomentsMatch(fused.launcher(torch::Tensor(), 8), torch::kFloat32, 1e-5, 4e-5, variant);
+  }
+  FusedEmulatedAttention emulated("saderf-orf", config, "bf16");
+  // The gradient is written in bf16 (one rounding, 2^-8 relative).
+  expectMomentsMatch(emulated.launcher(torch::Tensor(), 8), torch::kBFloat16, 1e-5, 8e-3,
+                     "saderf-orf gpu-emulated bf16");
+}
+
 } // namespace
