@@ -616,6 +616,16 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
     });
 }
 
+/// The input scale's gradient of a tile, sum_n dx_n x_n per column for dx with respect to
+/// the scaled rows x (staged: their scale already applied; padded rows are 0). The runtime
+/// divides by the scale: dL/dscale_c = sum_n dL/dx_nc raw_nc = sum_n dx_nc x_nc / scale_c.
+void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc) {
+  tb.reduceCols({{dx}, {X}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return SmallVector<Value>{x.add(a[2], x.mul(a[0], a[1]))};
+  });
+}
+
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                         const Dims &s, const Types &t, StringRef name, unsigned numParams) {
   Kernel k = makeKernel(b, loc, name, "query_backward", "queries",
@@ -626,15 +636,17 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
                          {t.values, "gout", "rows"}, {t.qstat, "qstat", "rows"},
                          {t.rows, "dq", "rows"}, {t.S, "dS", "partial"}, {t.f, "dz", "partial"},
                          {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
-                         {t.scale, "qscale", "slice"}},
+                         {t.scale, "qscale", "slice"}, {t.scale, "dqscale", "partial"}},
                         4, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value Q = k.arg(0), Wt = k.arg(1), W = k.arg(2), ww = k.arg(3), St = k.arg(6), z = k.arg(7),
         c = k.arg(8), out = k.arg(9), gout = k.arg(10), qstat = k.arg(11), dq = k.arg(12),
-        dS = k.arg(13), dz = k.arg(14), dW = k.arg(15), dparams = k.arg(16), qscale = k.arg(17);
+        dS = k.arg(13), dz = k.arg(14), dW = k.arg(15), dparams = k.arg(16), qscale = k.arg(17),
+        dqscale = k.arg(18);
   tb.fill(dS, 0);
+  tb.fill(dqscale, 0);
   tb.fill(dz, 0);
   tb.fill(dW, 0);
   Value Qt = tb.buffer({s.T, s.D}), Gt = tb.buffer({s.T, s.DV}), Ot = tb.buffer({s.T, s.DV}),
@@ -701,8 +713,9 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
       return y;
     });
     accumulateGradients(tb, s, g, Qt, W, dW);
-    // dq with respect to the unscaled queries.
+    // dq with respect to the unscaled queries, and the input scale's gradient.
     tb.unstage(g.dx, r0, rows, dq, s.D, qscale);
+    scaleGradient(tb, g.dx, Qt, dqscale);
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(P[o], Gt, tb.outputRows(dS, o), /*transposeA=*/true);
       tb.reduceCols({{Qd[o]}}, {tb.outputRows(dz, o)}, [](OpBuilder &nb, Location l, ValueRange a) {
@@ -723,15 +736,17 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
                          {t.f, "c", "slice"}, {t.S, "dS", "slice"}, {t.St, "dSt", "slice"},
                          {t.f, "dz", "slice"}, {t.rows, "dk", "rows"}, {t.values, "dv", "rows"},
                          {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
-                         {t.scale, "kscale", "slice"}},
+                         {t.scale, "kscale", "slice"}, {t.scale, "dkscale", "partial"}},
                         7, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
   Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), W = k.arg(4), ww = k.arg(5),
         rowscale = k.arg(6), c = k.arg(8), dS = k.arg(9), dSt = k.arg(10), dz = k.arg(11),
-        dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15), kscale = k.arg(16);
+        dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15), kscale = k.arg(16),
+        dkscale = k.arg(17);
   tb.fill(dW, 0);
+  tb.fill(dkscale, 0);
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T}),
         L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), dVt = tb.buffer({s.T, s.DV});
   SmallVector<Value> B, phi;
@@ -777,6 +792,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     });
     accumulateGradients(tb, s, g, Kt, W, dW);
     tb.unstage(g.dx, r0, rows, dk, s.D, kscale);
+    scaleGradient(tb, g.dx, Kt, dkscale);
     tb.fill(dVt, 0);
     for (int64_t o = 0; o < s.K; ++o)
       tb.matmul(phi[o], tb.outputRows(dS, o), dVt);

@@ -35,10 +35,11 @@
 //       (M, guarded denominator, 1 if the guard fired) per query.
 //   <map>_query_backward(q, Wt, W [M,D], ww, params, S, St [DV,F], z, c, out,
 //            gout [N,DV], qstat, dq [N,D], dS [F,DV], dz [F], dW [M,D], dparams [P],
-//            qscale)
+//            qscale, dqscale [D])
 //   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
-//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale)
-//       dS, dz, dW and dparams are this call's share (zeroed first).
+//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale, dkscale [D])
+//       dS, dz, dW, dparams and dqscale/dkscale are this call's share (zeroed first);
+//       dqscale = sum_n dx_n x_n over the scaled rows x (the runtime divides by the scale).
 //   <map>_kv_combine(Sp [C,F,DV], zp [C,F], zabsp [C,F], cp [C,F], S, z, zabs, c)
 //       the second stage of the keys' split reduction: the chunks' partials
 //       merged in chunk order (c = max, the rest rescaled by exp(c_chunk - c)).

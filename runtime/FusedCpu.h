@@ -95,23 +95,12 @@ public:
     FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
     FusedForward saved{s[11], s[9], s[10], s[12], s[13], s[14], torch::Tensor()};
     torch::Tensor gout = grads[0].defined() ? grads[0] : torch::zeros_like(s[11]);
-    // dq, dk (with respect to the unscaled inputs), dv, dW, dparams.
+    // dq, dk (with respect to the unscaled inputs), dv, dW, dparams, dqscale, dkscale.
     std::vector<torch::Tensor> g = self->runBackward(in, saved, gout);
-    // The input scales' gradient (SADERF's Psi, HCEXP's A carry the statistics' gradient):
-    // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale, and dL/dq = dL/dx scale.
-    // The column sums run as the compiled moments kernel where the component has it.
-    auto scaleGrad = [&](const torch::Tensor &dRaw, const torch::Tensor &raw,
-                         const torch::Tensor &scale) {
-      const auto &launcher = self->launcher(raw, s[2].size(3));  // a KernelLauncher
-      if (launcher.has("moments")) {
-        torch::Tensor all = torch::ones({raw.size(0), raw.size(2)},
-                                        raw.options().dtype(torch::kFloat32));
-        return launchMoments(launcher, dRaw, raw, all)[1] / scale;
-      }
-      return (dRaw.to(torch::kFloat32) * raw.to(torch::kFloat32)).sum(2) / scale;
-    };
-    torch::Tensor dqscale = ctx->needs_input_grad(7) ? scaleGrad(g[0], s[0], s[7]) : torch::Tensor();
-    torch::Tensor dkscale = ctx->needs_input_grad(8) ? scaleGrad(g[1], s[1], s[8]) : torch::Tensor();
+    // The input scales' gradients (SADERF's Psi, HCEXP's A carry the statistics' gradient):
+    // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale, summed by the backward kernels.
+    torch::Tensor dqscale = ctx->needs_input_grad(7) ? g[5] : torch::Tensor();
+    torch::Tensor dkscale = ctx->needs_input_grad(8) ? g[6] : torch::Tensor();
     return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), dqscale, dkscale,
             torch::Tensor()};
   }
@@ -164,7 +153,7 @@ public:
 
   /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
   FusedForward runForward(const FusedInputs &in) const;
-  /// Gradients w.r.t. qs, ks, vs, W (summed over slices) and params [B, H, P].
+  /// Gradients w.r.t. qs, ks, vs, W (summed over slices), params [B, H, P], qscale and kscale.
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;
 

@@ -4,6 +4,8 @@
 
 #include "codegen/spectra_compiler.h"
 
+#include <atomic>
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 
@@ -218,9 +220,20 @@ torch::Tensor slices(const torch::Tensor &t) {
 
 int64_t chunksOf(int64_t rows, int64_t chunkRows) { return (rows + chunkRows - 1) / chunkRows; }
 
+std::atomic<KernelTimer *> activeTimer{nullptr};
+
 void run(const KernelLauncher &launcher, const KernelAbi &abi,
          const std::map<std::string, torch::Tensor> &buffers) {
-  launcher.launch(abi, kernelOperands(abi, buffers));
+  std::vector<torch::Tensor> operands = kernelOperands(abi, buffers);
+  KernelTimer *timer = activeTimer.load();
+  if (!timer) {
+    launcher.launch(abi, operands);
+    return;
+  }
+  auto start = std::chrono::steady_clock::now();
+  launcher.launch(abi, operands);
+  timer->add(abi.kind,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 /// The buffers both passes read: rows, the key mask per slice, W and its derived forms.
@@ -242,6 +255,26 @@ std::map<std::string, torch::Tensor> inputBuffers(const FusedInputs &in) {
 }
 
 } // namespace
+
+KernelTimer::KernelTimer() {
+  KernelTimer *none = nullptr;
+  TORCH_CHECK(activeTimer.compare_exchange_strong(none, this),
+              "spectra: only one KernelTimer can be alive at a time");
+}
+
+KernelTimer::~KernelTimer() { activeTimer.store(nullptr); }
+
+std::map<std::string, KernelTimer::Total> KernelTimer::totals() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return byKind;
+}
+
+void KernelTimer::add(const std::string &kind, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex);
+  Total &t = byKind[kind];
+  t.seconds += seconds;
+  ++t.launches;
+}
 
 std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
                                            const torch::Tensor &y, const torch::Tensor &keep) {
@@ -379,6 +412,10 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   buf["dz"] = dzp;
   buf["dW"] = dWp.narrow(1, 0, Cq);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
+  // The input scales' gradients per chunk (summed below: [BH, C, D] is tiny).
+  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
+  buf["dqscale"] = dqscale;
+  buf["dkscale"] = dkscale;
   run(launcher, qb, buf);
   torch::Tensor dS = torch::empty({BH, F, dv}, f32), dz = torch::empty({BH, F}, f32);
   run(launcher, dsum, {{"dSp", dSp}, {"dzp", dzp}, {"dS", dS}, {"dz", dz}});
@@ -391,8 +428,13 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32);
   run(launcher, dw, {{"dWp", dWp.view({BH * (Cq + Ck), M, D})}, {"dW", dW}});
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
-  return {buf["dq"].view({B, H, Nq, D}), buf["dk"].view({B, H, Nk, D}),
-          buf["dv"].view({B, H, Nk, dv}), dW, dparams.view({B, H, P})};
+  return {buf["dq"].view({B, H, Nq, D}),
+          buf["dk"].view({B, H, Nk, D}),
+          buf["dv"].view({B, H, Nk, dv}),
+          dW,
+          dparams.view({B, H, P}),
+          dqscale.sum(1).view({B, H, D}) / in.qscale,
+          dkscale.sum(1).view({B, H, D}) / in.kscale};
 }
 
 } // namespace spectra

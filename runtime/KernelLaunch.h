@@ -25,6 +25,7 @@
 
 #include <array>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,30 @@ public:
   virtual void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const = 0;
 };
 
+/// Per-kind launch times of the plan, for benchmarks: while a KernelTimer is alive, every
+/// launch the plan makes (on any thread) is timed on the host and summed by kernel kind. The
+/// CPU launchers return when their kernels are done; CUDA launches return when enqueued, so
+/// their times mean nothing without a synchronisation (spectra-bench times CPU runs only).
+class KernelTimer {
+public:
+  struct Total {
+    double seconds = 0;
+    int64_t launches = 0;
+  };
+  KernelTimer();
+  ~KernelTimer();
+  KernelTimer(const KernelTimer &) = delete;
+  KernelTimer &operator=(const KernelTimer &) = delete;
+  /// The totals so far, by kind.
+  std::map<std::string, Total> totals() const;
+  /// Adds a launch (called by the plan).
+  void add(const std::string &kind, double seconds);
+
+private:
+  mutable std::mutex mutex;
+  std::map<std::string, Total> byKind;
+};
+
 /// The data statistics' prologue (moments, moments_combine): per (batch, head) the column
 /// sums {sum_n keep_n x_n, sum_n keep_n x_n y_n} [B, H, D] in f32 of rows x, y [B, H, N, D]
 /// (the kernels' element type) with keep [B, N] (1 kept, 0 masked).
@@ -147,7 +172,8 @@ std::array<torch::Tensor, 2> compiledMoments(const KernelLauncher &launcher,
 /// features (outputs x m): kv, kv_combine, readout.
 FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t features);
 /// The backward plan: query_backward, dsummary_combine, key_backward, dweights_combine,
-/// dparams_combine. Returns {dq, dk, dv (in the inputs' dtypes), dW, dparams}.
+/// dparams_combine. Returns {dq, dk, dv (in the inputs' dtypes), dW, dparams, dqscale,
+/// dkscale} (the last two [B, H, D]: the input scales' gradients).
 std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
                                           const FusedForward &saved, const torch::Tensor &gout,
                                           int64_t features);

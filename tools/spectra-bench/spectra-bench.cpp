@@ -40,6 +40,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <malloc.h>
 #include <map>
 #include <spawn.h>
 #include <string>
@@ -128,6 +129,9 @@ int64_t measureInChild(int argc, char **argv, const std::string &mode) {
   std::vector<std::string> args(argv, argv + argc);
   args.push_back("--child");
   args.push_back(mode);
+  // Peak memory with glibc's defaults: a heap that keeps freed pages would count them too.
+  args.push_back("--heap");
+  args.push_back("system");
   std::vector<char *> cargs;
   for (std::string &a : args)
     cargs.push_back(a.data());
@@ -219,6 +223,48 @@ double bytes(const Setup &s, bool backward) {
   double element = s.dtype == torch::kFloat32 ? 4 : 2;
   double forward = double(s.B) * s.H * s.N * 4 * s.d * element;
   return backward ? 3 * forward : forward;
+}
+
+/// Multiply-adds x 2 of one call of a kernel kind (the contractions, as flops() counts them:
+/// logits X W^T; S or the readout; the backward's gS or b, dS or dv, dq or dk, dW).
+double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t features) {
+  double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features;
+  if (kind == "kv" || kind == "readout")
+    return 2 * N * (m * d + F * dv) * BH;
+  if (kind == "query_backward" || kind == "key_backward")
+    return (2 * N * m * d + 4 * N * F * dv + 4 * N * F * d) * BH;
+  return 0;
+}
+
+/// The per-kernel times of `repeats` forward+backward passes: each kind's time per pass, its
+/// share of the pass, its contraction GFLOP/s and share of the FMA peak, and what is left
+/// outside the kernels (LibTorch: preparation, parameters, autograd, conversions).
+void printKernelBreakdown(const std::map<std::string, KernelTimer::Total> &perKernel,
+                          const Setup &s, int64_t m, int64_t features, double pass, double peak) {
+  if (perKernel.empty())
+    return;
+  std::cout << "fused kernels     per forward+backward (" << s.repeats << " passes timed):\n";
+  double inKernels = 0;
+  for (const char *kind : kKernelKinds) {
+    auto it = perKernel.find(kind);
+    if (it == perKernel.end())
+      continue;
+    double t = it->second.seconds / s.repeats;
+    inKernels += t;
+    std::cout << "  " << std::left << std::setw(18) << kind << std::right << std::fixed
+              << std::setprecision(2) << std::setw(7) << 1e3 * t << " ms " << std::setprecision(1)
+              << std::setw(5) << 100 * t / pass << "%";
+    double f = kernelFlops(kind, s, m, features);
+    if (f > 0 && t > 0)
+      std::cout << "   " << std::setw(6) << f / t / 1e9 << " GFLOP/s, " << std::setw(4)
+                << 100 * f / t / 1e9 / peak << "% of the FMA peak";
+    std::cout << "\n";
+  }
+  std::cout << "  " << std::left << std::setw(18) << "outside kernels" << std::right
+            << std::setprecision(2) << std::setw(7) << 1e3 * (pass - inKernels) << " ms "
+            << std::setprecision(1) << std::setw(5) << 100 * (pass - inKernels) / pass
+            << "%   (LibTorch: inputs, parameters, autograd)\n"
+            << std::setprecision(4);
 }
 
 /// The median time of one pass of `method` on s's inputs.
@@ -397,7 +443,7 @@ int main(int argc, char **argv) {
       {"variant", "posrf-mm"}, {"batch", "4"},   {"heads", "2"},      {"length", "4096"},
       {"dim", "32"},           {"m", "128"},     {"repeats", "5"},    {"device", "cpu"},
       {"dtype", "f32"},        {"child", ""},    {"sweep", ""},       {"lengths", "1024,2048,4096,8192,16384,32768,65536"},
-      {"shapes", "32x128,64x256"}, {"dtypes", ""}, {"max-seconds", "5"}};
+      {"shapes", "32x128,64x256"}, {"dtypes", ""}, {"max-seconds", "5"}, {"heap", "kept"}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -409,7 +455,10 @@ int main(int argc, char **argv) {
                    "Compares the fused kernels with the eager reference, torch's SDPA and a "
                    "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n"
                    "--device gpu-emulated: the GPU kernels run on the CPU beside the CPU kernels "
-                   "and the reference (times, and each one's distance from float64).\n";
+                   "and the reference (times, and each one's distance from float64).\n"
+                   "--heap kept (default): glibc's heap keeps freed pages (no mmap per tensor, no "
+                   "trimming), so no method pays page faults for every fresh buffer; --heap system: "
+                   "glibc's defaults (eager methods then run up to 3x slower, and times vary more).\n";
       return 0;
     }
     if (a.rfind("--", 0) != 0 || i + 1 >= argc || !opt.count(a.substr(2))) {
@@ -419,6 +468,14 @@ int main(int argc, char **argv) {
     opt[a.substr(2)] = argv[++i];
   }
   try {
+    if (opt["heap"] == "kept") {
+      // Page faults on fresh multi-MB tensors would otherwise dominate the eager baselines.
+      mallopt(M_MMAP_MAX, 0);  // every block from the heap
+      mallopt(M_TRIM_THRESHOLD, 1 << 30);
+      mallopt(M_TOP_PAD, 64 << 20);
+    } else if (opt["heap"] != "system") {
+      throw std::invalid_argument("--heap must be kept or system, got '" + opt["heap"] + "'");
+    }
     Setup s;
     s.B = std::stoll(opt["batch"]);
     s.H = std::stoll(opt["heads"]);
@@ -498,6 +555,15 @@ int main(int argc, char **argv) {
     }
     tbF = median(s.repeats, s.device, [&] { forwardBackward(fused, s); });
     tbR = median(s.repeats, s.device, [&] { forwardBackward(reference, s); });
+    // Where the fused forward+backward spends its time, kernel by kernel (CPU launches are
+    // synchronous, so host timing is exact there).
+    std::map<std::string, KernelTimer::Total> perKernel;
+    if (!s.device.is_cuda()) {
+      KernelTimer timer;
+      for (int r = 0; r < s.repeats; ++r)
+        forwardBackward(fused, s);
+      perKernel = timer.totals();
+    }
     // The baselines a user has without Spectra: softmax SDPA and linear attention by hand.
     double tfS = timeMethod(Method::Sdpa, s, fused, reference, false),
            tbS = timeMethod(Method::Sdpa, s, fused, reference, true),
@@ -517,7 +583,7 @@ int main(int argc, char **argv) {
               << " d=" << s.d << " m=" << desc.m << " (features " << desc.numFeatures() << "), "
               << opt["device"] << " " << opt["dtype"]
               << (s.device.is_cuda() ? "" : ", " + std::to_string(torch::get_num_threads()) + " threads")
-              << "\n";
+              << ", heap " << opt["heap"] << "\n";
     std::cout << "JIT: cold compile " << cold << " s, disk-cache hit " << disk
               << " s, memory-cache hit " << std::setprecision(6) << memory << std::setprecision(4)
               << " s\n";
@@ -550,6 +616,7 @@ int main(int argc, char **argv) {
                   << "%, forward+backward " << 100 * both / peak.gflops << "% of it"
                   << std::setprecision(4) << "\n";
       }
+      printKernelBreakdown(perKernel, s, desc.m, features, tbF, peak.gflops);
     }
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);
