@@ -438,6 +438,63 @@ int benchEmulated(Setup &s, std::map<std::string, std::string> &opt) {
   return 0;
 }
 
+/// --variant paper: the Spectraformer paper's 18 variants (PosRF/OPRF/SADERF x ORF, SORF,
+/// QMC, MM, SGQ, FastFoodL) side by side in one run: per variant the fused forward and
+/// forward+backward times, their GFLOP/s and share of the FMA peak measured in this run, and
+/// the eager reference and torch SDPA against the fused forward+backward.
+int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
+  TORCH_CHECK(!s.device.is_cuda(), "--variant paper measures the CPU (--device cpu)");
+  int threads = torch::get_num_threads();
+  bench::FmaPeak peak = bench::measureFmaPeak(threads);
+  std::cout << "the paper's 18 variants  B=" << s.B << " H=" << s.H << " N=" << s.N
+            << " d=" << s.d << " m=" << s.options.config.m << ", cpu f32, " << threads
+            << " threads, heap " << opt.at("heap") << "\n"
+            << "CPU FMA peak " << std::fixed << std::setprecision(1) << peak.gflops
+            << " GFLOP/s (f32 FMA chains, " << peak.isa << ", measured in this run)\n";
+  s.options.variant = "posrf-orf";
+  SpectralAttention probe = makeModule(s, AttentionMode::Fused);
+  double sdpa = timeMethod(Method::Sdpa, s, probe, probe, true);
+  std::cout << "torch SDPA (softmax) forward+backward " << std::setprecision(4) << sdpa
+            << " s\n"
+            << std::endl;  // before the progress lines on stderr
+  struct Row {
+    std::string variant;
+    double forward, both, eager, gflops;
+  };
+  std::vector<Row> rows;
+  int index = 0;
+  for (const char *component : {"posrf", "oprf", "saderf"})
+    for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"}) {
+      s.options.variant = std::string(component) + "-" + weights;
+      std::cerr << "measuring " << s.options.variant << " (" << ++index << "/18)\n";
+      SpectralAttention fused = makeModule(s, AttentionMode::Fused);
+      SpectralAttention reference = makeModule(s, AttentionMode::Reference);
+      Row r{s.options.variant, timeMethod(Method::Fused, s, fused, reference, false),
+            timeMethod(Method::Fused, s, fused, reference, true),
+            timeMethod(Method::Reference, s, fused, reference, true), 0};
+      const Descriptor &desc = fused->descriptor();
+      r.gflops = flops(Method::Fused, s, desc.m, desc.numFeatures(), true) / r.both / 1e9;
+      rows.push_back(r);
+    }
+  double posrfMm = 0;
+  for (const Row &r : rows)
+    if (r.variant == "posrf-mm")
+      posrfMm = r.gflops;
+  std::cout << std::left << std::setw(18) << "variant" << std::right << std::setw(10) << "fwd s"
+            << std::setw(10) << "fwd+bwd s" << std::setw(10) << "GFLOP/s" << std::setw(8)
+            << "% peak" << std::setw(12) << "eager/fused" << std::setw(11) << "SDPA/fused"
+            << std::setw(13) << "vs posrf-mm" << "\n";
+  for (const Row &r : rows)
+    std::cout << std::left << std::setw(18) << r.variant << std::right << std::setprecision(4)
+              << std::setw(10) << r.forward << std::setw(10) << r.both << std::setprecision(1)
+              << std::setw(10) << r.gflops << std::setw(8) << 100 * r.gflops / peak.gflops
+              << std::setw(12) << r.eager / r.both << std::setw(11) << sdpa / r.both
+              << std::setw(12) << 100 * r.gflops / posrfMm << "%\n";
+  std::cout << "GFLOP/s: the contractions of the forward+backward (as the single-variant run "
+               "counts them); eager: the LibTorch reference of the same variant.\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opt = {
       {"variant", "posrf-mm"}, {"batch", "4"},   {"heads", "2"},      {"length", "4096"},
@@ -447,13 +504,15 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: spectra-bench [--variant V] [--batch B] [--heads H] [--length N] "
+      std::cout << "usage: spectra-bench [--variant V|paper] [--batch B] [--heads H] [--length N] "
                    "[--dim d] [--m m] [--repeats R] [--device cpu|cuda|gpu-emulated] [--dtype f32|bf16|f16]\n"
                    "       spectra-bench --sweep DIR [--variant V] [--batch B] [--heads H] "
                    "[--lengths 1024,...,65536] [--shapes 32x128,64x256] [--dtypes f32,bf16] "
                    "[--max-seconds 5] [--repeats R] [--device cpu|cuda]\n"
                    "Compares the fused kernels with the eager reference, torch's SDPA and a "
                    "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n"
+                   "--variant paper: the paper's 18 variants in one run (fused GFLOP/s, share "
+                   "of the FMA peak, eager/fused, SDPA/fused).\n"
                    "--device gpu-emulated: the GPU kernels run on the CPU beside the CPU kernels "
                    "and the reference (times, and each one's distance from float64).\n"
                    "--heap kept (default): glibc's heap keeps freed pages (no mmap per tensor, no "
@@ -505,6 +564,8 @@ int main(int argc, char **argv) {
     s.v = torch::randn({s.B, s.H, s.N, s.d}, o);
     if (!opt["child"].empty())
       return measureChild(s, parseAttentionMode(opt["child"]));
+    if (opt["variant"] == "paper")
+      return benchPaper(s, opt);
     if (opt["device"] == "gpu-emulated") {
       if (!opt["sweep"].empty())
         throw std::invalid_argument("--sweep measures a real device (cpu or cuda), not gpu-emulated");
