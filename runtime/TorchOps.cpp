@@ -2,6 +2,7 @@
 //
 // Built as libspectra_torch_ops.so: `torch.ops.load_library(path)` then
 //   out = torch.ops.spectra.attention(q, k, v, mask, "saderf-orf", 128, 0, "fused")
+//   W = torch.ops.spectra.weights("saderf-orf", 128, d, 0)   # the same draw, [m, d]
 // The op keeps one SpectralAttention module per (variant, m, d, seed, mode);
 // its kernels come from the KernelCache. Registered as a composite op, so
 // autograd runs through the fused kernels' own autograd Function.
@@ -20,34 +21,43 @@
 namespace spectra {
 namespace {
 
+/// The op's module for (variant, m, d, seed, mode), made once.
+SpectralAttention moduleFor(const std::string &variant, int64_t m, int64_t d, int64_t seed,
+                            const std::string &mode) {
+  static std::mutex mutex;
+  static std::map<std::string, SpectralAttention> modules;
+  std::string key = variant + "|" + std::to_string(m) + "|" + std::to_string(d) + "|" +
+                    std::to_string(seed) + "|" + mode;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = modules.find(key);
+  if (it == modules.end()) {
+    SpectralAttentionOptions options;
+    options.variant = variant;
+    options.config.m = m;
+    options.config.d = d;
+    options.config.seed = seed;
+    try {
+      options.mode = parseAttentionMode(mode);
+      it = modules.emplace(key, SpectralAttention(options)).first;
+    } catch (const std::invalid_argument &e) {
+      TORCH_CHECK(false, "spectra.attention: ", e.what());
+    }
+  }
+  return it->second;
+}
+
 torch::Tensor attentionOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                           const std::optional<torch::Tensor> &keyMask, std::string variant,
                           int64_t m, int64_t seed, std::string mode) {
   TORCH_CHECK(q.dim() == 4, "spectra.attention: q must be [B, H, N, d], got ", q.sizes());
-  static std::mutex mutex;
-  static std::map<std::string, SpectralAttention> modules;
-  std::string key = variant + "|" + std::to_string(m) + "|" + std::to_string(q.size(3)) + "|" +
-                    std::to_string(seed) + "|" + mode;
-  SpectralAttention module{nullptr};
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = modules.find(key);
-    if (it == modules.end()) {
-      SpectralAttentionOptions options;
-      options.variant = variant;
-      options.config.m = m;
-      options.config.d = q.size(3);
-      options.config.seed = seed;
-      try {
-        options.mode = parseAttentionMode(mode);
-        it = modules.emplace(key, SpectralAttention(options)).first;
-      } catch (const std::invalid_argument &e) {
-        TORCH_CHECK(false, "spectra.attention: ", e.what());
-      }
-    }
-    module = it->second;
-  }
-  return module->forward(q, k, v, keyMask);
+  return moduleFor(variant, m, q.size(3), seed, mode)->forward(q, k, v, keyMask);
+}
+
+/// The random features' W [m, d] (float32) that attention() uses for the same variant, m, d
+/// and seed (to give another implementation the same draw).
+torch::Tensor weightsOp(std::string variant, int64_t m, int64_t d, int64_t seed) {
+  return moduleFor(variant, m, d, seed, "reference")->weights->weights().W.detach().to(
+      torch::kFloat32).clone();
 }
 
 std::vector<int64_t> cacheStats() {
@@ -62,5 +72,7 @@ TORCH_LIBRARY(spectra, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? key_mask=None, str variant='posrf-mm', "
         "int m=128, int seed=0, str mode='fused') -> Tensor",
         &spectra::attentionOp);
+  m.def("weights(str variant='posrf-mm', int m=128, int d=32, int seed=0) -> Tensor",
+        &spectra::weightsOp);
   m.def("cache_stats() -> int[]", &spectra::cacheStats);
 }

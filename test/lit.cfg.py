@@ -1,5 +1,6 @@
 # lit configuration of the spectra test suite.
 import os
+import sys
 import shutil
 
 import lit.formats
@@ -39,6 +40,11 @@ if os.path.exists(standin):
 config.substitutions.append(("%spectra_lib", os.path.join(config.spectra_obj_root, "lib")))
 if os.path.exists(os.path.join(config.spectra_obj_root, "lib", "libspectra_torch_ops.so")):
     config.available_features.add("torch-ops")
+# performer-pytorch, the peers' benchmark (an optional, test-only dependency).
+python = config.python_executable or "python3"
+if "torch-ops" in config.available_features and os.system(
+        f"'{python}' -c 'import performer_pytorch' > /dev/null 2>&1") == 0:
+    config.available_features.add("performer-pytorch")
 # Kernels compiled by the tests are cached in the build tree, never in the user's cache.
 config.environment["SPECTRA_CACHE_DIR"] = os.path.join(config.spectra_obj_root, "test-kernel-cache")
 

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Spectra's fused attention beside what a user would run instead, in one process.
+
+Runs PosRF-ORF (FAVOR+) forward+backward, f32, on the CPU, with the same random features W:
+  - Spectra: torch.ops.spectra.attention (the JIT-compiled fused kernels);
+  - performer-pytorch's FastAttention, eager;
+  - the same FastAttention under torch.compile (inductor's generated C++/OpenMP kernels);
+  - torch's scaled_dot_product_attention (softmax, the quadratic baseline);
+and prints each time and its ratio to Spectra's, per shape. performer-pytorch is an optional
+benchmark dependency (pip install performer-pytorch), never a build one.
+
+    python3 build/bin/spectra-bench-peers.py [--shapes 8x2x4096,32x2x2000] [--repeats 5]
+
+The heap: by default the script re-executes itself with glibc's heap keeping freed pages
+(MALLOC_MMAP_MAX_=0, no trimming), as spectra-bench --heap kept does, so that no method pays a
+page fault per fresh tensor; --heap system keeps glibc's defaults.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HEAP_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1073741824",
+            "MALLOC_TOP_PAD_": "67108864"}
+
+
+def parse_args():
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default="8x2x4096,32x2x2000",
+                   help="comma-separated BxHxN (default: 8x2x4096,32x2x2000)")
+    p.add_argument("--dim", type=int, default=32, help="head dimension d (default 32)")
+    p.add_argument("--m", type=int, default=128, help="random features (default 128)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes per method (median)")
+    p.add_argument("--variant", default="posrf-orf",
+                   help="Spectra variant; performer-pytorch computes posrf (default posrf-orf)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--heap", choices=["kept", "system"], default="kept")
+    p.add_argument("--ops-library", default=os.path.join(here, "..", "lib",
+                                                         "libspectra_torch_ops.so"),
+                   help="libspectra_torch_ops.so (default: the build tree's)")
+    return p.parse_args()
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up (and compilation)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    args = parse_args()
+    if args.heap == "kept" and os.environ.get("MALLOC_MMAP_MAX_") != "0":
+        os.environ.update(HEAP_ENV)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+    import torch
+    try:
+        from performer_pytorch import FastAttention
+    except ImportError:
+        sys.exit("spectra-bench-peers: performer-pytorch is not installed "
+                 "(pip install performer-pytorch; a benchmark dependency only)")
+    if not os.path.exists(args.ops_library):
+        sys.exit(f"spectra-bench-peers: {args.ops_library} not found (build it: ./spectra build)")
+    torch.ops.load_library(args.ops_library)
+
+    d, m = args.dim, args.m
+    W = torch.ops.spectra.weights(args.variant, m, d, 0)
+    print(f"{args.variant} (FAVOR+), d={d} m={m}, cpu f32, {torch.get_num_threads()} threads, "
+          f"heap {args.heap}, torch {torch.__version__}; same W for Spectra and performer-pytorch")
+
+    for shape in args.shapes.split(","):
+        B, H, N = (int(x) for x in shape.lower().split("x"))
+        torch.manual_seed(0)
+        q0, k0, v0 = (torch.randn(B, H, N, d) for _ in range(3))
+
+        performer = FastAttention(dim_heads=d, nb_features=m)
+        performer.projection_matrix.copy_(W)
+        compiled = None if args.no_compile else torch.compile(performer)
+
+        def spectra(q, k, v):
+            return torch.ops.spectra.attention(q, k, v, None, args.variant, m, 0, "fused")
+
+        methods = [("spectra fused", spectra), ("performer eager", performer)]
+        if compiled is not None:
+            methods.append(("performer compiled", compiled))
+        methods.append(("torch SDPA", torch.nn.functional.scaled_dot_product_attention))
+
+        # The same W gives the same estimator: performer-pytorch's own feature map and linear
+        # attention with its eps set to 0 (FastAttention adds eps = 1e-4 to every feature
+        # after subtracting the maximum logit, which biases the estimate; not settable there).
+        with torch.no_grad():
+            from performer_pytorch.performer_pytorch import linear_attention, softmax_kernel
+            phi = lambda x, is_query: softmax_kernel(x, projection_matrix=W, is_query=is_query,
+                                                     eps=0.0)
+            a = spectra(q0, k0, v0)
+            b = linear_attention(phi(q0, True), phi(k0, False), v0)
+            agree = ((a - b).abs().max() / b.abs().max()).item()
+
+        def forward_backward(fn):
+            def run():
+                q, k, v = (t.detach().requires_grad_() for t in (q0, k0, v0))
+                fn(q, k, v).sum().backward()
+            return run
+
+        def forward_only(fn):
+            def run():
+                with torch.no_grad():
+                    fn(q0, k0, v0)
+            return run
+
+        print(f"\nB={B} H={H} N={N}   max|spectra - performer (eps 0)| / max|performer| = "
+              f"{agree:.1e}")
+        print(f"  {'method':<20}{'forward s':>11}{'fwd+bwd s':>11}{'x spectra fwd':>15}"
+              f"{'x spectra fwd+bwd':>19}")
+        base = None
+        for name, fn in methods:
+            if name.startswith("performer compiled"):
+                print("  (compiling with torch.compile ...)", flush=True)
+            tf = median_time(forward_only(fn), args.repeats)
+            tb = median_time(forward_backward(fn), args.repeats)
+            if base is None:
+                base = (tf, tb)
+            print(f"  {name:<20}{tf:>11.4f}{tb:>11.4f}{tf / base[0]:>15.2f}{tb / base[1]:>19.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
