@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Compiles variants' GPU kernels (spectra-compile --emit=ptx: the tile layer through
-spectra-gpu-pipeline) and reports, per
-kernel, what ptxas says it uses: registers, spill bytes, static shared bytes, and the
-count of atomic instructions in the PTX (there must be none: row chunks write partial
-sums that combine kernels merge in order). Needs ptxas, not a GPU.
+"""The GPU kernels' resource report: compiles variants' GPU kernels (spectra-compile
+--emit=artifact: the tile layer through spectra-gpu-pipeline, with the launch description)
+and reports per kernel what ptxas says it uses (registers, spill bytes, static shared bytes),
+the occupancy at the launch's block size (resident blocks per SM and warps of 64, from the
+registers, shared memory and threads), and static instruction counts: mma.sync in the PTX,
+and in the SASS (nvdisasm on the cubin, when found) HMMA, MUFU.EX2 and BAR barriers. It also
+counts atomic instructions in the PTX (there must be none: row chunks write partial sums that
+combine kernels merge in order). Needs ptxas (and nvdisasm for SASS), not a GPU.
 
-  scripts/gpu-resources.py --compiler build/bin/spectra-compile --ptxas /usr/local/cuda/bin/ptxas \\
-      --chip sm_80 --dtype bf16 posrf-mm saderf-orf
+  scripts/gpu-resources.py --compiler build/bin/spectra-compile --chip sm_80 --dtype bf16 posrf-mm
 
-Prints one table row per kernel and a closing line "N passed, M failed"; exits 1 when a
-compile or ptxas fails, a kernel spills more than --max-spill-bytes (default 0), or
-the PTX has an atomic.
+Prints one row per kernel and a closing line "N passed, M failed"; exits 1 when a compile or
+ptxas fails, a kernel spills more than --max-spill-bytes (default 0), the PTX has an atomic,
+or a requirement (--require-mma, --min-blocks-per-sm) does not hold.
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import re
 import subprocess
@@ -24,27 +27,87 @@ PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
          for w in ("orf", "sorf", "qmc", "mm", "sgq", "fastfoodl")]
 KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
          "dweights_combine", "dparams_combine"]
+# The kernels whose work is contractions (the combine kernels only add partials).
+CONTRACTING = ("kv", "readout", "query_backward", "key_backward")
+
+# Per-SM limits (CUDA occupancy rules): registers, shared memory a block may use, threads,
+# resident blocks; registers are allocated per warp in units of 256.
+SM_LIMITS = {"sm_80": {"regs": 65536, "smem": 167936, "threads": 2048, "blocks": 32},
+             "sm_90a": {"regs": 65536, "smem": 232448, "threads": 2048, "blocks": 32}}
+
+
+def occupancy(chip, regs, smem, threads):
+    """Resident blocks per SM and the share of the SM's 64 warps they fill."""
+    lim = SM_LIMITS[chip]
+    warps = -(-threads // 32)
+    per_warp = -(-max(regs, 1) * 32 // 256) * 256
+    by_regs = lim["regs"] // (per_warp * warps)
+    by_smem = lim["smem"] // (smem + 1024) if smem else lim["blocks"]  # 1 KiB reserved per block
+    blocks = min(by_regs, by_smem, lim["threads"] // threads, lim["blocks"])
+    return blocks, blocks * warps / (lim["threads"] // 32)
+
+
+def find_nvdisasm(explicit):
+    if explicit:
+        return explicit
+    cuda = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    for candidate in [os.path.join(cuda, "bin", "nvdisasm")]:
+        if os.path.exists(candidate):
+            return candidate
+    try:  # PyPI nvidia-cuda-nvdisasm
+        import nvidia.cu13
+        candidate = os.path.join(list(nvidia.cu13.__path__)[0], "bin", "nvdisasm")
+        if os.path.exists(candidate):
+            return candidate
+    except ImportError:
+        pass
+    return None
+
+
+def sass_counts(nvdisasm, cubin):
+    """Per function: HMMA, MUFU.EX2, BAR instruction counts and the instruction total."""
+    out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    counts, current = {}, None
+    for line in out.stdout.splitlines():
+        m = re.match(r"\s*\.section\s+\.text\.(\w+)", line)
+        if m:
+            current = m.group(1)
+            counts[current] = {"hmma": 0, "ex2": 0, "bar": 0, "instructions": 0}
+            continue
+        if current is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
+            continue
+        counts[current]["instructions"] += 1
+        if re.search(r"\bHMMA\.", line):
+            counts[current]["hmma"] += 1
+        if "MUFU.EX2" in line:
+            counts[current]["ex2"] += 1
+        if re.search(r"\bBAR\.", line):
+            counts[current]["bar"] += 1
+    return counts
 
 
 def run_one(args, variant, workdir):
     name = f"{variant}.{args.chip}.{args.dtype}"
-    path = os.path.join(workdir, name + ".ptx")
+    path = os.path.join(workdir, name + ".json")
     compiled = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
                                str(args.d), "--target", args.chip, "--dtype", args.dtype,
-                               "--emit=ptx", "-o", path], capture_output=True, text=True)
+                               "--emit=artifact", "-o", path], capture_output=True, text=True)
     if compiled.returncode != 0:
         return False, [f"{name}: spectra-compile failed: {compiled.stderr.strip()[:2000]}"]
     with open(path) as f:
-        ptx = f.read()
+        artifact = json.load(f)
+    ptx = artifact["ptx"]
+    ptx_path, cubin = os.path.join(workdir, name + ".ptx"), os.path.join(workdir, name + ".cubin")
+    with open(ptx_path, "w") as f:
+        f.write(ptx)
     atomics = len(re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:atom|red)\.", ptx, re.M))
-    entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)
-    done = subprocess.run([args.ptxas, f"-arch={args.chip}", "-v", path, "-o", os.devnull],
+    done = subprocess.run([args.ptxas, f"-arch={args.chip}", "-v", ptx_path, "-o", cubin],
                           capture_output=True, text=True)
     if done.returncode != 0:
         return False, [f"{name}: ptxas failed: {done.stderr.strip()[:2000]}"]
-    rows, ok = [], atomics == 0
-    current = None
-    stats = {}
+    stats, current = {}, None
     for line in done.stderr.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
@@ -59,17 +122,39 @@ def run_one(args, variant, workdir):
         m = re.search(r"(\d+) bytes smem", line)
         if m and current:
             stats[current]["smem"] = int(m.group(1))
-    missing = [k for k in KINDS if not any(e.endswith("_" + k) for e in entries)]
+    sass = sass_counts(args.nvdisasm, cubin) if args.nvdisasm else None
+    # mma.sync per entry: the PTX between one .entry and the next.
+    bodies = re.split(r"^\.visible \.entry ", ptx, flags=re.M)[1:]
+    mma = {b.split("(", 1)[0]: len(re.findall(r"\bmma\.sync\.", b)) for b in bodies}
+    rows, ok = [], atomics == 0
+    kinds = {k["name"]: k for k in artifact["kernels"]}
+    missing = [k for k in KINDS if not any(e.endswith("_" + k) for e in kinds)]
     if missing:
         ok = False
-        rows.append(f"{name}: PTX lacks kernels {missing}")
-    for entry in entries:
-        s = stats.get(entry, {})
-        if s.get("spill", 0) > args.max_spill_bytes:
+        rows.append(f"{name}: the artifact lacks kernels {missing}")
+    for entry, kernel in kinds.items():
+        s = stats.get(entry, {"regs": 0, "spill": 0, "smem": 0})
+        blocks, warps = occupancy(args.chip, s["regs"], s["smem"], kernel["block"])
+        row = (f"{name:28s} {kernel['kind']:17s} regs {s['regs']:>3} spill {s['spill']:>3} B"
+               f" smem {s['smem']:>6} B  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
+               f" {100 * warps:>5.1f}% warps  mma {mma.get(entry, 0):>3}")
+        if sass is not None and entry in sass:
+            c = sass[entry]
+            row += f"  SASS: HMMA {c['hmma']:>3} MUFU.EX2 {c['ex2']:>3} BAR {c['bar']:>2}" \
+                   f" of {c['instructions']:>5}"
+        problems = []
+        if s["spill"] > args.max_spill_bytes:
+            problems.append(f"spills {s['spill']} B > {args.max_spill_bytes}")
+        if kernel["kind"] in CONTRACTING:
+            if args.require_mma and mma.get(entry, 0) == 0:
+                problems.append("no mma.sync")
+            if blocks < args.min_blocks_per_sm:
+                problems.append(f"{blocks} blocks/SM < {args.min_blocks_per_sm}")
+        if problems:
             ok = False
-        rows.append(f"{name:32s} {entry:44s} regs {s.get('regs', '?'):>3} spill {s.get('spill', '?'):>3} B"
-                    f" smem {s.get('smem', '?'):>6} B")
-    rows.append(f"{name:32s} atomics in the PTX: {atomics}")
+            row += "  FAIL: " + "; ".join(problems)
+        rows.append(row)
+    rows.append(f"{name:28s} atomics in the PTX: {atomics}")
     return ok, rows
 
 
@@ -86,8 +171,18 @@ def main():
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--max-spill-bytes", type=int, default=0,
                    help="spill bytes (stores + loads) a kernel may have and still pass")
+    p.add_argument("--nvdisasm", default=None,
+                   help="nvdisasm for SASS counts (default: $CUDA_HOME/bin or PyPI "
+                        "nvidia-cuda-nvdisasm; without one, no SASS columns)")
+    p.add_argument("--require-mma", action="store_true",
+                   help="fail a contracting kernel (kv, readout, backward) without mma.sync")
+    p.add_argument("--min-blocks-per-sm", type=int, default=0,
+                   help="fail a contracting kernel with fewer resident blocks per SM")
     p.add_argument("variants", nargs="*", help="default: the 18 paper variants")
     args = p.parse_args()
+    args.nvdisasm = find_nvdisasm(args.nvdisasm)
+    print(f"gpu resources: {args.chip} {args.dtype} d={args.d} m={args.m}; SASS from "
+          f"{args.nvdisasm or 'nowhere (no nvdisasm found)'}")
     variants = args.variants or PAPER
     passed = failed = 0
     with tempfile.TemporaryDirectory() as workdir:

@@ -45,6 +45,12 @@ python = config.python_executable or "python3"
 if "torch-ops" in config.available_features and os.system(
         f"'{python}' -c 'import performer_pytorch' > /dev/null 2>&1") == 0:
     config.available_features.add("performer-pytorch")
+# nvdisasm (the CUDA toolkit's or PyPI nvidia-cuda-nvdisasm's) for SASS counts.
+if os.path.exists("/usr/local/cuda/bin/nvdisasm") or os.system(
+        f"'{python}' -c 'import nvidia.cu13, os, sys; "
+        f"sys.exit(not os.path.exists(os.path.join(list(nvidia.cu13.__path__)[0], \"bin\", \"nvdisasm\")))'"
+        " > /dev/null 2>&1") == 0:
+    config.available_features.add("nvdisasm")
 # Kernels compiled by the tests are cached in the build tree, never in the user's cache.
 config.environment["SPECTRA_CACHE_DIR"] = os.path.join(config.spectra_obj_root, "test-kernel-cache")
 
