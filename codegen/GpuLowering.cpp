@@ -46,6 +46,8 @@ static std::string cudaToolkit() {
   return "/usr/local/cuda";
 }
 
+static std::unique_ptr<Pass> createMinBlocksPerSmPass();
+
 void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary) {
   GpuNVVMAttachTargetOptions target;
   target.chip = chip.str();
@@ -71,6 +73,7 @@ void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, 
   llvmFuncs.addPass(createCanonicalizerPass());
   llvmFuncs.addPass(createCSEPass());
   kernels.addPass(createReconcileUnrealizedCastsPass());
+  kernels.addPass(createMinBlocksPerSmPass());
   if (toBinary)
     pm.addPass(createSerializeKernelsToPtxPass());
 }
@@ -137,8 +140,37 @@ std::optional<std::string> joinPtx(const std::vector<std::string> &parts) {
 /// cold GPU compile) on the context's threads, and their PTX is joined into one text (one
 /// header; the kernels share no module-level symbol). Each kernel's PTX is what the one-module
 /// compile gives, since no kernel calls another.
-/// The resident blocks per SM every kernel is compiled for (see serialize()).
+/// The resident blocks per SM every kernel is compiled for.
 constexpr int kMinBlocksPerSM = 2;
+
+/// Asks for at least kMinBlocksPerSM resident blocks per SM on every kernel (nvvm.minctasm,
+/// PTX .minnctapersm): ptxas then keeps each kernel's registers within that share of the
+/// register file at its block size, and stops trading registers for local-memory spills on
+/// its own (measured: PosRF's kv for sm_90a went from 64 registers and 24 spilled bytes to 98
+/// registers and none).
+struct MinBlocksPerSmPass
+    : public PassWrapper<MinBlocksPerSmPass, OperationPass<gpu::GPUModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MinBlocksPerSmPass)
+  StringRef getArgument() const final { return "spectra-min-blocks-per-sm"; }
+  StringRef getDescription() const final {
+    return "ask ptxas for at least two resident blocks per SM on every kernel";
+  }
+  void runOnOperation() override {
+    for (LLVM::LLVMFuncOp fn : getOperation().getOps<LLVM::LLVMFuncOp>())
+      if (fn->hasAttr(NVVM::NVVMDialect::getKernelFuncAttrName()) &&
+          !fn->hasAttr(NVVM::NVVMDialect::getMinctasmAttrName()))
+        fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
+                    IntegerAttr::get(IntegerType::get(fn.getContext(), 32), kMinBlocksPerSM));
+  }
+};
+
+} // namespace
+
+static std::unique_ptr<Pass> createMinBlocksPerSmPass() {
+  return std::make_unique<MinBlocksPerSmPass>();
+}
+
+namespace {
 
 struct SerializeKernelsToPtxPass
     : public PassWrapper<SerializeKernelsToPtxPass, OperationPass<ModuleOp>> {
@@ -168,16 +200,8 @@ struct SerializeKernelsToPtxPass
     };
     SmallVector<std::string> kernels;
     for (LLVM::LLVMFuncOp fn : module.getOps<LLVM::LLVMFuncOp>())
-      if (isKernel(fn)) {
+      if (isKernel(fn))
         kernels.push_back(fn.getSymName().str());
-        // At least two resident blocks per SM (.minnctapersm): ptxas then keeps each kernel's
-        // registers within half the register file at its block size, and stops trading
-        // registers for local-memory spills on its own (measured: PosRF's kv for sm_90a went
-        // from 64 registers and 24 spilled bytes to 98 registers and none).
-        if (!fn->hasAttr(NVVM::NVVMDialect::getMinctasmAttrName()))
-          fn->setAttr(NVVM::NVVMDialect::getMinctasmAttrName(),
-                      IntegerAttr::get(IntegerType::get(fn.getContext(), 32), kMinBlocksPerSM));
-      }
     if (kernels.size() <= 1) {
       parts.push_back(module.clone());
     } else {

@@ -970,7 +970,7 @@ ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
   static const StringLiteral kinds[] = {
       "moments",          "moments_combine",  "kv",
       "kv_combine",       "readout",          "query_backward",
-      "dsummary_combine", "key_backward",     "dweights_combine",
+      "dsummary_combine", "key_backward",     "dweights_chunk_combine", "dweights_combine",
       "dparams_combine",  "moments_backward"};
   return kinds;
 }
@@ -1050,6 +1050,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
                   {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
                    {t.f, "dz", "slice"}});
   buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+  // dW in two stages: each slice's chunks (a block per slice), then the slices (one block),
+  // so no single block reads every (slice, chunk) share.
+  buildSumCombine(b, loc, component, s, (mapName + "_dweights_chunk_combine").str(),
+                  "dweights_chunk_combine", "slices",
+                  {{t.Wp, "dWp", "slice"}, {t.W, "dWs", "slice"}});
   buildSumCombine(b, loc, component, s, (mapName + "_dweights_combine").str(), "dweights_combine",
                   "one", {{t.Wp, "dWp", "shared"}, {t.W, "dW", "shared"}});
   buildSumCombine(b, loc, component, s, (mapName + "_dparams_combine").str(), "dparams_combine",

@@ -44,7 +44,8 @@
 //       the second stage of the keys' split reduction: the chunks' partials
 //       merged in chunk order (c = max, the rest rescaled by exp(c_chunk - c)).
 //   <map>_dsummary_combine(dSp [C,F,DV], dzp [C,F], dS, dz),
-//   <map>_dweights_combine(dWp [R,M,D], dW), <map>_dparams_combine(dparamsp [C,P], dparams)
+//   <map>_dweights_chunk_combine(dWp [C,M,D], dWs [M,D]) per slice, then
+//   <map>_dweights_combine(dWs [R,M,D], dW), <map>_dparams_combine(dparamsp [C,P], dparams)
 //       the backward's partial shares summed in order.
 //   <map>_moments(x [N,D], y [N,D], keep [N], sum [D], cross [D])
 //       the data statistics' prologue (components with spectra.statistic only): this

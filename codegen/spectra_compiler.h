@@ -59,7 +59,9 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const cha
                                                        const char *feature_map, int64_t dv,
                                                        char **error);
 /* A kernel's C entry point by kind ("kv", "kv_combine", "readout", "query_backward",
- * "dsummary_combine", "key_backward", "dweights_combine", "dparams_combine"):
+ * "dsummary_combine", "key_backward", "dweights_chunk_combine", "dweights_combine",
+ * "dparams_combine"; "moments", "moments_combine", "moments_backward" for components
+ * whose parameters read data statistics):
  * void (*)(StridedMemRef *...) in the argument order of
  * codegen/TileKernels.h (spectra_cpu_kernel_abi), memrefs as MLIR lays them
  * out ({allocated, aligned, offset, sizes[R], strides[R]}; f32, or the rows'
@@ -92,8 +94,9 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t
  * blocks and threads as loops, JIT-compiled for this host. q/k/v of `dtype` "f32",
  * "bf16" or "f16"; arguments batched by role (codegen/TileKernels.h, "The kernel
  * ABI"); entries by kind as spectra_cpu_kernel_entry gives them: kv, kv_combine,
- * readout, query_backward, dsummary_combine, key_backward, dweights_combine,
- * dparams_combine. Stages "mapped" and "llvm". */
+ * readout, query_backward, dsummary_combine, key_backward, dweights_chunk_combine,
+ * dweights_combine, dparams_combine (and the statistics' moments kinds). Stages "mapped"
+ * and "llvm". */
 SPECTRA_API spectra_cpu_kernel *spectra_emulated_compile_variant(const char *variant, int64_t m,
                                                                  int64_t d, int64_t seed,
                                                                  const char *options,

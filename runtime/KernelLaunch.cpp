@@ -390,6 +390,7 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
   const KernelAbi &qb = launcher.abi("query_backward"), &dsum = launcher.abi("dsummary_combine"),
                   &kb = launcher.abi("key_backward"), &dw = launcher.abi("dweights_combine"),
+                  &dwc = launcher.abi("dweights_chunk_combine"),
                   &dp = launcher.abi("dparams_combine");
   const int64_t Cq = chunksOf(Nq, qb.chunkRows), Ck = chunksOf(Nk, kb.chunkRows);
 
@@ -426,7 +427,9 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   buf["dparams"] = dpp.narrow(1, Cq, Ck);
   run(launcher, kb, buf);
   torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32);
-  run(launcher, dw, {{"dWp", dWp.view({BH * (Cq + Ck), M, D})}, {"dW", dW}});
+  torch::Tensor dWs = torch::empty({BH, M, D}, f32);
+  run(launcher, dwc, {{"dWp", dWp}, {"dWs", dWs}});
+  run(launcher, dw, {{"dWp", dWs}, {"dW", dW}});
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
   return {buf["dq"].view({B, H, Nq, D}),
           buf["dk"].view({B, H, Nk, D}),

@@ -5,7 +5,7 @@
 // partials, `kv_combine` merges them in chunk order, `readout` reads the
 // merged summary; backward, `query_backward` writes the queries' partials,
 // `dsummary_combine` merges them, `key_backward` writes the keys' shares, and
-// `dweights_combine` / `dparams_combine` sum every share in a fixed order. No
+// `dweights_chunk_combine` + `dweights_combine` / `dparams_combine` sum every share in a fixed order. No
 // atomics anywhere, so the same inputs give the same bits on every run.
 //
 // The plan names buffers; each kernel's generated ABI (argument order, role,
@@ -44,7 +44,7 @@ struct KernelArgSpec {
 inline const char *const kKernelKinds[] = {
     "moments",          "moments_combine", "kv",
     "kv_combine",       "readout",         "query_backward",
-    "dsummary_combine", "key_backward",    "dweights_combine",
+    "dsummary_combine", "key_backward",    "dweights_chunk_combine", "dweights_combine",
     "dparams_combine",  "moments_backward"};
 
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
@@ -171,7 +171,8 @@ std::array<torch::Tensor, 2> compiledMoments(const KernelLauncher &launcher,
 /// The forward plan on prepared inputs (on the launcher's device) for `features`
 /// features (outputs x m): kv, kv_combine, readout.
 FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t features);
-/// The backward plan: query_backward, dsummary_combine, key_backward, dweights_combine,
+/// The backward plan: query_backward, dsummary_combine, key_backward, dweights_chunk_combine
+/// (each slice's chunks), dweights_combine (the slices),
 /// dparams_combine. Returns {dq, dk, dv (in the inputs' dtypes), dW, dparams, dqscale,
 /// dkscale} (the last two [B, H, D]: the input scales' gradients).
 std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,

@@ -71,8 +71,10 @@ def kernel_work(kind, B, H, N, d, m, F, dv, element, chunk_rows):
         return flops, BH * N * F, io + w_bytes * 2 + summary + partials
     if kind == "dsummary_combine":
         return 0, 0, BH * (C + 1) * (F * dv + F) * 4
+    if kind == "dweights_chunk_combine":
+        return 0, 0, BH * (2 * C + 1) * m * d * 4
     if kind == "dweights_combine":
-        return 0, 0, (2 * BH * C + 1) * m * d * 4
+        return 0, 0, (BH + 1) * m * d * 4
     if kind == "dparams_combine":
         return 0, 0, BH * (2 * C + 1) * 16
     return 0, 0, 0
@@ -120,7 +122,7 @@ def main():
             # times the component's outputs (1 for the paper's components).
             F, dv = m, d
             print(f"\nB={B} H={H} N={N} d={d} m={m}")
-            print(f"  {'kernel':<17}{'GFLOP':>8}{'Mexp':>8}{'MB':>8}{'blocks':>8}{'/SM':>5}"
+            print(f"  {'kernel':<23}{'GFLOP':>8}{'Mexp':>8}{'MB':>8}{'blocks':>8}{'/SM':>5}"
                   f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound today"
                   f" / with tensor cores")
             total_now = total_tc = 0
@@ -145,7 +147,7 @@ def main():
                 bound_now, bound_tc = max(now, key=now.get), max(tc, key=tc.get)
                 total_now += now[bound_now]
                 total_tc += tc[bound_tc]
-                print(f"  {k['kind']:<17}{flops / 1e9:>8.2f}{exps / 1e6:>8.1f}{nbytes / 1e6:>8.1f}"
+                print(f"  {k['kind']:<23}{flops / 1e9:>8.2f}{exps / 1e6:>8.1f}{nbytes / 1e6:>8.1f}"
                       f"{grid:>8}{per_sm:>5}{100 * fill:>5.0f}%{t_fma * 1e6:>9.1f}{t_tc * 1e6:>8.2f}"
                       f"{t_exp * 1e6:>8.1f}{t_mem * 1e6:>8.1f}  {bound_now} / {bound_tc}")
             print(f"  forward+backward estimate: {total_now * 1e6:.0f} us today (FP32 FMA), "

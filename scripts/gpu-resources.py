@@ -26,7 +26,7 @@ import tempfile
 PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
          for w in ("orf", "sorf", "qmc", "mm", "sgq", "fastfoodl")]
 KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
-         "dweights_combine", "dparams_combine"]
+         "dweights_chunk_combine", "dweights_combine", "dparams_combine"]
 # The kernels whose work is contractions (the combine kernels only add partials).
 CONTRACTING = ("kv", "readout", "query_backward", "key_backward")
 
@@ -135,7 +135,7 @@ def run_one(args, variant, workdir):
     for entry, kernel in kinds.items():
         s = stats.get(entry, {"regs": 0, "spill": 0, "smem": 0})
         blocks, warps = occupancy(args.chip, s["regs"], s["smem"], kernel["block"])
-        row = (f"{name:28s} {kernel['kind']:17s} regs {s['regs']:>3} spill {s['spill']:>3} B"
+        row = (f"{name:28s} {kernel['kind']:22s} regs {s['regs']:>3} spill {s['spill']:>3} B"
                f" smem {s['smem']:>6} B  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
                f" {100 * warps:>5.1f}% warps  mma {mma.get(entry, 0):>3}")
         if sass is not None and entry in sass:

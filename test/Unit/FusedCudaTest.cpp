@@ -49,8 +49,9 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
     EXPECT_EQ(a.target, "sm_80");
     EXPECT_EQ(a.dtype, dtype);
     EXPECT_EQ(a.featureMap, "trigrf_orf");
-    // The eight kinds of the tile layer, the same the CPU emulation runs.
-    ASSERT_EQ(a.kernels.size(), 8u);
+    // The nine kinds of the tile layer (TrigRF reads no statistics: no moments kernels), the
+    // same the CPU emulation runs.
+    ASSERT_EQ(a.kernels.size(), 9u);
     const KernelAbi &kv = a.kernel("kv");
     EXPECT_EQ(kv.name, "trigrf_orf_kv");
     EXPECT_EQ(kv.grid, "keys");
@@ -59,6 +60,7 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
     EXPECT_GT(kv.sharedBytes, 0);
     EXPECT_LE(kv.sharedBytes, 48 * 1024);
     EXPECT_EQ(a.kernel("kv_combine").grid, "slices");
+    EXPECT_EQ(a.kernel("dweights_chunk_combine").grid, "slices");
     EXPECT_EQ(a.kernel("dweights_combine").grid, "one");
     // The launcher passes each memref as (ptr, ptr, offset, sizes, strides): the count
     // must equal the kernel's PTX parameter list, whose order the description gives.
