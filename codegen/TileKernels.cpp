@@ -926,27 +926,31 @@ void buildMoments(OpBuilder &b, Location loc, ComponentOp component, const Dims 
   func::ReturnOp::create(b, loc);
 }
 
-/// The moments' backward: dx = keep (a + b x) per row, for dL/dsum = a and dL/dcross = b
-/// (with y = x, b is twice the sums of squares' gradient).
+/// The moments' backward added to a gradient: dx = dxin + keep (a + b x) per row, for
+/// dL/dsum = a and dL/dcross = b (with y = x, b is twice the sums of squares' gradient); dx
+/// may be dxin (each row is read before it is written).
 void buildMomentsBackward(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                           const Types &t, StringRef name) {
   Kernel k = makeKernel(b, loc, name, "moments_backward", "keys",
                         {{t.rows, "x", "rows"}, {t.mask, "keep", "mask"},
                          {t.scale, "a", "slice"}, {t.scale, "b", "slice"},
-                         {t.rows, "dx", "rows"}},
+                         {t.rows, "dxin", "rows"}, {t.rows, "dx", "rows"}},
                         0, 0);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
-  Value X = k.arg(0), keep = k.arg(1), A = k.arg(2), Bv = k.arg(3), DX = k.arg(4);
+  Value X = k.arg(0), keep = k.arg(1), A = k.arg(2), Bv = k.arg(3), DXin = k.arg(4),
+        DX = k.arg(5);
   Value Xt = tb.buffer({s.T, s.D}), DXt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
   tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
     tb.stage(X, r0, rows, Xt, s.D);
+    tb.stage(DXin, r0, rows, DXt, s.D);
     tb.stageMask(keep, r0, rows, kept);
     tb.elementwise({{Xt}, {kept, At::Row}, {A, At::Col}, {Bv, At::Col}}, {DXt},
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
-                     return SmallVector<Value>{x.mul(a[1], x.add(a[2], x.mul(a[3], a[0])))};
+                     return SmallVector<Value>{
+                         x.add(a[4], x.mul(a[1], x.add(a[2], x.mul(a[3], a[0]))))};
                    });
     tb.unstage(DXt, r0, rows, DX, s.D);
   });

@@ -51,7 +51,8 @@
 //       the data statistics' prologue (components with spectra.statistic only): this
 //       chunk's column sums of keep x and keep x y; <map>_moments_combine(sump [C,D],
 //       crossp [C,D], sum, cross) sums the chunks in order, and
-//       <map>_moments_backward(x, keep, a [D], b [D], dx [N,D]) writes dx = keep (a + b x).
+//       <map>_moments_backward(x, keep, a [D], b [D], dxin [N,D], dx [N,D]) writes
+//       dx = dxin + keep (a + b x) (dx may be dxin: the statistics' gradient added in place).
 // F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2. q, k, v, out,
 // gout, dq, dk and dv are of the input type (f32, bf16 or f16); every tile is f32.
 //

@@ -148,8 +148,7 @@ AttentionResult FusedCpuAttention::attentionWithStats(
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
                                      queryMask, &launcher(q, v.size(3)));
-  auto out = FusedAttentionFunction<FusedCpuAttention>::apply(
-      p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, p.qscale, p.kscale, this);
+  auto out = FusedAttentionFunction<FusedCpuAttention>::run(p, this);
   return {out[0].to(q.scalar_type()), out[1]};
 }
 
@@ -174,13 +173,25 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   if (launcher && reference.usesStatistics() && launcher->has("moments")) {
     const int64_t Nq = q.size(2);
     ReferenceFeatureMap::queryWeights(queryMask, B, Nq, f32);  // the mask's checks
-    torch::Tensor qkeep = queryMask ? queryMask->to(f32) : torch::ones({B, Nq}, f32);
-    torch::Tensor kkeep = keyMask ? keyMask->to(f32) : torch::ones({B, Nk}, f32);
-    auto side = [&](const torch::Tensor &x, const torch::Tensor &keep) {
-      std::array<torch::Tensor, 2> m = compiledMoments(*launcher, x, keep);
-      return RowMoments{m[0], m[1], keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
+    out.qkeep = queryMask ? queryMask->to(f32) : torch::ones({B, Nq}, f32);
+    out.kkeep = keyMask ? keyMask->to(f32) : torch::ones({B, Nk}, f32);
+    // The moments, as leaves of the parameters' graph (FusedInputs: the autograd node takes
+    // their gradient back to q and k).
+    bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad());
+    auto side = [&](const torch::Tensor &x, const torch::Tensor &keep, torch::Tensor &sum,
+                    torch::Tensor &sq) {
+      std::array<torch::Tensor, 2> moments;
+      {
+        torch::NoGradGuard noGrad;
+        moments = launchMoments(*launcher, x, x, keep);
+      }
+      sum = moments[0].requires_grad_(grad);
+      sq = moments[1].requires_grad_(grad);
+      return RowMoments{sum, sq, keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
     };
-    p = reference.paramsFromMoments(side(out.qs, qkeep), side(out.ks, kkeep), B, H, s, f32);
+    RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
+    RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
+    p = reference.paramsFromMoments(qm, km, B, H, s, f32);
   } else {
     p = reference.params(q.to(torch::kFloat32), k.to(torch::kFloat32), keyMask, queryMask, s);
   }

@@ -36,6 +36,12 @@ class KernelLauncher;
 /// they load (no scaled copy of q or k is made, and none is rounded to bf16).
 struct FusedInputs {
   torch::Tensor qs, ks, vs, W, params, keep, rowscale, qscale, kscale;
+  /// With compiled statistics: each side's moments (sum and sum of squares per column,
+  /// [B, H, d] f32), detached from q and k as leaves of the parameters' LibTorch graph, and
+  /// the rows' keep weights [B, N]. The autograd node carries the statistics' gradient back
+  /// to q and k itself (moments_backward adds it to dq and dk in place), so autograd sums no
+  /// second gradient path into q and k. Undefined without compiled statistics.
+  torch::Tensor qsum, qsq, ksum, ksq, qkeep, kkeep;
 };
 
 /// Computes FusedInputs (autograd follows through the statistics, parameters and
@@ -68,6 +74,17 @@ template <typename Kernels>
 class FusedAttentionFunction
     : public torch::autograd::Function<FusedAttentionFunction<Kernels>> {
 public:
+  /// Runs the node on prepared inputs: {out, guarded}.
+  static torch::autograd::tensor_list run(const FusedInputs &p, const Kernels *self) {
+    // Without compiled statistics, empty tensors stand for the moments (an autograd node's
+    // tensor inputs must be defined).
+    auto given = [](const torch::Tensor &t) { return t.defined() ? t : torch::empty({0}); };
+    return FusedAttentionFunction::apply(p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale,
+                                         p.qscale, p.kscale, given(p.qsum), given(p.qsq),
+                                         given(p.ksum), given(p.ksq), given(p.qkeep),
+                                         given(p.kkeep), self);
+  }
+
   /// Returns {out, guarded}: guarded [B, H] counts the queries whose denominator the
   /// guard replaced (not differentiable).
   static torch::autograd::tensor_list forward(torch::autograd::AutogradContext *ctx,
@@ -75,6 +92,9 @@ public:
                                               torch::Tensor W, torch::Tensor params,
                                               torch::Tensor keep, torch::Tensor rowscale,
                                               torch::Tensor qscale, torch::Tensor kscale,
+                                              torch::Tensor qsum, torch::Tensor qsq,
+                                              torch::Tensor ksum, torch::Tensor ksq,
+                                              torch::Tensor qkeep, torch::Tensor kkeep,
                                               const Kernels *self) {
     TORCH_CHECK(!rowscale.requires_grad(),
                 "spectra fused attention: learnable quadrature row weights are not supported "
@@ -82,7 +102,8 @@ public:
     FusedInputs in{qs, ks, vs, W, params, keep, rowscale, qscale, kscale};
     FusedForward saved = self->runForward(in);
     ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, qscale, kscale, saved.S,
-                            saved.z, saved.out, saved.shift, saved.qstat, saved.zabs});
+                            saved.z, saved.out, saved.shift, saved.qstat, saved.zabs, qsum, qsq,
+                            ksum, ksq, qkeep, kkeep});
     ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
     ctx->mark_non_differentiable({saved.guarded});
     return {saved.out, saved.guarded};
@@ -95,14 +116,45 @@ public:
     FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
     FusedForward saved{s[11], s[9], s[10], s[12], s[13], s[14], torch::Tensor()};
     torch::Tensor gout = grads[0].defined() ? grads[0] : torch::zeros_like(s[11]);
-    // dq, dk (with respect to the unscaled inputs), dv, dW, dparams, dqscale, dkscale.
+    // dq, dk (with respect to the unscaled inputs), dv, dW, dparams, dqscale, dkscale; the
+    // input scales' gradients (SADERF's Psi, HCEXP's A) summed by the backward kernels:
+    // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale.
     std::vector<torch::Tensor> g = self->runBackward(in, saved, gout);
-    // The input scales' gradients (SADERF's Psi, HCEXP's A carry the statistics' gradient):
-    // dL/dscale_c = sum_n dL/dx_nc q_nc with x = q scale, summed by the backward kernels.
+    torch::Tensor dparams = ctx->needs_input_grad(4) ? g[4] : torch::Tensor();
     torch::Tensor dqscale = ctx->needs_input_grad(7) ? g[5] : torch::Tensor();
     torch::Tensor dkscale = ctx->needs_input_grad(8) ? g[6] : torch::Tensor();
-    return {g[0], g[1], g[2], g[3], g[4], torch::Tensor(), torch::Tensor(), dqscale, dkscale,
-            torch::Tensor()};
+    const torch::Tensor &qsum = s[15];
+    if (qsum.numel() > 0 && qsum.requires_grad()) {
+      // Compiled statistics: the parameters' gradient back through their small LibTorch
+      // graph to the moments, then the moments' gradient added to dq and dk by the
+      // moments_backward kernel (in place; no second gradient path into q and k).
+      std::vector<torch::Tensor> outputs, outputGrads;
+      for (auto [t, gt] : {std::pair{s[4], dparams}, {s[7], dqscale}, {s[8], dkscale}})
+        if (t.requires_grad() && gt.defined()) {
+          outputs.push_back(t);
+          outputGrads.push_back(gt);
+        }
+      std::vector<torch::Tensor> leaves = {s[15], s[16], s[17], s[18]};
+      std::vector<torch::Tensor> dm(4);
+      if (!outputs.empty())
+        dm = torch::autograd::grad(outputs, leaves, outputGrads, /*retain_graph=*/true,
+                                   /*create_graph=*/false, /*allow_unused=*/true);
+      const auto &launcher = self->launcher(s[0], s[2].size(3));  // a KernelLauncher
+      auto addMoments = [&](torch::Tensor &dx, const torch::Tensor &x, const torch::Tensor &keep,
+                            const torch::Tensor &dsum, const torch::Tensor &dsq) {
+        if (!dx.defined() || (!dsum.defined() && !dsq.defined()))
+          return;
+        torch::Tensor zero = torch::zeros_like(leaves[0]);
+        launchMomentsBackward(launcher, x, keep, dsum.defined() ? dsum : zero,
+                              dsq.defined() ? dsq * 2 : zero, dx);
+      };
+      addMoments(g[0], s[0], s[19], dm[0], dm[1]);
+      addMoments(g[1], s[1], s[20], dm[2], dm[3]);
+      dparams = dqscale = dkscale = torch::Tensor();  // consumed here
+    }
+    return {g[0],    g[1],          g[2],          g[3],    dparams,         torch::Tensor(),
+            torch::Tensor(), dqscale, dkscale, torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 

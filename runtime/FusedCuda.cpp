@@ -263,8 +263,7 @@ AttentionResult FusedCudaAttention::attentionWithStats(
     w.rowWeights = w.rowWeights->to(q.device());
   FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask,
                                       &launcher(q.to(type), v.size(3)));
-  auto out = FusedAttentionFunction<FusedCudaAttention>::apply(
-      in.qs, in.ks, in.vs, in.W, in.params, in.keep, in.rowscale, in.qscale, in.kscale, this);
+  auto out = FusedAttentionFunction<FusedCudaAttention>::run(in, this);
   return {out[0].to(q.scalar_type()), out[1]};
 }
 

@@ -119,8 +119,7 @@ AttentionResult FusedEmulatedAttention::attentionWithStats(
               q.device());
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale,
                                      scalarTypeOf(inputType), queryMask, &launcher(q, v.size(3)));
-  auto out = FusedAttentionFunction<FusedEmulatedAttention>::apply(
-      p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale, p.qscale, p.kscale, this);
+  auto out = FusedAttentionFunction<FusedEmulatedAttention>::run(p, this);
   return {out[0].to(q.scalar_type()), out[1]};
 }
 

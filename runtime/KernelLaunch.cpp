@@ -293,49 +293,20 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   return {sum.view({B, H, D}), cross.view({B, H, D})};
 }
 
-torch::Tensor launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
-                                    const torch::Tensor &keep, const torch::Tensor &a,
-                                    const torch::Tensor &b) {
+void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
+                           const torch::Tensor &keep, const torch::Tensor &a,
+                           const torch::Tensor &b, torch::Tensor &dx) {
   const int64_t B = x.size(0), H = x.size(1), N = x.size(2), D = x.size(3), BH = B * H;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
-  torch::Tensor dx = torch::empty({BH, N, D}, x.options());
+  TORCH_CHECK(dx.is_contiguous() && dx.sizes() == x.sizes() && dx.scalar_type() == x.scalar_type(),
+              "spectra: internal error: the moments' gradient must be added to a contiguous ",
+              x.sizes(), " tensor of ", x.scalar_type());
+  torch::Tensor rows = dx.view({BH, N, D});
   run(launcher, launcher.abi("moments_backward"),
       {{"x", slices(x.contiguous())},
        {"keep", keep.to(f32).unsqueeze(1).expand({B, H, N}).reshape({BH, N}).contiguous()},
-       {"a", slices(a.to(f32)).contiguous()}, {"b", slices(b.to(f32)).contiguous()}, {"dx", dx}});
-  return dx.view({B, H, N, D});
-}
-
-namespace {
-/// compiledMoments' autograd node: {sum, sum of squares}; dx = keep (dsum + 2 dsumsq x).
-class MomentsFunction : public torch::autograd::Function<MomentsFunction> {
-public:
-  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext *ctx,
-                                              torch::Tensor x, torch::Tensor keep,
-                                              const KernelLauncher *launcher) {
-    std::array<torch::Tensor, 2> m = launchMoments(*launcher, x, x, keep);
-    ctx->save_for_backward({x, keep});
-    ctx->saved_data["launcher"] = reinterpret_cast<int64_t>(launcher);
-    return {m[0], m[1]};
-  }
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
-                                               torch::autograd::tensor_list grads) {
-    auto s = ctx->get_saved_variables();
-    auto *launcher = reinterpret_cast<const KernelLauncher *>(ctx->saved_data["launcher"].toInt());
-    const torch::Tensor &x = s[0];
-    torch::Tensor zero = torch::zeros({x.size(0), x.size(1), x.size(3)},
-                                      x.options().dtype(torch::kFloat32));
-    torch::Tensor a = grads[0].defined() ? grads[0] : zero;
-    torch::Tensor b = grads[1].defined() ? grads[1] * 2 : zero;
-    return {launchMomentsBackward(*launcher, x, s[1], a, b), torch::Tensor(), torch::Tensor()};
-  }
-};
-} // namespace
-
-std::array<torch::Tensor, 2> compiledMoments(const KernelLauncher &launcher,
-                                             const torch::Tensor &x, const torch::Tensor &keep) {
-  auto m = MomentsFunction::apply(x, keep, &launcher);
-  return {m[0], m[1]};
+       {"a", slices(a.to(f32)).contiguous()}, {"b", slices(b.to(f32)).contiguous()},
+       {"dxin", rows}, {"dx", rows}});
 }
 
 FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t F) {

@@ -157,16 +157,11 @@ private:
 /// (the kernels' element type) with keep [B, N] (1 kept, 0 masked).
 std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
                                            const torch::Tensor &y, const torch::Tensor &keep);
-/// The moments' backward (moments_backward): keep (a + b x) [B, H, N, D] in x's dtype for
-/// a, b [B, H, D].
-torch::Tensor launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
-                                    const torch::Tensor &keep, const torch::Tensor &a,
-                                    const torch::Tensor &b);
-
-/// Column sums and sums of squares of rows x [B, H, N, D] under keep [B, N] through the
-/// compiled moments kernels, as an autograd node (its backward is moments_backward).
-std::array<torch::Tensor, 2> compiledMoments(const KernelLauncher &launcher,
-                                             const torch::Tensor &x, const torch::Tensor &keep);
+/// The moments' backward (moments_backward): adds keep (a + b x) to dx [B, H, N, D]
+/// (contiguous, x's dtype) in place, for a, b [B, H, D].
+void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
+                           const torch::Tensor &keep, const torch::Tensor &a,
+                           const torch::Tensor &b, torch::Tensor &dx);
 
 /// The forward plan on prepared inputs (on the launcher's device) for `features`
 /// features (outputs x m): kv, kv_combine, readout.

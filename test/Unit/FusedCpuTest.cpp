@@ -277,7 +277,8 @@ namespace {
 
 /// The compiled statistics' prologue of one launcher against float64 LibTorch: the column
 /// sums and sums of squares under a mask over several row chunks (the last one partial), the
-/// cross moment, and the backward through compiledMoments.
+/// cross moment, and the backward (moments_backward adding keep (a + b x) to a gradient in
+/// place) against float64 autograd.
 void expectMomentsMatch(const KernelLauncher &l, torch::ScalarType type, double tol,
                         double gradTol, const std::string &what) {
   ASSERT_TRUE(l.has("moments") && l.has("moments_combine") && l.has("moments_backward")) << what;
@@ -291,21 +292,23 @@ void expectMomentsMatch(const KernelLauncher &l, torch::ScalarType type, double 
   torch::Tensor x64 = x.to(torch::kFloat64).requires_grad_(true), y64 = y.to(torch::kFloat64);
   torch::Tensor sum64 = (x64 * w).sum(2), sumsq64 = (x64.square() * w).sum(2);
 
-  torch::Tensor xg = x.clone().requires_grad_(true);
-  std::array<torch::Tensor, 2> m = compiledMoments(l, xg, keep);
+  std::array<torch::Tensor, 2> m = launchMoments(l, x, x, keep);
   EXPECT_EQ(m[0].scalar_type(), torch::kFloat32) << what;
   EXPECT_LT(maxAbs(m[0].to(torch::kFloat64) - sum64), tol * maxAbs(sum64)) << what << " sum";
   EXPECT_LT(maxAbs(m[1].to(torch::kFloat64) - sumsq64), tol * maxAbs(sumsq64)) << what << " sumsq";
 
   torch::Tensor ps = torch::randn({B, H, D}), pq = torch::randn({B, H, D});
-  ((m[0] * ps).sum() + (m[1] * pq).sum()).backward();
   ((sum64 * ps.to(torch::kFloat64)).sum() + (sumsq64 * pq.to(torch::kFloat64)).sum()).backward();
-  ASSERT_TRUE(xg.grad().defined()) << what;
-  EXPECT_EQ(xg.grad().scalar_type(), type) << what;
-  EXPECT_LT(maxAbs(xg.grad().to(torch::kFloat64) - x64.grad()), gradTol * maxAbs(x64.grad()))
+  // Added to an existing gradient, in place.
+  torch::Tensor before = torch::randn({B, H, N, D}).to(type);
+  torch::Tensor dx = before.clone();
+  launchMomentsBackward(l, x, keep, ps, pq * 2, dx);
+  EXPECT_EQ(dx.scalar_type(), type) << what;
+  torch::Tensor expected = before.to(torch::kFloat64) + x64.grad();
+  EXPECT_LT(maxAbs(dx.to(torch::kFloat64) - expected), gradTol * maxAbs(expected))
       << what << " d(moments)/dx";
-  // Masked rows get no gradient.
-  EXPECT_EQ(maxAbs(xg.grad()[1].narrow(1, 1900, 600).to(torch::kFloat64)), 0.0) << what;
+  // Masked rows get nothing added.
+  EXPECT_EQ(maxAbs((dx - before)[1].narrow(1, 1900, 600).to(torch::kFloat64)), 0.0) << what;
 
   std::array<torch::Tensor, 2> c = launchMoments(l, x, y, keep);
   torch::Tensor cross64 = (x64.detach() * y64 * w).sum(2);
@@ -326,6 +329,53 @@ TEST(FusedCpu, CompiledStatisticsMatchLibTorch) {
   // The gradient is written in bf16 (one rounding, 2^-8 relative).
   expectMomentsMatch(emulated.launcher(torch::Tensor(), 8), torch::kBFloat16, 1e-5, 8e-3,
                      "saderf-orf gpu-emulated bf16");
+}
+
+} // namespace
+
+namespace {
+
+/// Components whose parameters read statistics, with a query mask and a key mask: the fused
+/// gradients (the statistics' gradient carried back by the node itself, added to dq and dk by
+/// moments_backward) against autograd of the float64 reference; masked queries' statistics
+/// terms vanish, and self-attention shapes (Nq = Nk) with padding on both sides.
+TEST(FusedCpuBackward, StatisticsWithQueryAndKeyMasks) {
+  torch::manual_seed(11);
+  const int64_t B = 2, H = 2, N = 1300, D = 8;  // two 1024-row chunks, the second partial
+  torch::Tensor q0 = torch::randn({B, H, N, D}, torch::kFloat64) * 0.8,
+                k0 = torch::randn({B, H, N, D}, torch::kFloat64) * 0.8,
+                v0 = torch::randn({B, H, N, 5}, torch::kFloat64);
+  torch::Tensor mask = torch::ones({B, N}, torch::kBool);
+  mask[1].narrow(0, 1000, 300).fill_(false);
+  torch::Tensor probe = torch::randn({B, H, N, 5}, torch::kFloat64);
+  for (const char *variant : {"saderf-orf", "oprf-qmc", "hcexp-mm"}) {
+    VariantConfig config;
+    config.m = 16;
+    config.d = D;
+    FusedCpuAttention fused(variant, config);
+    const Descriptor &desc = fused.descriptor();
+    auto grads = [&](bool useFused) {
+      torch::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+                    v = v0.clone().requires_grad_(true);
+      Weights w = WeightFactory(desc).draw(desc.seed, useFused ? torch::kFloat32 : torch::kFloat64);
+      torch::Tensor out;
+      if (useFused) {
+        out = fused.attention(q, k, v, w, mask, std::nullopt, mask);
+      } else {
+        AttentionOptions o;
+        o.queryMask = mask;
+        out = ReferenceFeatureMap(desc).attention(q, k, v, w, mask, o);
+      }
+      // Padded queries' outputs are not part of the loss (as in training).
+      (out.to(torch::kFloat64) * probe * mask.view({B, 1, N, 1})).sum().backward();
+      return std::vector<torch::Tensor>{q.grad(), k.grad(), v.grad()};
+    };
+    std::vector<torch::Tensor> f = grads(true), r = grads(false);
+    const char *names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LT(maxAbs(f[i].to(torch::kFloat64) - r[i]), 2e-3 * maxAbs(r[i]))
+          << variant << " " << names[i];
+  }
 }
 
 } // namespace
