@@ -111,6 +111,9 @@ public:
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext *ctx,
                                                torch::autograd::tensor_list grads) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "spectra fused attention: double backward (create_graph=True) is not supported; "
+                "use mode 'reference'");
     auto s = ctx->get_saved_variables();
     auto *self = reinterpret_cast<const Kernels *>(ctx->saved_data["self"].toInt());
     FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
@@ -124,12 +127,16 @@ public:
     torch::Tensor dqscale = ctx->needs_input_grad(7) ? g[5] : torch::Tensor();
     torch::Tensor dkscale = ctx->needs_input_grad(8) ? g[6] : torch::Tensor();
     const torch::Tensor &qsum = s[15];
-    if (qsum.numel() > 0 && qsum.requires_grad()) {
+    if (qsum.numel() > 0 && qsum.requires_grad() &&
+        (ctx->needs_input_grad(0) || ctx->needs_input_grad(1))) {
       // Compiled statistics: the parameters' gradient back through their small LibTorch
       // graph to the moments, then the moments' gradient added to dq and dk by the
-      // moments_backward kernel (in place; no second gradient path into q and k).
+      // moments_backward kernel (in place; no second gradient path into q and k). The
+      // parameters' graph ends at the moments, not at q and k, so a backward asked for q or k
+      // alone does not mark params, qscale and kscale as needed: their gradients are taken
+      // from the kernels' results, not gated by needs_input_grad.
       std::vector<torch::Tensor> outputs, outputGrads;
-      for (auto [t, gt] : {std::pair{s[4], dparams}, {s[7], dqscale}, {s[8], dkscale}})
+      for (auto [t, gt] : {std::pair{s[4], g[4]}, {s[7], g[5]}, {s[8], g[6]}})
         if (t.requires_grad() && gt.defined()) {
           outputs.push_back(t);
           outputGrads.push_back(gt);
@@ -148,8 +155,10 @@ public:
         launchMomentsBackward(launcher, x, keep, dsum.defined() ? dsum : zero,
                               dsq.defined() ? dsq * 2 : zero, dx);
       };
-      addMoments(g[0], s[0], s[19], dm[0], dm[1]);
-      addMoments(g[1], s[1], s[20], dm[2], dm[3]);
+      if (ctx->needs_input_grad(0))
+        addMoments(g[0], s[0], s[19], dm[0], dm[1]);
+      if (ctx->needs_input_grad(1))
+        addMoments(g[1], s[1], s[20], dm[2], dm[3]);
       dparams = dqscale = dkscale = torch::Tensor();  // consumed here
     }
     return {g[0],    g[1],          g[2],          g[3],    dparams,         torch::Tensor(),

@@ -132,6 +132,7 @@ public:
 /// launch the plan makes (on any thread) is timed on the host and summed by kernel kind. The
 /// CPU launchers return when their kernels are done; CUDA launches return when enqueued, so
 /// their times mean nothing without a synchronisation (spectra-bench times CPU runs only).
+/// Destroy a timer only when no launch is in flight (a launch adds to the timer it found).
 class KernelTimer {
 public:
   struct Total {

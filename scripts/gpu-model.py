@@ -121,6 +121,8 @@ def main():
             # Features: outputs x m, from the artifact's summary argument is not stated; use m
             # times the component's outputs (1 for the paper's components).
             F, dv = m, d
+            if done.returncode != 0:
+                sys.exit(f"gpu-model: ptxas failed for {shape}: {done.stderr.strip()[:2000]}")
             print(f"\nB={B} H={H} N={N} d={d} m={m}")
             print(f"  {'kernel':<23}{'GFLOP':>8}{'Mexp':>8}{'MB':>8}{'blocks':>8}{'/SM':>5}"
                   f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound today"
@@ -129,11 +131,14 @@ def main():
             for k in artifact["kernels"]:
                 flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element,
                                                   k["chunk_rows"])
+                # The statistics' kernels run once per side (queries and keys).
+                launches = 2 if k["kind"].startswith("moments") else 1
+                flops, exps, nbytes = launches * flops, launches * exps, launches * nbytes
                 grid = (-(-N // k["chunk_rows"])) * B * H if k["grid"] in ("keys", "queries") else (
                     B * H if k["grid"] == "slices" else 1)
                 per_sm, _ = res.occupancy(args.chip, regs.get(k["name"], 32), k["shared_bytes"],
                                           k["block"])
-                fill = min(1.0, grid / (per_sm * gpu["sms"]))
+                fill = min(1.0, grid / (max(per_sm, 1) * gpu["sms"]))
                 # A grid smaller than the GPU's resident slots leaves SMs idle: the compute
                 # roofs scale with the share it fills.
                 t_fma = flops / (gpu["fp32_flops"] * fill)

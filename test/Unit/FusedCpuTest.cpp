@@ -375,6 +375,14 @@ TEST(FusedCpuBackward, StatisticsWithQueryAndKeyMasks) {
     for (int i = 0; i < 3; ++i)
       EXPECT_LT(maxAbs(f[i].to(torch::kFloat64) - r[i]), 2e-3 * maxAbs(r[i]))
           << variant << " " << names[i];
+    // A backward asked for q alone (torch::autograd::grad) carries the statistics' term too.
+    torch::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true);
+    Weights w = WeightFactory(desc).draw(desc.seed, torch::kFloat32);
+    torch::Tensor out = fused.attention(q, k, v0, w, mask, std::nullopt, mask);
+    torch::Tensor loss = (out.to(torch::kFloat64) * probe * mask.view({B, 1, N, 1})).sum();
+    torch::Tensor dqAlone = torch::autograd::grad({loss}, {q})[0];
+    EXPECT_LT(maxAbs(dqAlone.to(torch::kFloat64) - r[0]), 2e-3 * maxAbs(r[0]))
+        << variant << " dq from a backward asked for q alone";
   }
 }
 
