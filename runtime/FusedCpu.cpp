@@ -45,10 +45,7 @@ struct CpuLauncher : KernelLauncher {
     }
   }
   const Kernel &get(const std::string &kind) const {
-    auto it = kernels.find(kind);
-    TORCH_CHECK(it != kernels.end(), "spectra fused CPU attention: no '", kind, "' kernel for '",
-                name, "'", backwardError.empty() ? "" : ": ", backwardError);
-    return it->second;
+    return kernelOfKind(kernels, kind, "spectra fused CPU attention", name, backwardError);
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).batched; }
   bool has(const std::string &kind) const override { return kernels.count(kind) != 0; }

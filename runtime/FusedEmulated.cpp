@@ -18,10 +18,7 @@ struct EmulatedLauncher : KernelLauncher {
                    std::string backwardError)
       : byKind(byKind), name(std::move(name)), backwardError(std::move(backwardError)) {}
   const HostKernel &get(const std::string &kind) const {
-    auto it = byKind.find(kind);
-    TORCH_CHECK(it != byKind.end(), "spectra gpu-emulated attention: no '", kind, "' kernel for '",
-                name, "'", backwardError.empty() ? "" : ": ", backwardError);
-    return it->second;
+    return kernelOfKind(byKind, kind, "spectra gpu-emulated attention", name, backwardError);
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).abi; }
   bool has(const std::string &kind) const override { return byKind.count(kind) != 0; }

@@ -88,6 +88,18 @@ struct HostKernel {
 std::map<std::string, HostKernel> hostKernels(spectra_cpu_kernel *compiled,
                                               std::string *backwardError);
 
+/// The kernel of `kind` in a launcher's kernels by kind; TORCH_CHECK naming the launcher
+/// (`who`, e.g. "spectra fused CPU attention"), the kind, the feature map and why it is missing.
+template <typename Kernels>
+const typename Kernels::mapped_type &kernelOfKind(const Kernels &kernels, const std::string &kind,
+                                                  const char *who, const std::string &name,
+                                                  const std::string &backwardError) {
+  auto it = kernels.find(kind);
+  TORCH_CHECK(it != kernels.end(), who, ": no '", kind, "' kernel for '", name, "'",
+              backwardError.empty() ? "" : ": ", backwardError);
+  return it->second;
+}
+
 /// Calls a kernel JIT-compiled for the host (its C interface: one memref descriptor
 /// pointer per operand, operands as kernelOperands gives them).
 void callHostKernel(void *entry, const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
