@@ -1,0 +1,160 @@
+//===- TileBuilder.cpp - the builders the tile kernels are written with --===//
+
+#include "codegen/TileBuilder.h"
+#include "codegen/TileKernels.h"
+
+#include "mlir/IR/Matchers.h"
+
+using namespace mlir;
+
+namespace mlir::spectra::tiles {
+
+SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args) {
+  auto yield = cast<PartialsYieldOp>(partials.getBody().front().getTerminator());
+  SmallVector<bool> used(args, false);
+  used[0] = used[1] = true;
+  for (unsigned o = 0; o < outputs; ++o)
+    for (unsigned v = 0; v < args; ++v)
+      for (unsigned which = 0; which < 2; ++which)
+        if (!matchPattern(yield.getValues()[2 * (o * args + v) + which], m_AnyZeroFloat()))
+          used[v] = true;
+  return used;
+}
+
+Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef<bool> used,
+              Value wx, Value xx, Value ww, ArrayRef<Value> params, ArrayRef<Value> coeffs,
+              ArrayRef<Value> e, ArrayRef<Value> a) {
+  SmallVector<Value> pv = kb.partials(partials, wx, xx, ww, params);
+  unsigned args = 3 + params.size();
+  SmallVector<Value> sums(args);
+  for (unsigned v = 0; v < args; ++v)
+    if (used[v])
+      sums[v] = x.c(0);
+  for (unsigned o = 0; o < e.size(); ++o) {
+    Value phi = x.mul(coeffs[o], e[o]);
+    for (unsigned v = 0; v < args; ++v)
+      if (used[v]) {
+        Value dphi = x.add(x.mul(phi, pv[2 * (o * args + v)]), x.mul(e[o], pv[2 * (o * args + v) + 1]));
+        sums[v] = x.add(sums[v], x.mul(a[o], dphi));
+      }
+  }
+  return {sums[0], sums[1], sums[2], SmallVector<Value>(sums.begin() + 3, sums.end())};
+}
+
+Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, StringRef grid,
+                  ArrayRef<Arg> args, unsigned paramsArg, unsigned numParams) {
+  SmallVector<Type> types;
+  SmallVector<Attribute> names, roles;
+  for (const Arg &a : args) {
+    types.push_back(a.type);
+    names.push_back(b.getStringAttr(a.name));
+    roles.push_back(b.getStringAttr(a.role));
+  }
+  auto fn = func::FuncOp::create(b, loc, name, b.getFunctionType(types, {}));
+  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  fn->setAttr(kKernelKindAttr, b.getStringAttr(kind));
+  fn->setAttr(kKernelGridAttr, b.getStringAttr(grid));
+  fn->setAttr(kKernelArgNamesAttr, b.getArrayAttr(names));
+  fn->setAttr(kKernelArgRolesAttr, b.getArrayAttr(roles));
+  Kernel k{fn, fn.addEntryBlock(), {}};
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  for (unsigned i = 0; i < numParams; ++i)
+    k.params.push_back(memref::LoadOp::create(
+        b, loc, k.arg(paramsArg), ValueRange{arith::ConstantIndexOp::create(b, loc, i)}));
+  return k;
+}
+
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used) {
+  GradientTiles g;
+  g.used.assign(used.begin(), used.end());
+  g.dwx = tb.buffer({s.T, s.M});
+  g.dxx = tb.buffer({s.T, s.M});
+  g.dxxRow = tb.buffer({s.T});
+  g.dx = tb.buffer({s.T, s.D});
+  if (used[2]) {
+    g.dww = tb.buffer({s.T, s.M});
+    g.dwwAcc = tb.buffer({s.M});
+    tb.fill(g.dwwAcc, 0);
+  }
+  for (unsigned p = 3; p < used.size(); ++p) {
+    g.dp.push_back(used[p] ? tb.buffer({s.T, s.M}) : Value());
+    g.dpAcc.push_back(used[p] ? tb.buffer({s.M}) : Value());
+    if (used[p])
+      tb.fill(g.dpAcc.back(), 0);
+  }
+  return g;
+}
+
+void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
+                         Value dW) {
+  tb.fill(g.dxxRow, 0);
+  tb.reduceRows({{g.dxx}}, {g.dxxRow}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+  });
+  tb.fill(g.dx, 0);
+  tb.matmul(g.dwx, W, g.dx);
+  tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[1]), a[0]))};
+  });
+  tb.matmul(g.dwx, X, dW, /*transposeA=*/true);
+  auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
+    return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+  };
+  if (g.dww)
+    tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
+  for (unsigned p = 0; p < g.dp.size(); ++p)
+    if (g.dp[p])
+      tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
+}
+
+void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
+                     Value dparams) {
+  if (g.dww)
+    tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+    });
+  tb.fill(dparams, 0);
+  for (unsigned p = 0; p < g.dp.size(); ++p)
+    if (g.dp[p])
+      tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
+      Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(g.dpAcc[p], {j}));
+      tb.store(sum, dparams, {tb.idx(p)});
+    });
+}
+
+void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc) {
+  tb.reduceCols({{dx}, {X}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return SmallVector<Value>{x.add(a[2], x.mul(a[0], a[1]))};
+  });
+}
+
+Value chunkOf(TileBuilder &tb, Value buf, Value c) {
+  OpBuilder &b = tb.b;
+  auto type = llvm::cast<MemRefType>(buf.getType());
+  SmallVector<OpFoldResult> offsets = {c}, sizes = {b.getIndexAttr(1)},
+                            strides(type.getRank(), b.getIndexAttr(1));
+  SmallVector<int64_t> shape;
+  for (int64_t i = 1; i < type.getRank(); ++i) {
+    offsets.push_back(b.getIndexAttr(0));
+    sizes.push_back(b.getIndexAttr(type.getDimSize(i)));
+    shape.push_back(type.getDimSize(i));
+  }
+  MemRefType result =
+      memref::SubViewOp::inferRankReducedResultType(shape, type, offsets, sizes, strides);
+  return memref::SubViewOp::create(b, tb.loc, result, buf, offsets, sizes, strides);
+}
+
+void sumChunks(TileBuilder &tb, Value parts, Value total) {
+  tb.fill(total, 0);
+  tb.forRange(tb.idx(0), tb.dim(parts, 0), [&](Value r) {
+    tb.elementwise({{chunkOf(tb, parts, r)}}, {total}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+    });
+  });
+}
+
+} // namespace mlir::spectra::tiles

@@ -1,0 +1,368 @@
+//===- TileBuilder.h - the builders the tile kernels are written with ----===//
+//
+// What every kernel of the tile layer (TileKernels.cpp: bidirectional, CausalKernels.cpp:
+// causal) is written with: TileBuilder emits upstream linalg on static f32 tiles (staging,
+// contractions, elementwise bodies, row and column reductions), Scalar the arithmetic inside
+// a generic's body, and the helpers that chain a component's derived partials into the
+// gradients of q or k, W and the parameters. See TileKernels.h for the kernels and their ABI.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_TILEBUILDER_H
+#define SPECTRA_CODEGEN_TILEBUILDER_H
+
+#include "codegen/KernelBuilder.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+
+#include <cmath>
+#include <limits>
+
+namespace mlir::spectra::tiles {
+
+/// The static sizes of one feature map's kernels.
+struct Dims {
+  int64_t T, D, DV, M, K, F, P;
+};
+
+/// Where an operand of a two-dimensional iteration space (i, j) is read.
+enum class At { Full, Row, Col };
+struct Operand {
+  Value buffer;
+  At at = At::Full;
+};
+using Body = function_ref<SmallVector<Value>(OpBuilder &, Location, ValueRange)>;
+
+/// Emits linalg on static f32 tiles; `b` always points where the next op goes.
+class TileBuilder : public KernelBuilder {
+public:
+  TileBuilder(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, Block *entry)
+      : KernelBuilder(b, loc, component), s(s), entry(entry) {}
+
+  Type f32Type() { return b.getF32Type(); }
+  Value negInf() { return f32(-std::numeric_limits<float>::infinity()); }
+
+  /// A static buffer on the stack, allocated once at function entry.
+  Value buffer(ArrayRef<int64_t> shape) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(entry);
+    return memref::AllocaOp::create(b, loc, MemRefType::get(shape, f32Type()));
+  }
+  void fill(Value buf, double value) {
+    linalg::FillOp::create(b, loc, ValueRange{f32(value)}, ValueRange{buf});
+  }
+  /// A static window of a buffer (offsets and sizes per dimension, unit strides).
+  Value window(Value buf, ArrayRef<int64_t> offsets, ArrayRef<int64_t> sizes) {
+    SmallVector<OpFoldResult> o, z, st;
+    for (auto [off, size] : llvm::zip(offsets, sizes)) {
+      o.push_back(b.getIndexAttr(off));
+      z.push_back(b.getIndexAttr(size));
+      st.push_back(b.getIndexAttr(1));
+    }
+    return memref::SubViewOp::create(b, loc, buf, o, z, st);
+  }
+  /// Row `row` (dynamic) of a [N, W] buffer as a [1, W] window.
+  Value rowOf(Value buf, Value row, int64_t width) {
+    SmallVector<OpFoldResult> o = {row, b.getIndexAttr(0)}, z = {b.getIndexAttr(1), b.getIndexAttr(width)},
+                              st = {b.getIndexAttr(1), b.getIndexAttr(1)};
+    return memref::SubViewOp::create(b, loc, buf, o, z, st);
+  }
+
+  /// linalg.generic over the iteration space of `rank` dims with the given iterators.
+  void generic(ArrayRef<Operand> ins, ArrayRef<Operand> outs,
+               ArrayRef<utils::IteratorType> iterators, Body body) {
+    unsigned rank = iterators.size();
+    auto mapOf = [&](At at) {
+      if (rank == 1)
+        return AffineMap::getMultiDimIdentityMap(1, b.getContext());
+      AffineExpr i = b.getAffineDimExpr(0), j = b.getAffineDimExpr(1);
+      SmallVector<AffineExpr> results = at == At::Full  ? SmallVector<AffineExpr>{i, j}
+                                        : at == At::Row ? SmallVector<AffineExpr>{i}
+                                                        : SmallVector<AffineExpr>{j};
+      return AffineMap::get(2, 0, results, b.getContext());
+    };
+    SmallVector<Value> inputs, outputs;
+    SmallVector<AffineMap> maps;
+    for (const Operand &in : ins) {
+      inputs.push_back(in.buffer);
+      maps.push_back(mapOf(in.at));
+    }
+    for (const Operand &out : outs) {
+      outputs.push_back(out.buffer);
+      maps.push_back(mapOf(out.at));
+    }
+    linalg::GenericOp::create(b, loc, TypeRange{}, inputs, outputs, maps, iterators, "", "",
+                              [&](OpBuilder &nb, Location l, ValueRange args) {
+                                linalg::YieldOp::create(nb, l, body(nb, l, args));
+                              });
+  }
+  /// Elementwise over the shape of outs (rank 1 or 2, all Full).
+  void elementwise(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    auto rank = llvm::cast<MemRefType>(outs[0].getType()).getRank();
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Full});
+    generic(ins, o, SmallVector<utils::IteratorType>(rank, utils::IteratorType::parallel), body);
+  }
+  /// Reduces over j into outs indexed by i.
+  void reduceRows(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Row});
+    generic(ins, o, {utils::IteratorType::parallel, utils::IteratorType::reduction}, body);
+  }
+  /// Reduces over i into outs indexed by j.
+  void reduceCols(ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body) {
+    SmallVector<Operand> o;
+    for (Value v : outs)
+      o.push_back({v, At::Col});
+    generic(ins, o, {utils::IteratorType::reduction, utils::IteratorType::parallel}, body);
+  }
+  /// C[m, n] += sum_k A[m, k] B[k, n] (A read as A[k, m] when `transposeA`).
+  void matmul(Value A, Value B, Value C, bool transposeA = false) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1), k = b.getAffineDimExpr(2);
+    SmallVector<AffineMap> maps = {
+        AffineMap::get(3, 0, transposeA ? ArrayRef<AffineExpr>{k, m} : ArrayRef<AffineExpr>{m, k}, ctx),
+        AffineMap::get(3, 0, {k, n}, ctx), AffineMap::get(3, 0, {m, n}, ctx)};
+    linalg::GenericOp::create(
+        b, loc, TypeRange{}, ValueRange{A, B}, ValueRange{C}, maps,
+        {utils::IteratorType::parallel, utils::IteratorType::parallel, utils::IteratorType::reduction},
+        "", "", [](OpBuilder &nb, Location l, ValueRange args) {
+          Value prod = arith::MulFOp::create(nb, l, args[0], args[1]);
+          linalg::YieldOp::create(nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod)});
+        });
+  }
+
+  /// for (r0 = 0; r0 < n; r0 += T) body(r0, rows = min(T, n - r0)).
+  void forTiles(Value n, function_ref<void(Value, Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, idx(0), n, idx(s.T));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value r0 = loop.getInductionVar();
+    Value rows = arith::MinSIOp::create(b, loc, idx(s.T), arith::SubIOp::create(b, loc, n, r0));
+    body(r0, rows);
+  }
+  void forRange(Value lb, Value ub, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, lb, ub, idx(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  }
+
+  /// Rows [r0, r0 + rows) of src [N, W] into tile [T, W], zeros below them; times
+  /// `scale` [W] per column when given (q and k arrive unscaled).
+  void stage(Value src, Value r0, Value rows, Value tile, int64_t width, Value scale = Value()) {
+    fill(tile, 0);
+    forRange(idx(0), rows, [&](Value i) {
+      Value from = rowOf(src, arith::AddIOp::create(b, loc, r0, i), width), to = rowOf(tile, i, width);
+      copyRow(from, to, scale);
+    });
+  }
+  /// The first `rows` rows of tile [T, W] into dst [N, W] from row r0, times `scale`.
+  void unstage(Value tile, Value r0, Value rows, Value dst, int64_t width, Value scale = Value()) {
+    forRange(idx(0), rows, [&](Value i) {
+      Value from = rowOf(tile, i, width), to = rowOf(dst, arith::AddIOp::create(b, loc, r0, i), width);
+      copyRow(from, to, scale);
+    });
+  }
+  /// Copies a row, converting between the rows' element type (f32, bf16, f16) and the
+  /// tiles' f32: q, k, v and dL/dout are widened as they are loaded, outputs and
+  /// gradients rounded once as they are stored; the scale multiplies in f32.
+  void copyRow(Value from, Value to, Value scale) {
+    Type toType = llvm::cast<MemRefType>(to.getType()).getElementType();
+    auto convert = [toType](OpBuilder &nb, Location l, Value v) -> Value {
+      if (v.getType() == toType)
+        return v;
+      if (toType.getIntOrFloatBitWidth() > v.getType().getIntOrFloatBitWidth())
+        return arith::ExtFOp::create(nb, l, toType, v);
+      return arith::TruncFOp::create(nb, l, toType, v);
+    };
+    if (!scale) {
+      elementwise({{from}}, {to}, [&](OpBuilder &nb, Location l, ValueRange a) {
+        return SmallVector<Value>{convert(nb, l, a[0])};
+      });
+      return;
+    }
+    elementwise({{from}, {scale, At::Col}}, {to}, [&](OpBuilder &nb, Location l, ValueRange a) {
+      Value x = a[0].getType() == a[1].getType()
+                    ? a[0]
+                    : Value(arith::ExtFOp::create(nb, l, a[1].getType(), a[0]));
+      return SmallVector<Value>{convert(nb, l, arith::MulFOp::create(nb, l, x, a[1]))};
+    });
+  }
+  /// kept[i] = keep[r0 + i] for i < rows (keep: 1 kept, 0 masked; nullptr: all kept), else 0.
+  void stageMask(Value keep, Value r0, Value rows, Value kept) {
+    fill(kept, 0);
+    forRange(idx(0), rows, [&](Value i) {
+      store(keep ? load(keep, {arith::AddIOp::create(b, loc, r0, i)}) : f32(1), kept, {i});
+    });
+  }
+
+  /// L = X W^T and xx = ||x||^2 of a staged tile.
+  void logits(Value X, Value Wt, Value L, Value xx) {
+    fill(L, 0);
+    matmul(X, Wt, L);
+    fill(xx, 0);
+    reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
+    });
+  }
+
+  /// Feature f's window of a [F] or [F, W] buffer for output o.
+  Value outputRows(Value buf, unsigned o) {
+    auto type = llvm::cast<MemRefType>(buf.getType());
+    if (type.getRank() == 1)
+      return window(buf, {o * s.M}, {s.M});
+    return window(buf, {o * s.M, 0}, {s.M, type.getDimSize(1)});
+  }
+  /// Output o's columns of a [W, F] buffer.
+  Value outputCols(Value buf, unsigned o) {
+    int64_t rows = llvm::cast<MemRefType>(buf.getType()).getDimSize(0);
+    return window(buf, {0, o * s.M}, {rows, s.M});
+  }
+
+  const Dims &s;
+  Block *entry;
+};
+
+/// Scalar arithmetic inside a generic's body.
+struct Scalar {
+  OpBuilder &b;
+  Location l;
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, l, x, y); }
+  Value sub(Value x, Value y) { return arith::SubFOp::create(b, l, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, l, x, y); }
+  Value div(Value x, Value y) { return arith::DivFOp::create(b, l, x, y); }
+  Value exp(Value x) { return math::ExpOp::create(b, l, x); }
+  Value abs(Value x) { return math::AbsFOp::create(b, l, x); }
+  Value max(Value x, Value y) { return arith::MaximumFOp::create(b, l, x, y); }
+  Value c(double v) { return arith::ConstantOp::create(b, l, b.getF32FloatAttr(static_cast<float>(v))); }
+  Value select(Value cond, Value x, Value y) { return arith::SelectOp::create(b, l, cond, x, y); }
+  Value cmp(arith::CmpFPredicate p, Value x, Value y) { return arith::CmpFOp::create(b, l, p, x, y); }
+  Value positive(Value x) { return cmp(arith::CmpFPredicate::OGT, x, c(0)); }
+};
+
+/// Which arguments (wx, xx, ww, params...) the features depend on: those with a
+/// derived partial that is not the constant 0 for some output. The others get no
+/// gradient tile (PosRF's logit does not depend on ||w||^2: no dW ||w||^2 term).
+/// wx and xx always count: their tiles feed dq/dk, also when their sum is zero
+/// (a component whose features ignore ||x||^2).
+SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args);
+
+
+/// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
+/// phi' = phi dlogit + e dcoeff with e = phi / coeff (the shifted, scaled exponential).
+/// Arguments not `used` are left null.
+struct Chained {
+  Value dwx, dxx, dww;
+  SmallVector<Value> dparams;
+};
+Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef<bool> used,
+              Value wx, Value xx, Value ww, ArrayRef<Value> params, ArrayRef<Value> coeffs,
+              ArrayRef<Value> e, ArrayRef<Value> a);
+
+/// A kernel function: arguments, entry block, and the loaded parameters.
+struct Kernel {
+  func::FuncOp fn;
+  Block *entry;
+  SmallVector<Value> params;
+  Value arg(unsigned i) { return entry->getArgument(i); }
+};
+
+/// One kernel argument: its type, name and role (TileKernels.h, "The kernel ABI").
+struct Arg {
+  Type type;
+  StringRef name;
+  StringRef role;
+};
+
+/// A kernel function with its ABI attributes (TileKernels.h, "The kernel ABI"); the first
+/// `numParams` entries of the `paramsArg` argument are loaded at entry.
+Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, StringRef grid,
+                  ArrayRef<Arg> args, unsigned paramsArg, unsigned numParams);
+
+/// Memref types of the kernel arguments.
+struct Types {
+  MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat, scale;
+  MemRefType Sp, fp, Wp, paramsp, Dp;  // per-chunk partials, [C, ...] (combine kernels)
+  Types(MLIRContext *ctx, const Dims &s, Type input) {
+    Type f32 = Float32Type::get(ctx);
+    int64_t dyn = ShapedType::kDynamic;
+    rows = MemRefType::get({dyn, s.D}, input);
+    values = MemRefType::get({dyn, s.DV}, input);
+    Sp = MemRefType::get({dyn, s.F, s.DV}, f32);
+    fp = MemRefType::get({dyn, s.F}, f32);
+    Wp = MemRefType::get({dyn, s.M, s.D}, f32);
+    Dp = MemRefType::get({dyn, s.D}, f32);
+    paramsp = MemRefType::get({dyn, s.P}, f32);
+    mask = MemRefType::get({dyn}, f32);
+    Wt = MemRefType::get({s.D, s.M}, f32);
+    W = MemRefType::get({s.M, s.D}, f32);
+    ww = MemRefType::get({s.M}, f32);
+    params = MemRefType::get({s.P}, f32);
+    S = MemRefType::get({s.F, s.DV}, f32);
+    St = MemRefType::get({s.DV, s.F}, f32);
+    f = MemRefType::get({s.F}, f32);
+    qstat = MemRefType::get({dyn, 3}, f32);
+    scale = MemRefType::get({s.D}, f32);
+  }
+};
+
+/// Buffers both backward kernels share: the partial-derivative tiles and the
+/// accumulators of dW's ||w||^2 term and of dparams.
+/// (The ||w||^2 and parameter tiles only for arguments the features depend on;
+/// null otherwise.)
+struct GradientTiles {
+  SmallVector<bool> used;  // per argument (wx, xx, ww, params...)
+  Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
+  SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
+  /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
+  SmallVector<Value> outputs() const {
+    SmallVector<Value> out = {dwx, dxx};
+    if (dww)
+      out.push_back(dww);
+    for (Value p : dp)
+      if (p)
+        out.push_back(p);
+    return out;
+  }
+  /// The chained values for those outputs.
+  SmallVector<Value> values(const Chained &c, function_ref<Value(Value)> keep) const {
+    SmallVector<Value> out = {keep(c.dwx), keep(c.dxx)};
+    if (dww)
+      out.push_back(keep(c.dww));
+    for (auto [p, v] : llvm::zip(dp, c.dparams))
+      if (p)
+        out.push_back(keep(v));
+    return out;
+  }
+};
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used);
+
+/// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`),
+/// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.
+void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
+                         Value dW);
+
+/// dW += 2 ww-term W and dparams = the accumulated sums (once per call).
+void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
+                     Value dparams);
+
+/// The input scale's gradient of a tile, sum_n dx_n x_n per column for dx with respect to
+/// the scaled rows x (staged: their scale already applied; padded rows are 0). The runtime
+/// divides by the scale: dL/dscale_c = sum_n dL/dx_nc raw_nc = sum_n dx_nc x_nc / scale_c.
+void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc);
+
+/// Chunk `c` (dynamic) of a [C, ...] partial buffer as a static window of the rest.
+Value chunkOf(TileBuilder &tb, Value buf, Value c);
+
+/// Sums `parts` [R, ...] over R in order 0, 1, ... into `total` [...].
+void sumChunks(TileBuilder &tb, Value parts, Value total);
+
+} // namespace mlir::spectra::tiles
+
+#endif // SPECTRA_CODEGEN_TILEBUILDER_H
