@@ -26,6 +26,7 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.valueDim = valueDim;
     options.tileRows = tileRows;
     options.inputType = inputType;
+    options.causal = causal;
     NamedAttrList missing;
     for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
       std::string backwardError;

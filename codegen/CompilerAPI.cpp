@@ -390,7 +390,7 @@ static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map
 /// kernels instead: the mapped stage (spectra-gpu-mapped, q/k/v of that type) lowered
 /// for the CPU (gpu-emulated); stages "mapped" and "llvm".
 static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char *featureMap,
-                                      int64_t dv, char **error,
+                                      int64_t dv, bool causal, char **error,
                                       const char *emulatedDtype = nullptr) {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -408,9 +408,11 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   // spectra-cpu-pipeline's options: this host's vector width, the requested value dim.
   sp::CpuPipelineOptions options;
   options.valueDim = dv;
+  options.causal = causal;
   options.vectorWidth = sp::hostVectorWidth();
   sp::GpuScheduleOptions emulated;
   emulated.valueDim = dv;
+  emulated.causal = causal;
   if (emulatedDtype)
     emulated.dtype = emulatedDtype;
   using Stage = std::pair<std::function<void(OpPassManager &)>, const char *>;
@@ -561,7 +563,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
                                                            int64_t d, int64_t seed,
-                                                           const char *options, int64_t dv,
+                                                           const char *options, int64_t dv, int causal,
                                                            char **error) {
   Context ctx;
   std::string why;
@@ -569,24 +571,24 @@ extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, 
       variantModule(ctx, "spectra_cpu_compile_variant", variant, m, d, seed, options, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, nullptr, dv, error);
+  return compileCpu(ctx, *module, nullptr, dv, causal != 0, error);
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,
-                                                      const char *featureMap, int64_t dv,
+                                                      const char *featureMap, int64_t dv, int causal,
                                                       char **error) {
   Context ctx;
   std::string why;
   OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_cpu_compile_ir", ir, sourceName, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, featureMap, dv, error);
+  return compileCpu(ctx, *module, featureMap, dv, causal != 0, error);
 }
 
 extern "C" spectra_cpu_kernel *spectra_emulated_compile_variant(const char *variant, int64_t m,
                                                                 int64_t d, int64_t seed,
                                                                 const char *options,
-                                                                const char *dtype, int64_t dv,
+                                                                const char *dtype, int64_t dv, int causal,
                                                                 char **error) {
   Context ctx;
   std::string why;
@@ -594,12 +596,12 @@ extern "C" spectra_cpu_kernel *spectra_emulated_compile_variant(const char *vari
       variantModule(ctx, "spectra_emulated_compile_variant", variant, m, d, seed, options, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, nullptr, dv, error, dtype ? dtype : "f32");
+  return compileCpu(ctx, *module, nullptr, dv, causal != 0, error, dtype ? dtype : "f32");
 }
 
 extern "C" spectra_cpu_kernel *spectra_emulated_compile_ir(const char *ir, const char *sourceName,
                                                            const char *featureMap,
-                                                           const char *dtype, int64_t dv,
+                                                           const char *dtype, int64_t dv, int causal,
                                                            char **error) {
   Context ctx;
   std::string why;
@@ -607,7 +609,7 @@ extern "C" spectra_cpu_kernel *spectra_emulated_compile_ir(const char *ir, const
       parseModule(ctx, "spectra_emulated_compile_ir", ir, sourceName, why);
   if (!module)
     return failKernel(error, why);
-  return compileCpu(ctx, *module, featureMap, dv, error, dtype ? dtype : "f32");
+  return compileCpu(ctx, *module, featureMap, dv, causal != 0, error, dtype ? dtype : "f32");
 }
 
 extern "C" void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
@@ -708,7 +710,7 @@ extern "C" char *spectra_sha256_hex(const void *data, size_t size) {
 /// layer, the GPU schedule, NVVM, PTX); the artifact JSON (the launch description
 /// generated from the outlined kernels, and the PTX), or NULL and *error.
 static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, const char *target,
-                        const char *dtype, int64_t dv, char **error) {
+                        const char *dtype, int64_t dv, int causal, char **error) {
   std::string chip = target ? target : "sm_90a";
   if (chip != "sm_80" && chip != "sm_90a")
     return fail(error, "unknown GPU target '" + chip + "'; targets: sm_80, sm_90a");
@@ -720,6 +722,7 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   options.chip = chip;
   options.dtype = dtype ? dtype : "f32";
   options.valueDim = dv;
+  options.causal = causal;
   PassManager pm(&ctx.context);
   sp::buildGpuPipeline(pm, options);
   if (failed(pm.run(source)))
@@ -733,23 +736,23 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
 
 extern "C" char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
                                              int64_t seed, const char *options, const char *target,
-                                             const char *dtype, int64_t dv, char **error) {
+                                             const char *dtype, int64_t dv, int causal, char **error) {
   Context ctx;
   std::string why;
   OwningOpRef<ModuleOp> module =
       variantModule(ctx, "spectra_gpu_compile_variant", variant, m, d, seed, options, why);
   if (!module)
     return fail(error, why);
-  return compileGpu(ctx, *module, nullptr, target, dtype, dv, error);
+  return compileGpu(ctx, *module, nullptr, target, dtype, dv, causal != 0, error);
 }
 
 extern "C" char *spectra_gpu_compile_ir(const char *ir, const char *sourceName,
                                         const char *featureMap, const char *target,
-                                        const char *dtype, int64_t dv, char **error) {
+                                        const char *dtype, int64_t dv, int causal, char **error) {
   Context ctx;
   std::string why;
   OwningOpRef<ModuleOp> module = parseModule(ctx, "spectra_gpu_compile_ir", ir, sourceName, why);
   if (!module)
     return fail(error, why);
-  return compileGpu(ctx, *module, featureMap, target, dtype, dv, error);
+  return compileGpu(ctx, *module, featureMap, target, dtype, dv, causal != 0, error);
 }

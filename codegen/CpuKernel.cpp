@@ -103,6 +103,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     SpectraBuildTileKernelsOptions tiles;
     tiles.valueDim = o.valueDim;
     tiles.tileRows = o.tileRows;
+    tiles.causal = o.causal;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());
     pm.addPass(createCanonicalizerPass());

@@ -30,6 +30,7 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
                            llvm::cl::init(0)};
   Option<int64_t> tileRows{*this, "tile-rows", llvm::cl::desc("rows of q or k per tile"),
                            llvm::cl::init(32)};
+  Option<bool> causal{*this, "causal", llvm::cl::desc("the causal kernels"), llvm::cl::init(false)};
   Option<int64_t> vectorWidth{*this, "vector-width",
                               llvm::cl::desc("f32 lanes per vector (8: AVX2, 16: AVX-512)"),
                               llvm::cl::init(8)};

@@ -589,6 +589,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.valueDim = o.valueDim;
   tiles.tileRows = o.tileRows;
   tiles.inputType = o.dtype;
+  tiles.causal = o.causal;
   pm.addPass(createSpectraBuildTileKernels(tiles));
   pm.addPass(createSpectraKeepKernels());
   pm.addPass(createCanonicalizerPass());

@@ -62,6 +62,7 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
   Option<int64_t> tileRows{*this, "tile-rows",
                            llvm::cl::desc("rows of q or k per tile (workgroup memory)"),
                            llvm::cl::init(4)};
+  Option<bool> causal{*this, "causal", llvm::cl::desc("the causal kernels"), llvm::cl::init(false)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};
   Option<int64_t> chunkRows{*this, "chunk-rows",

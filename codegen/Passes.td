@@ -35,6 +35,9 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
     Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32", "rows of q or k per tile">,
     Option<"inputType", "input-type", "std::string", /*default=*/"\"f32\"",
            "element type of q, k, v, out and their gradients: f32, bf16 or f16">,
+    Option<"causal", "causal", "bool", /*default=*/"false",
+           "causal attention: the causal kernels (CausalKernels.cpp) instead of the "
+           "bidirectional readout and backward">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",

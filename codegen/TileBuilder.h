@@ -136,6 +136,41 @@ public:
         });
   }
 
+  /// C[m, n] += sum_k A[m, k] B[n, k]: B transposed into a scratch tile first (plain loads
+  /// and stores), so the contraction has the one form every schedule maps (B's rows along
+  /// the vector lanes).
+  void matmulTransposedB(Value A, Value B, Value C) {
+    auto type = llvm::cast<MemRefType>(B.getType());
+    int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+    Value Bt = buffer({cols, rows});
+    forRange(idx(0), idx(rows), [&](Value i) {
+      forRange(idx(0), idx(cols), [&](Value j) { store(load(B, {i, j}), Bt, {j, i}); });
+    });
+    matmul(A, Bt, C);
+  }
+  /// X[i, j] = 0 where j > i: the causal mask of a [T, T] tile (row i a query, column j a
+  /// key), stored (never multiplied) so that nothing above the diagonal (inf, NaN) leaks.
+  void lowerTriangle(Value X) {
+    int64_t n = llvm::cast<MemRefType>(X.getType()).getDimSize(0);
+    forRange(idx(0), idx(n), [&](Value i) {
+      forRange(arith::AddIOp::create(b, loc, i, idx(1)), idx(n),
+               [&](Value j) { store(f32(0), X, {i, j}); });
+    });
+  }
+  /// for (t = tiles - 1; t >= 0; --t) body(r0 = t T, rows = min(T, n - r0)): the tiles
+  /// last to first (the causal backward's suffix pass).
+  void forTilesReversed(Value n, function_ref<void(Value, Value)> body) {
+    Value tiles = arith::CeilDivUIOp::create(b, loc, n, idx(s.T));
+    auto loop = scf::ForOp::create(b, loc, idx(0), tiles, idx(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value t = arith::SubIOp::create(b, loc, arith::SubIOp::create(b, loc, tiles, idx(1)),
+                                    loop.getInductionVar());
+    Value r0 = arith::MulIOp::create(b, loc, t, idx(s.T));
+    Value rows = arith::MinSIOp::create(b, loc, idx(s.T), arith::SubIOp::create(b, loc, n, r0));
+    body(r0, rows);
+  }
+
   /// for (r0 = 0; r0 < n; r0 += T) body(r0, rows = min(T, n - r0)).
   void forTiles(Value n, function_ref<void(Value, Value)> body) {
     auto loop = scf::ForOp::create(b, loc, idx(0), n, idx(s.T));
@@ -362,6 +397,15 @@ Value chunkOf(TileBuilder &tb, Value buf, Value c);
 
 /// Sums `parts` [R, ...] over R in order 0, 1, ... into `total` [...].
 void sumChunks(TileBuilder &tb, Value parts, Value total);
+
+/// The causal kernels (CausalKernels.cpp) of the feature map `map` with its component:
+/// causal_prefix and causal_readout (after the keys' `kv`), and the backward's
+/// causal_query_backward and causal_key_backward.
+void buildCausalForward(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                        const Types &t, StringRef map, unsigned numParams);
+void buildCausalBackward(OpBuilder &b, Location loc, ComponentOp component,
+                         FeaturePartialsOp partials, const Dims &s, const Types &t, StringRef map,
+                         unsigned numParams);
 
 } // namespace mlir::spectra::tiles
 

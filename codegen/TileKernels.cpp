@@ -517,7 +517,8 @@ ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
       "moments",          "moments_combine",  "kv",
       "kv_combine",       "readout",          "query_backward",
       "dsummary_combine", "key_backward",     "dweights_chunk_combine", "dweights_combine",
-      "dparams_combine",  "moments_backward"};
+      "dparams_combine",  "moments_backward", "causal_prefix",
+      "causal_readout",   "causal_query_backward", "causal_key_backward"};
   return kinds;
 }
 
@@ -556,6 +557,19 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   Location loc = map.getLoc();
   SmallVector<std::string, 4> names = tileKernelNames(map.getSymName());
   StringRef mapName = map.getSymName();
+  if (options.causal && usesStatistics(component)) {
+    StatisticOp first;
+    component->walk([&](StatisticOp op) {
+      if (!first)
+        first = op;
+    });
+    return map.emitOpError()
+           << "causal attention: the parameters of component '" << component.getSymName()
+           << "' read data statistics over the whole sequence (" << first->getName() << " '"
+           << first->getAttrDictionary() << "'), so a token would see later tokens; use a "
+           << "component with fixed parameters (posrf; gerf with the option a=VALUE for OPRF's "
+           << "family with A fixed)";
+  }
   // The data statistics' prologue, for components whose parameters depend on q and k.
   if (usesStatistics(component)) {
     buildMoments(b, loc, component, s, t, (mapName + "_moments").str());
@@ -567,8 +581,12 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
     buildMomentsBackward(b, loc, component, s, t, (mapName + "_moments_backward").str());
   }
   buildKv(b, loc, component, s, t, names[0], numParams);
-  buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
-  buildReadout(b, loc, component, s, t, names[1], numParams);
+  if (options.causal) {
+    buildCausalForward(b, loc, component, s, t, mapName, numParams);
+  } else {
+    buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
+    buildReadout(b, loc, component, s, t, names[1], numParams);
+  }
   // The backward needs derivatives the compiler can derive; without them the
   // forward still works and the error says why the backward is missing.
   std::string why;
@@ -590,12 +608,16 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // (slice, chunk) share of dW and dparams, summed in order into the weights' gradient (dW
   // is shared by the slices) and dparams (per slice: the runtime views one slice's shares,
   // or all of them for a parameter shared by the slices).
-  buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
-  buildSumCombine(b, loc, component, s, (mapName + "_dsummary_combine").str(), "dsummary_combine",
-                  "slices",
-                  {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
-                   {t.f, "dz", "slice"}});
-  buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+  if (options.causal) {
+    buildCausalBackward(b, loc, component, *partials, s, t, mapName, numParams);
+  } else {
+    buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
+    buildSumCombine(b, loc, component, s, (mapName + "_dsummary_combine").str(),
+                    "dsummary_combine", "slices",
+                    {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
+                     {t.f, "dz", "slice"}});
+    buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+  }
   // dW in two stages: each slice's chunks (a block per slice), then the slices (one block),
   // so no single block reads every (slice, chunk) share.
   buildSumCombine(b, loc, component, s, (mapName + "_dweights_chunk_combine").str(),

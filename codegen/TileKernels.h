@@ -87,6 +87,9 @@ struct TileKernelOptions {
   int64_t tileRows = 32;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
   std::string inputType = "f32";
+  /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal
+  /// backward instead of the bidirectional readout and backward.
+  bool causal = false;
 };
 
 /// Attributes of the kernel ABI (see above).
@@ -99,7 +102,8 @@ inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
 
 /// Every kernel kind, in launch order (forward, then backward). The statistics' kinds
 /// (moments, moments_combine, moments_backward) exist only for components that use
-/// statistics (usesStatistics).
+/// statistics (usesStatistics); the causal_* kinds only in causal kernel sets, which have
+/// no kv_combine, readout, query_backward, dsummary_combine or key_backward.
 ArrayRef<StringLiteral> tileKernelKinds();
 
 /// Whether the component's parameters depend on data statistics (spectra.statistic).

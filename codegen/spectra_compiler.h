@@ -48,15 +48,19 @@ SPECTRA_API void spectra_free(void *pointer);
 
 /* The fused CPU kernels of a feature map (codegen/TileKernels.h: kv, readout,
  * query_backward, key_backward), compiled by spectra-cpu-pipeline for this host
- * and JIT-compiled. Specialised on m, d and the value dimension `dv` (0: d). The
- * same inputs as the describe functions; NULL and *error on failure. */
+ * and JIT-compiled. Specialised on m, d and the value dimension `dv` (0: d). With
+ * `causal` non-zero, the causal kernel set instead (kv, causal_prefix, causal_readout,
+ * causal_query_backward, causal_key_backward and the sums; refused with a message for
+ * components whose parameters read sequence statistics); the same for the emulated and
+ * GPU compile functions below. The same inputs as the describe functions; NULL and
+ * *error on failure. */
 typedef struct spectra_cpu_kernel spectra_cpu_kernel;
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, int64_t m,
                                                             int64_t d, int64_t seed,
-                                                            const char *options, int64_t dv,
+                                                            const char *options, int64_t dv, int causal,
                                                             char **error);
 SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *source_name,
-                                                       const char *feature_map, int64_t dv,
+                                                       const char *feature_map, int64_t dv, int causal,
                                                        char **error);
 /* A kernel's C entry point by kind ("kv", "kv_combine", "readout", "query_backward",
  * "dsummary_combine", "key_backward", "dweights_chunk_combine", "dweights_combine",
@@ -100,11 +104,11 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t
 SPECTRA_API spectra_cpu_kernel *spectra_emulated_compile_variant(const char *variant, int64_t m,
                                                                  int64_t d, int64_t seed,
                                                                  const char *options,
-                                                                 const char *dtype, int64_t dv,
+                                                                 const char *dtype, int64_t dv, int causal,
                                                                  char **error);
 SPECTRA_API spectra_cpu_kernel *spectra_emulated_compile_ir(const char *ir, const char *source_name,
                                                             const char *feature_map,
-                                                            const char *dtype, int64_t dv,
+                                                            const char *dtype, int64_t dv, int causal,
                                                             char **error);
 
 /* Lower-case hex SHA-256 of `size` bytes (cache keys and entry checksums). */
@@ -121,11 +125,11 @@ SPECTRA_API char *spectra_sha256_hex(const void *data, size_t size);
  * ("ptx"). Needs no GPU. */
 SPECTRA_API char *spectra_gpu_compile_variant(const char *variant, int64_t m, int64_t d,
                                               int64_t seed, const char *options,
-                                              const char *target, const char *dtype, int64_t dv,
+                                              const char *target, const char *dtype, int64_t dv, int causal,
                                               char **error);
 SPECTRA_API char *spectra_gpu_compile_ir(const char *ir, const char *source_name,
                                          const char *feature_map, const char *target,
-                                         const char *dtype, int64_t dv, char **error);
+                                         const char *dtype, int64_t dv, int causal, char **error);
 
 #ifdef __cplusplus
 }

@@ -47,7 +47,7 @@ std::string compileGpuVariant(const std::string &variant, const VariantConfig &c
   char *error = nullptr;
   char *text = spectra_gpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
                                            variantOptionsText(config).c_str(), target.c_str(),
-                                           dtype.c_str(), dv, &error);
+                                           dtype.c_str(), dv, 0, &error);
   return take(text, error);
 }
 
@@ -57,7 +57,7 @@ std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
   char *error = nullptr;
   char *text = spectra_gpu_compile_ir(ir.c_str(), sourceName.c_str(),
                                       featureMap.empty() ? nullptr : featureMap.c_str(),
-                                      target.c_str(), dtype.c_str(), dv, &error);
+                                      target.c_str(), dtype.c_str(), dv, 0, &error);
   return take(text, error);
 }
 

@@ -57,13 +57,20 @@ struct CpuLauncher : KernelLauncher {
       return;
     }
     SliceCall call(k.entry, k.perSlice, operands);
-    const int64_t chunks = abi.grid == "slices" ? 1 : grid[0], slices = abi.grid == "slices" ? grid[0] : grid[1];
     int64_t n = 0;
     for (size_t i = 0; i < abi.args.size(); ++i)
       if (abi.args[i].role == "rows") {
         n = operands[i].size(1);
         break;
       }
+    if (abi.grid == "slices") {  // a task per slice, over all of its rows
+      at::parallel_for(0, grid[0], 1, [&](int64_t begin, int64_t end) {
+        for (int64_t slice = begin; slice < end; ++slice)
+          call(slice, 0, 0, n);
+      });
+      return;
+    }
+    const int64_t chunks = abi.grid == "slices" ? 1 : grid[0], slices = abi.grid == "slices" ? grid[0] : grid[1];
     at::parallel_for(0, slices * chunks, 1, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         int64_t slice = task / chunks, chunk = task % chunks, first = chunk * abi.chunkRows;
@@ -75,28 +82,38 @@ struct CpuLauncher : KernelLauncher {
 
 } // namespace
 
-FusedCpuAttention::FusedCpuAttention(Descriptor desc, Compile c)
-    : reference(std::move(desc)), compile(std::move(c)) {
+FusedCpuAttention::FusedCpuAttention(Descriptor desc, Compile c, bool causal)
+    : reference(std::move(desc)), compile(std::move(c)), isCausal(causal) {
   kernelsFor(descriptor().d);  // errors in the IR surface here, not on first use
 }
 
-FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantConfig &config)
-    : FusedCpuAttention(describeVariant(variant, config), [variant, config](int64_t dv) {
-        char *error = nullptr;
-        // Two statements: argument evaluation order is unspecified, and `error` is set by the call.
-        spectra_cpu_kernel *k = spectra_cpu_compile_variant(
-            variant.c_str(), config.m, config.d, config.seed, variantOptionsText(config).c_str(), dv, &error);
-        return kernelOrThrow(k, error);
-      }) {}
+FusedCpuAttention::FusedCpuAttention(const std::string &variant, const VariantConfig &config,
+                                     bool causal)
+    : FusedCpuAttention(
+          describeVariant(variant, config),
+          [variant, config, causal](int64_t dv) {
+            char *error = nullptr;
+            // Two statements: argument evaluation order is unspecified, and `error` is set by
+            // the call.
+            spectra_cpu_kernel *k = spectra_cpu_compile_variant(
+                variant.c_str(), config.m, config.d, config.seed,
+                variantOptionsText(config).c_str(), dv, causal, &error);
+            return kernelOrThrow(k, error);
+          },
+          causal) {}
 
 FusedCpuAttention FusedCpuAttention::fromIR(const std::string &ir, const std::string &sourceName,
-                                            const std::string &featureMap) {
-  return FusedCpuAttention(describeIR(ir, sourceName, featureMap), [=](int64_t dv) {
-    char *error = nullptr;
-    spectra_cpu_kernel *k = spectra_cpu_compile_ir(
-        ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(), dv, &error);
-    return kernelOrThrow(k, error);
-  });
+                                            const std::string &featureMap, bool causal) {
+  return FusedCpuAttention(
+      describeIR(ir, sourceName, featureMap),
+      [=](int64_t dv) {
+        char *error = nullptr;
+        spectra_cpu_kernel *k = spectra_cpu_compile_ir(
+            ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(), dv,
+            causal, &error);
+        return kernelOrThrow(k, error);
+      },
+      causal);
 }
 
 spectra_cpu_kernel *FusedCpuAttention::kernelsFor(int64_t dv) const {
@@ -105,7 +122,7 @@ spectra_cpu_kernel *FusedCpuAttention::kernelsFor(int64_t dv) const {
   if (!kernel) {
     const Descriptor &desc = descriptor();
     std::string options = "m=" + std::to_string(desc.m) + "|d=" + std::to_string(desc.d) +
-                          "|dv=" + std::to_string(dv);
+                          "|dv=" + std::to_string(dv) + (isCausal ? "|causal" : "");
     kernel = KernelCache::instance().cpu(desc.component.canonical, desc.name, options,
                                          [&] { return compile(dv); });
   }
@@ -126,15 +143,18 @@ std::string FusedCpuAttention::kernelIR(const std::string &stage, int64_t dv) co
 }
 
 FusedForward FusedCpuAttention::runForward(const FusedInputs &in) const {
-  return launchForward(launcher(in.qs, in.vs.size(3)), in,
-                       descriptor().numFeatures());
+  const KernelLauncher &l = launcher(in.qs, in.vs.size(3));
+  return isCausal ? launchCausalForward(l, in, descriptor().numFeatures())
+                  : launchForward(l, in, descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCpuAttention::runBackward(const FusedInputs &in,
                                                           const FusedForward &saved,
                                                           const torch::Tensor &gout) const {
-  return launchBackward(launcher(in.qs, in.vs.size(3)), in, saved,
-                        gout.to(torch::kFloat32), descriptor().numFeatures());
+  const KernelLauncher &l = launcher(in.qs, in.vs.size(3));
+  return isCausal ? launchCausalBackward(l, in, saved, gout, descriptor().numFeatures())
+                  : launchBackward(l, in, saved, gout.to(torch::kFloat32),
+                                   descriptor().numFeatures());
 }
 
 AttentionResult FusedCpuAttention::attentionWithStats(

@@ -180,10 +180,16 @@ public:
 
   /// JIT-compiles the kernels of a named variant (for dv = d; other value
   /// dimensions compile on first use).
-  FusedCpuAttention(const std::string &variant, const VariantConfig &config = {});
+  /// With `causal`, the causal kernel set (CausalKernels.cpp): attention() is then causal
+  /// attention, out_i over the keys j <= i (q and k of one length).
+  FusedCpuAttention(const std::string &variant, const VariantConfig &config = {},
+                    bool causal = false);
   /// JIT-compiles the kernels of a feature map declared in IR.
   static FusedCpuAttention fromIR(const std::string &ir, const std::string &sourceName = "<ir>",
-                                  const std::string &featureMap = "");
+                                  const std::string &featureMap = "", bool causal = false);
+
+  /// Whether these are the causal kernels.
+  bool causal() const { return isCausal; }
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
 
@@ -228,7 +234,7 @@ public:
 
 private:
   using Compile = std::function<spectra_cpu_kernel *(int64_t dv)>;
-  FusedCpuAttention(Descriptor desc, Compile compile);
+  FusedCpuAttention(Descriptor desc, Compile compile, bool causal);
   /// The kernels for value dimension dv (through the KernelCache, once per dv).
   spectra_cpu_kernel *kernelsFor(int64_t dv) const;
 
@@ -240,6 +246,7 @@ private:
   };
   ReferenceFeatureMap reference;
   Compile compile;
+  bool isCausal = false;
   std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
 };
 

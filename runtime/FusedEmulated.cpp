@@ -53,7 +53,7 @@ FusedEmulatedAttention::FusedEmulatedAttention(const std::string &variant,
             char *error = nullptr;
             spectra_cpu_kernel *k = spectra_emulated_compile_variant(
                 variant.c_str(), config.m, config.d, config.seed, variantOptionsText(config).c_str(),
-                dtype.c_str(), dv, &error);
+                dtype.c_str(), dv, 0, &error);
             return kernelOrThrow(k, error);
           },
           dtype) {}
@@ -68,7 +68,7 @@ FusedEmulatedAttention FusedEmulatedAttention::fromIR(const std::string &ir,
         char *error = nullptr;
         spectra_cpu_kernel *k = spectra_emulated_compile_ir(
             ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(),
-            dtype.c_str(), dv, &error);
+            dtype.c_str(), dv, 0, &error);
         return kernelOrThrow(k, error);
       },
       dtype);

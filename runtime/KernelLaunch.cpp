@@ -411,4 +411,105 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
           dkscale.sum(1).view({B, H, D}) / in.kscale};
 }
 
+FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInputs &in, int64_t F) {
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), N = in.qs.size(2), dv = in.vs.size(3),
+                BH = B * H;
+  TORCH_CHECK(in.ks.size(2) == N, "spectra causal attention: q and k must have one length, got ",
+              N, " queries and ", in.ks.size(2), " keys");
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
+  const KernelAbi &kv = launcher.abi("kv"), &prefix = launcher.abi("causal_prefix"),
+                  &readout = launcher.abi("causal_readout");
+  TORCH_CHECK(kv.chunkRows == readout.chunkRows, "spectra causal attention: internal error: the ",
+              "keys' chunks (", kv.chunkRows, " rows) and the readout's (", readout.chunkRows,
+              ") differ");
+  const int64_t C = chunksOf(N, kv.chunkRows);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  torch::Tensor Sp = torch::empty({BH, C, F, dv}, f32), zp = torch::empty({BH, C, F}, f32),
+                zabsp = torch::empty({BH, C, F}, f32), cp = torch::empty({BH, C, F}, f32);
+  std::map<std::string, torch::Tensor> kvBuf = buf;
+  kvBuf["S"] = Sp;
+  kvBuf["z"] = zp;
+  kvBuf["zabs"] = zabsp;
+  kvBuf["c"] = cp;
+  run(launcher, kv, kvBuf);
+  torch::Tensor S0 = torch::empty({BH, C, F, dv}, f32), z0 = torch::empty({BH, C, F}, f32),
+                zabs0 = torch::empty({BH, C, F}, f32), c0 = torch::empty({BH, C, F}, f32);
+  run(launcher, prefix,
+      {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S0", S0}, {"z0", z0},
+       {"zabs0", zabs0}, {"c0", c0}});
+  buf["S0"] = S0;
+  buf["z0"] = z0;
+  buf["zabs0"] = zabs0;
+  buf["c0"] = c0;
+  buf["out"] = torch::empty({BH, N, dv}, in.qs.options());
+  buf["qstat"] = torch::empty({BH, N, 3}, f32);
+  run(launcher, readout, buf);
+  FusedForward result;
+  result.out = buf["out"].view({B, H, N, dv});
+  result.qstat = buf["qstat"].view({B, H, N, 3});
+  result.S = S0.view({B, H, C, F, dv});
+  result.z = z0.view({B, H, C, F});
+  result.zabs = zabs0.view({B, H, C, F});
+  result.shift = c0.view({B, H, C, F});
+  result.guarded = result.qstat.select(3, 2).sum(2);
+  return result;
+}
+
+std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
+                                                const FusedInputs &in, const FusedForward &saved,
+                                                const torch::Tensor &goutIn, int64_t F) {
+  const int64_t B = in.qs.size(0), H = in.qs.size(1), N = in.qs.size(2), dv = in.vs.size(3),
+                BH = B * H, M = in.W.size(0), D = in.W.size(1), P = in.params.size(2);
+  (void)F;
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
+  const KernelAbi &qb = launcher.abi("causal_query_backward"),
+                  &kb = launcher.abi("causal_key_backward"),
+                  &dw = launcher.abi("dweights_combine"),
+                  &dwc = launcher.abi("dweights_chunk_combine"),
+                  &dp = launcher.abi("dparams_combine");
+  const int64_t Cq = chunksOf(N, qb.chunkRows);
+  TORCH_CHECK(saved.S.size(2) == Cq, "spectra causal attention: internal error: ", saved.S.size(2),
+              " carried states for ", Cq, " chunks");
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  auto perSlice = [&](const torch::Tensor &t) {
+    std::vector<int64_t> shape = {BH};
+    for (int64_t i = 2; i < t.dim(); ++i)
+      shape.push_back(t.size(i));
+    return t.reshape(shape).contiguous();
+  };
+  buf["S0"] = perSlice(saved.S);
+  buf["z0"] = perSlice(saved.z);
+  buf["c0"] = perSlice(saved.shift);
+  buf["out"] = slices(saved.out).contiguous();
+  buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
+  buf["qstat"] = slices(saved.qstat).contiguous();
+  buf["dq"] = torch::empty({BH, N, D}, in.qs.options());
+  buf["dk"] = torch::empty({BH, N, D}, in.ks.options());
+  buf["dv"] = torch::empty({BH, N, dv}, in.vs.options());
+  // The (slice, chunk) shares of dW and dparams: the queries' chunks, then one per slice
+  // from the keys' pass.
+  torch::Tensor dWp = torch::empty({BH, Cq + 1, M, D}, f32), dpp = torch::empty({BH, Cq + 1, P}, f32);
+  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, 1, D}, f32);
+  buf["dW"] = dWp.narrow(1, 0, Cq);
+  buf["dparams"] = dpp.narrow(1, 0, Cq);
+  buf["dqscale"] = dqscale;
+  run(launcher, qb, buf);
+  buf["dW"] = dWp.narrow(1, Cq, 1);
+  buf["dparams"] = dpp.narrow(1, Cq, 1);
+  buf["dkscale"] = dkscale;
+  run(launcher, kb, buf);
+  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32),
+                dWs = torch::empty({BH, M, D}, f32);
+  run(launcher, dwc, {{"dWp", dWp}, {"dWs", dWs}});
+  run(launcher, dw, {{"dWp", dWs}, {"dW", dW}});
+  run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
+  return {buf["dq"].view({B, H, N, D}),
+          buf["dk"].view({B, H, N, D}),
+          buf["dv"].view({B, H, N, dv}),
+          dW,
+          dparams.view({B, H, P}),
+          dqscale.sum(1).view({B, H, D}) / in.qscale,
+          dkscale.sum(1).view({B, H, D}) / in.kscale};
+}
+
 } // namespace spectra

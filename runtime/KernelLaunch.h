@@ -45,7 +45,8 @@ inline const char *const kKernelKinds[] = {
     "moments",          "moments_combine", "kv",
     "kv_combine",       "readout",         "query_backward",
     "dsummary_combine", "key_backward",    "dweights_chunk_combine", "dweights_combine",
-    "dparams_combine",  "moments_backward"};
+    "dparams_combine",  "moments_backward", "causal_prefix",
+    "causal_readout",   "causal_query_backward", "causal_key_backward"};
 
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
 /// the type the runtime computes them in).
@@ -186,6 +187,18 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
 std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
                                           const FusedForward &saved, const torch::Tensor &gout,
                                           int64_t features);
+
+/// The causal forward plan (q and k of one length): kv (each row chunk's key summary),
+/// causal_prefix (the state carried into each chunk), causal_readout. The result's S, z,
+/// zabs and shift hold the carried states [B, H, C, F(, dv)] the backward reads.
+FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInputs &in,
+                                 int64_t features);
+/// The causal backward plan: causal_query_backward (per row chunk, from the carried
+/// states), causal_key_backward (per slice, last row to first), then the sums of the dW and
+/// dparams shares; returns what launchBackward returns.
+std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
+                                                const FusedInputs &in, const FusedForward &saved,
+                                                const torch::Tensor &gout, int64_t features);
 
 } // namespace spectra
 

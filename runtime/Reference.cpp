@@ -382,6 +382,87 @@ torch::Tensor ReferenceFeatureMap::features(const torch::Tensor &x, Side side,
   return phi.reshape({x.size(0), x.size(1), x.size(2), desc.component.outputs * desc.m});
 }
 
+namespace {
+
+/// Causal attention of the feature terms ([B, H, N, K, m]; keys' coefficients with the row
+/// weights), v [B, H, N, dv], keep [B, 1, N, 1, 1] or undefined (AttentionOptions::causal).
+AttentionResult causalAttention(const FeatureTerms &tq, const FeatureTerms &tk,
+                                const torch::Tensor &v, const torch::Tensor &keep,
+                                Stabilizer stabilizer, torch::ScalarType outType) {
+  const int64_t B = v.size(0), H = v.size(1), N = v.size(2);
+  const double inf = std::numeric_limits<double>::infinity(), g = kDenominatorGuard;
+  torch::Tensor Lq = tq.logits.reshape({B, H, N, -1}), cq = tq.coeffs.reshape({B, H, N, -1});
+  torch::Tensor Lk = tk.logits.reshape({B, H, N, -1}), ck = tk.coeffs.reshape({B, H, N, -1});
+  const int64_t F = Lq.size(3);
+  if (keep.defined())
+    Lk = Lk.masked_fill(keep.view({B, 1, N, 1}).logical_not(), -inf);
+  // The guard and the 0 of a row no kept key reaches, as in the bidirectional readout.
+  auto finish = [&](const torch::Tensor &num, torch::Tensor den, const torch::Tensor &total) {
+    torch::Tensor fired = den.detach().abs() <= g * total;
+    torch::Tensor reached = total > 0;
+    den = torch::where(fired, den + 2 * g * total, den);
+    den = torch::where(reached, den, torch::ones_like(den));
+    return std::pair{num / den, (fired & reached).squeeze(-1).to(torch::kFloat32).sum(-1)};
+  };
+  // exp(x) where `live`, else 0, with no NaN in either direction of autograd.
+  auto expWhere = [](const torch::Tensor &live, const torch::Tensor &x) {
+    return torch::where(live, torch::exp(torch::where(live, x, torch::zeros_like(x))),
+                        torch::zeros_like(x));
+  };
+  if (stabilizer == Stabilizer::None) {
+    torch::Tensor phiQ = cq * torch::exp(Lq);
+    torch::Tensor phiK = expWhere(Lk > -inf, Lk) * ck;
+    torch::Tensor A = phiQ.matmul(phiK.transpose(2, 3)).tril();
+    torch::Tensor T = phiQ.detach().abs().matmul(phiK.detach().abs().transpose(2, 3)).tril();
+    auto [out, guarded] = finish(A.matmul(v), A.sum(-1, true), T.sum(-1, true));
+    return {out.to(outType), guarded};
+  }
+  auto f32 = Lq.options();
+  torch::Tensor S = torch::zeros({B, H, F, v.size(3)}, f32), z = torch::zeros({B, H, F, 1}, f32),
+                zabs = torch::zeros({B, H, F, 1}, f32), c = torch::full({B, H, F}, -inf, f32);
+  std::vector<torch::Tensor> outs;
+  torch::Tensor guarded = torch::zeros({B, H}, torch::TensorOptions().dtype(torch::kFloat32));
+  std::function<void(int64_t, int64_t)> chunk = [&](int64_t a, int64_t b) {
+    torch::Tensor lq = Lq.narrow(2, a, b - a), lk = Lk.narrow(2, a, b - a);
+    // The running maximum per feature down the chunk (constants for autograd), each row's
+    // reference M_r, and the chunk-end reference of its keys.
+    torch::Tensor cm = torch::maximum(std::get<0>(torch::cummax(lk.detach(), 2)), c.unsqueeze(2));
+    torch::Tensor cend = cm.select(2, b - a - 1);
+    torch::Tensor M = (lq.detach() + cm).amax(-1, true);
+    M = torch::where(M == -inf, torch::zeros_like(M), M);
+    if (b - a > 1 &&
+        ((lq.detach() + cend.unsqueeze(2)).amax(-1, true) - M).max().item<double>() > 60) {
+      chunk(a, (a + b) / 2);
+      chunk((a + b) / 2, b);
+      return;
+    }
+    torch::Tensor rr = torch::where(c == cend, torch::ones_like(c), torch::exp(c - cend)).unsqueeze(-1);
+    S = S * rr;
+    z = z * rr;
+    zabs = zabs * rr;
+    c = cend;
+    torch::Tensor qa = cq.narrow(2, a, b - a) * torch::exp(lq + cend.unsqueeze(2) - M);
+    torch::Tensor live = lk > -inf;
+    torch::Tensor kf = ck.narrow(2, a, b - a) * expWhere(live, lk - cend.unsqueeze(2));
+    torch::Tensor vc = v.narrow(2, a, b - a);
+    torch::Tensor P = qa.matmul(kf.transpose(2, 3)).tril();
+    torch::Tensor Pabs = qa.detach().abs().matmul(kf.detach().abs().transpose(2, 3)).tril();
+    auto [out, fired] =
+        finish(qa.matmul(S) + P.matmul(vc), qa.matmul(z) + P.sum(-1, true),
+               qa.detach().abs().matmul(zabs) + Pabs.sum(-1, true));
+    outs.push_back(out);
+    guarded = guarded + fired.to(torch::kCPU);
+    S = S + kf.transpose(2, 3).matmul(vc);
+    z = z + kf.sum(2).unsqueeze(-1);
+    zabs = zabs + kf.detach().abs().sum(2).unsqueeze(-1);
+  };
+  for (int64_t a = 0; a < N; a += kCausalChunk)
+    chunk(a, std::min(N, a + kCausalChunk));
+  return {torch::cat(outs, 2).to(outType), guarded.to(v.device())};
+}
+
+} // namespace
+
 AttentionResult ReferenceFeatureMap::attentionWithStats(const torch::Tensor &q,
                                                         const torch::Tensor &k,
                                                         const torch::Tensor &v,
@@ -399,6 +480,10 @@ AttentionResult ReferenceFeatureMap::attentionWithStats(const torch::Tensor &q,
   double s = options.scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
   torch::Tensor qs = work(q) * s, ks = work(k) * s, vs = work(v);
   const int64_t B = q.size(0), H = q.size(1), Nq = q.size(2), Nk = k.size(2);
+  TORCH_CHECK(!options.causal || !usesStatistics(), "spectra causal attention: component '",
+              desc.component.name, "' ", kCausalStatistics);
+  TORCH_CHECK(!options.causal || Nq == Nk, "spectra causal attention: q and k must have one "
+              "length, got ", Nq, " queries and ", Nk, " keys");
   ComponentParams p = params(qs, ks, keyMask, options.queryMask);
   FeatureTerms tq = featureTerms(qs, Side::Queries, p, weights);
   FeatureTerms tk = featureTerms(ks, Side::Keys, p, weights);
@@ -421,6 +506,8 @@ AttentionResult ReferenceFeatureMap::attentionWithStats(const torch::Tensor &q,
       Lq = Lq + c;  // the query side carries each feature's key constant
     Lq = Lq - Lq.detach().amax({3, 4}, true);  // one constant per query
   }
+  if (options.causal)
+    return causalAttention(tq, tk, vs, keep, options.stabilizer, q.scalar_type());
   torch::Tensor phiQ = (tq.coeffs * torch::exp(Lq)).reshape({B, H, Nq, -1});
   // Padded keys contribute nothing: mask phi(k), not k. Their logits are masked before exp
   // too: exp may overflow there (the constants cover kept keys only), and inf * 0 would

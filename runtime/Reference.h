@@ -65,7 +65,24 @@ struct AttentionOptions {
   /// Padded queries [B, Nq] bool (true = keep), left out of the query
   /// statistics (self-attention over padded sequences); all queries when unset.
   std::optional<torch::Tensor> queryMask;
+  /// Causal attention: out_i over the keys j <= i (q and k of one length; CAUSAL-NOTES.md).
+  /// With Stabilizer::Exact it is computed in chunks of kCausalChunk rows carrying the state
+  /// (S, z, c) with a per-feature running maximum, each query row referenced to its own
+  /// running maximum, a chunk halved while its factors would exceed exp(60); with None, as
+  /// the masked N x N product. A query no kept key reaches yet gets 0. Components whose
+  /// parameters read sequence statistics are refused (a token would see later tokens).
+  bool causal = false;
 };
+
+/// Rows per chunk of the causal reference.
+constexpr int64_t kCausalChunk = 64;
+
+/// Why causal attention refuses components whose parameters read sequence statistics
+/// (after "component '<name>' ").
+inline constexpr const char *kCausalStatistics =
+    "reads data statistics over the whole sequence, so under causal attention a token would "
+    "see later tokens; use a component with fixed parameters (posrf; gerf with the option "
+    "a=VALUE for OPRF's family with A fixed)";
 
 /// Attention and how often the denominator guard fired.
 struct AttentionResult {

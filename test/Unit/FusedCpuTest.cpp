@@ -162,12 +162,12 @@ TEST(FusedCpu, TheCompilerNamesAMissingFeatureMap) {
   // there is reported, not a crash or the first map.
   const char *ir = "spectra.feature_map @pm component @posrf weights @orf m = 16 d = 8 seed = 1";
   char *error = nullptr;
-  EXPECT_EQ(spectra_cpu_compile_ir(ir, "two.mlir", "nope", 0, &error), nullptr);
+  EXPECT_EQ(spectra_cpu_compile_ir(ir, "two.mlir", "nope", 0, 0, &error), nullptr);
   ASSERT_NE(error, nullptr);
   EXPECT_EQ(std::string(error), "no spectra.feature_map named 'nope'");
   spectra_free(error);
   error = nullptr;
-  EXPECT_EQ(spectra_gpu_compile_ir(ir, "two.mlir", "nope", "sm_80", "f32", 0, &error), nullptr);
+  EXPECT_EQ(spectra_gpu_compile_ir(ir, "two.mlir", "nope", "sm_80", "f32", 0, 0, &error), nullptr);
   ASSERT_NE(error, nullptr);
   EXPECT_EQ(std::string(error), "no spectra.feature_map named 'nope'");
   spectra_free(error);

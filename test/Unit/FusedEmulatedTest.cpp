@@ -150,7 +150,7 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
 TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
   char *error = nullptr;
   spectra_cpu_kernel *k =
-      spectra_emulated_compile_variant("posrf-orf", 16, 8, 0, "", "f32", 0, &error);
+      spectra_emulated_compile_variant("posrf-orf", 16, 8, 0, "", "f32", 0, 0, &error);
   ASSERT_NE(k, nullptr) << (error ? error : "");
   KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv"));
   EXPECT_EQ(abi.grid, "keys");

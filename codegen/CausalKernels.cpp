@@ -1,0 +1,749 @@
+//===- CausalKernels.cpp - causal attention as contractions on tiles -----===//
+//
+// The causal kernels of the tile layer (CAUSAL-NOTES.md has the math and its checks):
+//   keys' chunk summaries      the bidirectional `kv` kernel, unchanged;
+//   causal_prefix              per slice, the state carried into each chunk: the summaries
+//                              of the chunks before it merged in order (exclusive scan);
+//   causal_readout             per (row chunk, slice), the chunk's tiles in order from the
+//                              carried state (S, z, zabs, c): within a tile the masked product
+//                              of features, across tiles the state, rescaled when a feature's
+//                              running maximum c_f grows;
+//   causal_query_backward      per (row chunk, slice), dq, dW and dparams shares: the forward
+//                              order again from the same carried states;
+//   causal_key_backward        per slice, tiles last to first with the suffix state
+//                              (R, r, e): dk, dv, dW and dparams shares.
+// Exactness at any input scale: keys of a tile are referenced to the tile's end c_end (every
+// key factor <= 1), each query row to M_r = max_f (l_q,f + cm_f(r)) with cm the running maximum
+// at its own row (never the tile's: CAUSAL-NOTES section 2, "the pitfall"), so the query
+// factors exp(l_q + c_end - M_r) are <= exp(Delta_r). A tile whose largest Delta_r exceeds
+// kSplitGap is run row by row (one row has Delta = 0): the token recurrence, exact; the
+// suffix pass splits on the mirror bound Gamma_j. Masks and padding act by select.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/TileBuilder.h"
+#include "codegen/TileKernels.h"
+#include "codegen/spectra_compiler.h"
+
+using namespace mlir;
+using namespace mlir::spectra;
+using namespace mlir::spectra::tiles;
+
+namespace {
+
+/// The largest exponent a tile's factors may reach before it is run row by row: F exp(60)
+/// stays finite in float32 and every term within 2^-24 of a row's largest stays a normal
+/// float (CAUSAL-NOTES section 2).
+constexpr double kSplitGap = 60;
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+/// The tiles of one causal step over `s.T` rows (a tile, or one row when a tile is split).
+struct CausalTiles {
+  Value Qt, Kt, Vt, Gt, Ot, kept, valid, Lq, xxq, Lk, xxk, M, rden, gdot, delta, flag, P, Pabs, G,
+      GN, gdr, acc, den, total, guarded, fired, rr, dVt;
+  SmallVector<Value> lq, cq, lk, ck, cm, ref, qa, kf, qaAbs, kfAbs, A;  // per output
+  GradientTiles grad;
+
+  CausalTiles(TileBuilder &tb, const Dims &s, bool backward, ArrayRef<bool> used = {}) {
+    auto tile = [&](int64_t w) { return tb.buffer({s.T, w}); };
+    Qt = tile(s.D), Kt = tile(s.D), Vt = tile(s.DV), Lq = tile(s.M), Lk = tile(s.M);
+    kept = tb.buffer({s.T}), valid = tb.buffer({s.T}), xxq = tb.buffer({s.T}),
+    xxk = tb.buffer({s.T}), M = tb.buffer({s.T}), delta = tb.buffer({s.T}), flag = tb.buffer({1});
+    P = tile(s.T), rr = tb.buffer({s.M});
+    for (int64_t o = 0; o < s.K; ++o) {
+      lq.push_back(tile(s.M)), cq.push_back(tile(s.M)), lk.push_back(tile(s.M));
+      ck.push_back(tile(s.M)), cm.push_back(tile(s.M)), ref.push_back(tb.buffer({s.M}));
+      qa.push_back(tile(s.M)), kf.push_back(tile(s.M));
+    }
+    if (!backward) {
+      Pabs = tile(s.T), acc = tile(s.DV), den = tb.buffer({s.T}), total = tb.buffer({s.T}),
+      guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
+      for (int64_t o = 0; o < s.K; ++o)
+        qaAbs.push_back(tile(s.M)), kfAbs.push_back(tile(s.M));
+      return;
+    }
+    Gt = tile(s.DV), Ot = tile(s.DV), rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), G = tile(s.T),
+    GN = tile(s.DV), gdr = tb.buffer({s.T}), dVt = tile(s.DV);
+    for (int64_t o = 0; o < s.K; ++o)
+      A.push_back(tile(s.M));
+    grad = gradientTiles(tb, s, used);
+  }
+};
+
+/// The kernel's inputs a causal step reads.
+struct CausalArgs {
+  Value Q, K, V, keep, Wt, ww, rowscale, qscale, kscale, gout, out, qstat;
+  ArrayRef<Value> params;
+};
+
+/// The carried state of a slice: (S, z, zabs, c) forward, (R, r, e) in the suffix pass.
+struct State {
+  Value S, z, zabs, c;
+};
+
+/// Elementwise body helper.
+SmallVector<Value> one(Value v) { return SmallVector<Value>{v}; }
+
+/// Stages rows [r0, r0 + rows) of q, k, v (and dL/dout, out when given) and the masks.
+void stageRows(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
+               Value rows) {
+  tb.stage(in.Q, r0, rows, t.Qt, s.D, in.qscale);
+  tb.stage(in.K, r0, rows, t.Kt, s.D, in.kscale);
+  tb.stage(in.V, r0, rows, t.Vt, s.DV);
+  tb.stageMask(in.keep, r0, rows, t.kept);
+  tb.stageMask(Value(), r0, rows, t.valid);
+  if (in.gout) {
+    tb.stage(in.gout, r0, rows, t.Gt, s.DV);
+    tb.stage(in.out, r0, rows, t.Ot, s.DV);
+  }
+}
+
+/// The features of the staged rows: per output the query logits lq and coefficients cq, the
+/// key logits lk (-inf for masked and padded keys) and coefficients ck (times the row weights).
+void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
+  tb.logits(t.Qt, in.Wt, t.Lq, t.xxq);
+  tb.logits(t.Kt, in.Wt, t.Lk, t.xxk);
+  ComponentOp component = tb.component;
+  SmallVector<Value> qOuts, kOuts;
+  for (int64_t o = 0; o < s.K; ++o) {
+    qOuts.append({t.lq[o], t.cq[o]});
+    kOuts.append({t.lk[o], t.ck[o]});
+  }
+  tb.elementwise({{t.Lq}, {t.xxq, At::Row}, {in.ww, At::Col}}, qOuts,
+                 [&](OpBuilder &nb, Location l, ValueRange a) {
+                   KernelBuilder kb(nb, l, component);
+                   auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
+                   SmallVector<Value> y;
+                   for (int64_t o = 0; o < s.K; ++o)
+                     y.append({logits[o], coeffs[o]});
+                   return y;
+                 });
+  tb.elementwise({{t.Lk}, {t.xxk, At::Row}, {in.ww, At::Col}, {t.kept, At::Row}, {in.rowscale, At::Col}},
+                 kOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
+                   KernelBuilder kb(nb, l, component);
+                   Scalar x{nb, l};
+                   auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
+                   SmallVector<Value> y;
+                   for (int64_t o = 0; o < s.K; ++o)
+                     y.append({x.select(x.positive(a[3]), logits[o], x.c(kNegInf)),
+                               x.mul(coeffs[o], a[4])});
+                   return y;
+                 });
+}
+
+/// cm[o][r] = max(c_o, lk[o][0..r]) down the rows (a scan, no exponentials), and ref[o] its
+/// last row: the tile-end reference of the keys.
+void runningMax(TileBuilder &tb, const Dims &s, CausalTiles &t, Value c) {
+  auto max = [](OpBuilder &nb, Location l, ValueRange a) {
+    return one(arith::MaximumFOp::create(nb, l, a[0], a[1]));
+  };
+  for (int64_t o = 0; o < s.K; ++o) {
+    tb.elementwise({{tb.rowOf(t.lk[o], tb.idx(0), s.M)}, {tb.outputRows(c, o), At::Col}},
+                   {tb.rowOf(t.cm[o], tb.idx(0), s.M)}, max);
+    tb.forRange(tb.idx(1), tb.idx(s.T), [&](Value i) {
+      Value prev = arith::SubIOp::create(tb.b, tb.loc, i, tb.idx(1));
+      tb.elementwise({{tb.rowOf(t.lk[o], i, s.M)}, {chunkOf(tb, t.cm[o], prev), At::Col}},
+                     {tb.rowOf(t.cm[o], i, s.M)}, max);
+    });
+    tb.elementwise({{chunkOf(tb, t.cm[o], tb.idx(s.T - 1))}}, {t.ref[o]},
+                   [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+  }
+}
+
+/// M[r] = max over outputs and features of lq + cm (0 for a row no kept key reaches yet:
+/// its terms are all 0, and the readout defines its output as 0).
+void rowReference(TileBuilder &tb, const Dims &s, CausalTiles &t) {
+  tb.fill(t.M, kNegInf);
+  for (int64_t o = 0; o < s.K; ++o)
+    tb.reduceRows({{t.lq[o]}, {t.cm[o]}}, {t.M}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return one(x.max(a[2], x.add(a[0], a[1])));
+    });
+  tb.elementwise({}, {t.M}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return one(x.select(x.cmp(arith::CmpFPredicate::OEQ, a[0], x.c(kNegInf)), x.c(0), a[0]));
+  });
+}
+
+/// Whether the largest of `values` [T] over the valid rows exceeds kSplitGap (an i1).
+Value exceedsGap(TileBuilder &tb, const Dims &s, CausalTiles &t, Value values) {
+  tb.fill(t.flag, kNegInf);
+  tb.forRange(tb.idx(0), tb.idx(s.T), [&](Value i) {
+    Value v = tb.load(values, {i});
+    Value live = arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
+                                       tb.load(t.valid, {i}), tb.f32(0));
+    v = arith::SelectOp::create(tb.b, tb.loc, live, v, tb.f32(kNegInf));
+    tb.store(arith::MaximumFOp::create(tb.b, tb.loc, tb.load(t.flag, {tb.idx(0)}), v), t.flag,
+             {tb.idx(0)});
+  });
+  return arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
+                               tb.load(t.flag, {tb.idx(0)}), tb.f32(kSplitGap));
+}
+
+/// Whether a tile must run row by row: Delta_r = max_f (lq + c_end) - M_r > kSplitGap.
+Value forwardSplit(TileBuilder &tb, const Dims &s, CausalTiles &t) {
+  tb.fill(t.delta, kNegInf);
+  for (int64_t o = 0; o < s.K; ++o)
+    tb.reduceRows({{t.lq[o]}, {t.ref[o], At::Col}}, {t.delta},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return one(x.max(a[2], x.add(a[0], a[1])));
+                  });
+  tb.elementwise({{t.M}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return one(arith::SubFOp::create(nb, l, a[1], a[0]));
+  });
+  return exceedsGap(tb, s, t, t.delta);
+}
+
+/// Moves the state's reference to ref (per feature, >= c): S, z (and zabs) times
+/// exp(c - ref), 1 where they are equal (-inf included), then c = ref.
+void rescale(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
+  for (int64_t o = 0; o < s.K; ++o) {
+    tb.elementwise({{t.ref[o]}}, {tb.outputRows(st.c, o), t.rr},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], a[0]);
+                     return SmallVector<Value>{a[0], x.select(same, x.c(1), x.exp(x.sub(a[1], a[0])))};
+                   });
+    tb.elementwise({{t.rr, At::Row}}, {tb.outputRows(st.S, o)},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     return one(arith::MulFOp::create(nb, l, a[1], a[0]));
+                   });
+    SmallVector<Value> vecs = {tb.outputRows(st.z, o)};
+    if (st.zabs)
+      vecs.push_back(tb.outputRows(st.zabs, o));
+    tb.elementwise({{t.rr}}, vecs, [n = vecs.size()](OpBuilder &nb, Location l, ValueRange a) {
+      SmallVector<Value> y;
+      for (size_t i = 0; i < n; ++i)
+        y.push_back(arith::MulFOp::create(nb, l, a[1 + i], a[0]));
+      return y;
+    });
+  }
+}
+
+/// The key factors kf = ck exp(lk - ref) <= |ck| (0 for masked keys) and, when `queries`,
+/// the query factors qa = cq exp(lq + ref - M) <= |cq| exp(Delta) (0 past the rows).
+void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, bool queries) {
+  for (int64_t o = 0; o < s.K; ++o) {
+    tb.elementwise({{t.lk[o]}, {t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
+                     return one(x.select(live, x.mul(a[1], x.exp(x.sub(a[0], a[2]))), x.c(0)));
+                   });
+    if (queries)
+      tb.elementwise({{t.lq[o]}, {t.cq[o]}, {t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}},
+                     {t.qa[o]}, [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value e = x.mul(a[1], x.exp(x.sub(x.add(a[0], a[2]), a[3])));
+                       return one(x.select(x.positive(a[4]), e, x.c(0)));
+                     });
+  }
+}
+
+/// The state takes the tile's keys: S += kf^T V, z += sum kf, zabs += sum |kf|.
+void absorbKeys(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
+  for (int64_t o = 0; o < s.K; ++o) {
+    tb.matmul(t.kf[o], t.Vt, tb.outputRows(st.S, o), /*transposeA=*/true);
+    SmallVector<Value> vecs = {tb.outputRows(st.z, o)};
+    if (st.zabs)
+      vecs.push_back(tb.outputRows(st.zabs, o));
+    tb.reduceCols({{t.kf[o]}}, vecs, [n = vecs.size()](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      SmallVector<Value> y = {x.add(a[1], a[0])};
+      if (n > 1)
+        y.push_back(x.add(a[2], x.abs(a[0])));
+      return y;
+    });
+  }
+}
+
+/// Runs `tile` on a tile, or row by row when `split` (an i1) holds: `row(r)` per row.
+void unlessSplit(TileBuilder &tb, Value split, Value r0, Value rows, bool reversed,
+                 function_ref<void(Value)> row, function_ref<void()> tile) {
+  auto branch = scf::IfOp::create(tb.b, tb.loc, split, /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard guard(tb.b);
+  tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+  tb.forRange(tb.idx(0), rows, [&](Value i) {
+    if (reversed)
+      i = arith::SubIOp::create(tb.b, tb.loc, arith::SubIOp::create(tb.b, tb.loc, rows, tb.idx(1)), i);
+    row(arith::AddIOp::create(tb.b, tb.loc, r0, i));
+  });
+  tb.b.setInsertionPoint(branch.elseBlock()->getTerminator());
+  tile();
+}
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+/// One forward step over rows [r0, r0 + rows) from the state `st` (advanced past them).
+void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
+                 const State &st, Value r0, Value rows, function_ref<void(Value)> row) {
+  stageRows(tb, s, t, in, r0, rows);
+  features(tb, s, t, in);
+  runningMax(tb, s, t, st.c);
+  rowReference(tb, s, t);
+  auto tile = [&] {
+    rescale(tb, s, t, st);
+    factors(tb, s, t, /*queries=*/true);
+    for (int64_t o = 0; o < s.K; ++o) {
+      auto magnitude = [](OpBuilder &nb, Location l, ValueRange a) {
+        return one(math::AbsFOp::create(nb, l, a[0]));
+      };
+      tb.elementwise({{t.qa[o]}}, {t.qaAbs[o]}, magnitude);
+      tb.elementwise({{t.kf[o]}}, {t.kfAbs[o]}, magnitude);
+    }
+    // Within the tile: P = qa kf^T (and |qa| |kf|^T for the guard), masked to j <= r.
+    tb.fill(t.P, 0);
+    tb.fill(t.Pabs, 0);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.matmulTransposedB(t.qa[o], t.kf[o], t.P);
+      tb.matmulTransposedB(t.qaAbs[o], t.kfAbs[o], t.Pabs);
+    }
+    tb.lowerTriangle(t.P);
+    tb.lowerTriangle(t.Pabs);
+    // num = qa S + P V, den = qa z + rowsum P, T = |qa| zabs + rowsum |P| (one M_r for all).
+    tb.fill(t.acc, 0);
+    tb.matmul(t.P, t.Vt, t.acc);
+    tb.fill(t.den, 0);
+    tb.fill(t.total, 0);
+    tb.reduceRows({{t.P}, {t.Pabs}}, {t.den, t.total}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[2], a[0]), x.add(a[3], a[1])};
+    });
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.matmul(t.qa[o], tb.outputRows(st.S, o), t.acc);
+      tb.reduceRows({{t.qa[o]}, {t.qaAbs[o]}, {tb.outputRows(st.z, o), At::Col},
+                     {tb.outputRows(st.zabs, o), At::Col}},
+                    {t.den, t.total}, [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return SmallVector<Value>{x.add(a[4], x.mul(a[0], a[2])),
+                                                x.add(a[5], x.mul(a[1], a[3]))};
+                    });
+    }
+    // The guard of the bidirectional readout; a row no kept key reaches (T = 0) is 0.
+    tb.elementwise({{t.den}, {t.total}}, {t.guarded, t.fired},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value eps = x.mul(x.c(SPECTRA_DENOMINATOR_GUARD), a[1]);
+                     Value fire = x.cmp(arith::CmpFPredicate::ULE, x.abs(a[0]), eps);
+                     Value reached = x.positive(a[1]);
+                     Value g = x.select(fire, x.add(a[0], x.mul(x.c(2), eps)), a[0]);
+                     return SmallVector<Value>{x.select(reached, g, x.c(1)),
+                                               x.select(reached, x.select(fire, x.c(1), x.c(0)), x.c(0))};
+                   });
+    tb.elementwise({{t.guarded, At::Row}}, {t.acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::DivFOp::create(nb, l, a[1], a[0]));
+    });
+    tb.unstage(t.acc, r0, rows, in.out, s.DV);
+    tb.forRange(tb.idx(0), rows, [&](Value i) {
+      Value n = arith::AddIOp::create(tb.b, tb.loc, r0, i);
+      tb.store(tb.load(t.M, {i}), in.qstat, {n, tb.idx(0)});
+      tb.store(tb.load(t.guarded, {i}), in.qstat, {n, tb.idx(1)});
+      tb.store(tb.load(t.fired, {i}), in.qstat, {n, tb.idx(2)});
+    });
+    absorbKeys(tb, s, t, st);
+  };
+  if (!row)
+    return tile();
+  unlessSplit(tb, forwardSplit(tb, s, t), r0, rows, /*reversed=*/false, row, tile);
+}
+
+/// Copies a carried state (the chunk's) into the kernel's working state.
+void loadState(TileBuilder &tb, ArrayRef<std::pair<Value, Value>> fromTo) {
+  for (auto [from, to] : fromTo)
+    tb.elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+}
+
+void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                       const Types &t, StringRef name) {
+  Kernel k = makeKernel(b, loc, name, "causal_prefix", "slices",
+                        {{t.Sp, "Sp", "slice"}, {t.fp, "zp", "slice"}, {t.fp, "zabsp", "slice"},
+                         {t.fp, "cp", "slice"}, {t.Sp, "S0", "slice"}, {t.fp, "z0", "slice"},
+                         {t.fp, "zabs0", "slice"}, {t.fp, "c0", "slice"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Sp = k.arg(0), zp = k.arg(1), zabsp = k.arg(2), cp = k.arg(3), S0 = k.arg(4), z0 = k.arg(5),
+        zabs0 = k.arg(6), c0 = k.arg(7);
+  Value S = tb.buffer({s.F, s.DV}), z = tb.buffer({s.F}), zabs = tb.buffer({s.F}),
+        c = tb.buffer({s.F}), cNew = tb.buffer({s.F}), wOld = tb.buffer({s.F}),
+        wNew = tb.buffer({s.F});
+  tb.fill(S, 0);
+  tb.fill(z, 0);
+  tb.fill(zabs, 0);
+  tb.fill(c, kNegInf);
+  // The state carried into chunk ch is chunks 0..ch-1 merged in order (c = max, the rest
+  // rescaled by exp(c_part - c), 0 for a part no kept key reached).
+  tb.forRange(tb.idx(0), tb.dim(Sp, 0), [&](Value ch) {
+    loadState(tb, {{S, chunkOf(tb, S0, ch)}, {z, chunkOf(tb, z0, ch)},
+                   {zabs, chunkOf(tb, zabs0, ch)}, {c, chunkOf(tb, c0, ch)}});
+    tb.elementwise({{c}, {chunkOf(tb, cp, ch)}}, {cNew, wOld, wNew},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value m = x.max(a[0], a[1]);
+                     auto weight = [&](Value from) {
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, from, x.c(kNegInf));
+                       return x.select(live, x.exp(x.sub(from, m)), x.c(0));
+                     };
+                     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
+                   });
+    tb.elementwise({{chunkOf(tb, Sp, ch)}, {wOld, At::Row}, {wNew, At::Row}}, {S},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return one(x.add(x.mul(a[3], a[1]), x.mul(a[0], a[2])));
+                   });
+    tb.elementwise({{chunkOf(tb, zp, ch)}, {chunkOf(tb, zabsp, ch)}, {wOld}, {wNew}, {cNew}},
+                   {z, zabs, c}, [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return SmallVector<Value>{x.add(x.mul(a[5], a[2]), x.mul(a[0], a[3])),
+                                               x.add(x.mul(a[6], a[2]), x.mul(a[1], a[3])), a[4]};
+                   });
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                        const Types &t, StringRef name, unsigned numParams) {
+  Kernel k = makeKernel(
+      b, loc, name, "causal_readout", "queries",
+      {{t.rows, "q", "rows"}, {t.rows, "k", "rows"}, {t.values, "v", "rows"},
+       {t.mask, "keep", "mask"}, {t.Wt, "Wt", "shared"}, {t.ww, "ww", "shared"},
+       {t.ww, "rowscale", "shared"}, {t.params, "params", "slice"}, {t.S, "S0", "partial"},
+       {t.f, "z0", "partial"}, {t.f, "zabs0", "partial"}, {t.f, "c0", "partial"},
+       {t.values, "out", "rows"}, {t.qstat, "qstat", "rows"}, {t.scale, "qscale", "slice"},
+       {t.scale, "kscale", "slice"}},
+      7, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  Dims one = s;
+  one.T = 1;
+  TileBuilder tb(b, loc, component, s, k.entry), rb(b, loc, component, one, k.entry);
+  CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(5), k.arg(6),
+                k.arg(14), k.arg(15), Value(), k.arg(12), k.arg(13), k.params};
+  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), tb.buffer({s.F}), tb.buffer({s.F})};
+  loadState(tb, {{k.arg(8), st.S}, {k.arg(9), st.z}, {k.arg(10), st.zabs}, {k.arg(11), st.c}});
+  CausalTiles tiles(tb, s, false), rowTiles(rb, one, false);
+  tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
+    forwardStep(tb, s, tiles, in, st, r0, rows, [&](Value r) {
+      forwardStep(rb, one, rowTiles, in, st, r, rb.idx(1), nullptr);
+    });
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+/// M and 1/den per staged row from the forward's qstat (0 past the rows), and
+/// gdot = (dL/dout . out) / den.
+void loadRowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
+                  Value rows) {
+  tb.fill(t.M, 0);
+  tb.fill(t.rden, 0);
+  tb.forRange(tb.idx(0), rows, [&](Value i) {
+    Value n = arith::AddIOp::create(tb.b, tb.loc, r0, i);
+    tb.store(tb.load(in.qstat, {n, tb.idx(0)}), t.M, {i});
+    tb.store(arith::DivFOp::create(tb.b, tb.loc, tb.f32(1), tb.load(in.qstat, {n, tb.idx(1)})),
+             t.rden, {i});
+  });
+  tb.fill(t.gdot, 0);
+  tb.reduceRows({{t.Gt}, {t.Ot}}, {t.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return one(x.add(a[2], x.mul(a[0], a[1])));
+  });
+  tb.elementwise({{t.rden}}, {t.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return one(arith::MulFOp::create(nb, l, a[1], a[0]));
+  });
+  // gn = dL/dout / den, and G[r, j] = gn_r . v_j - gdot_r for j <= r.
+  tb.elementwise({{t.Gt}, {t.rden, At::Row}}, {t.GN}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return one(arith::MulFOp::create(nb, l, a[0], a[1]));
+  });
+  tb.fill(t.G, 0);
+  tb.matmulTransposedB(t.GN, t.Vt, t.G);
+  tb.elementwise({{t.gdot, At::Row}}, {t.G}, [](OpBuilder &nb, Location l, ValueRange a) {
+    return one(arith::SubFOp::create(nb, l, a[1], a[0]));
+  });
+  tb.lowerTriangle(t.G);
+}
+
+/// The gradients of one side's staged rows X from a[o] = dL/dphi in units of the factor
+/// exp(logit + ref) (times `rowscale` on the key side), chained through the derived
+/// partials, into dx (unstaged, times `scale`), dW, the parameters' sums and dscale.
+void chainRows(TileBuilder &tb, const Dims &s, CausalTiles &t, FeaturePartialsOp partials,
+               const CausalArgs &in, Value X, Value L, Value xx, Value live, Value rowscale,
+               Value rowShift, Value W, Value dW, Value dx, Value scale, Value dscale, Value r0,
+               Value rows) {
+  ComponentOp component = tb.component;
+  GradientTiles &g = t.grad;
+  SmallVector<Operand> ins = {{L}, {xx, At::Row}, {in.ww, At::Col}, {live, At::Row}};
+  int rs = -1, shiftAt = -1;
+  if (rowscale) {
+    rs = ins.size();
+    ins.push_back({rowscale, At::Col});
+  }
+  if (rowShift) {
+    shiftAt = ins.size();
+    ins.push_back({rowShift, At::Row});
+  }
+  unsigned first = ins.size();
+  for (int64_t o = 0; o < s.K; ++o)
+    ins.append({{t.ref[o], At::Col}, {t.A[o]}});
+  tb.elementwise(ins, g.outputs(), [&](OpBuilder &nb, Location l, ValueRange a) {
+    KernelBuilder kb(nb, l, component);
+    Scalar x{nb, l};
+    Value wx = a[0], xxv = a[1], wwv = a[2], ok = x.positive(a[3]);
+    auto [logits, coeffs] = kb.features(wx, xxv, wwv, in.params);
+    SmallVector<Value> e, da;
+    for (int64_t o = 0; o < s.K; ++o) {
+      Value ref = a[first + 2 * o];
+      Value logit = x.add(logits[o], ref);
+      if (shiftAt >= 0)
+        logit = x.sub(logit, a[shiftAt]);
+      Value f = x.exp(logit);
+      if (rs >= 0)
+        f = x.mul(f, a[rs]);
+      e.push_back(x.select(ok, f, x.c(0)));
+      da.push_back(x.select(ok, a[first + 2 * o + 1], x.c(0)));
+    }
+    Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, in.params, coeffs, e, da);
+    return g.values(ch, [&](Value v) { return x.select(ok, v, x.c(0)); });
+  });
+  accumulateGradients(tb, s, g, X, W, dW);
+  tb.unstage(g.dx, r0, rows, dx, s.D, scale);
+  scaleGradient(tb, g.dx, X, dscale);
+}
+
+struct BackwardArgs {
+  Value W, dW, dq, dk, dv, dscale;
+  FeaturePartialsOp partials;
+};
+
+/// One step of the queries' backward (forward order, the state as the forward carried it).
+void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
+                       const BackwardArgs &out, const State &st, Value r0, Value rows,
+                       function_ref<void(Value)> row) {
+  stageRows(tb, s, t, in, r0, rows);
+  features(tb, s, t, in);
+  runningMax(tb, s, t, st.c);
+  loadRowStats(tb, s, t, in, r0, rows);
+  auto tile = [&] {
+    rescale(tb, s, t, st);
+    factors(tb, s, t, /*queries=*/false);
+    // a = gn S^T - gdot z (the state, at the tile-end reference) + G kf (the tile's keys).
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.fill(t.A[o], 0);
+      tb.matmulTransposedB(t.GN, tb.outputRows(st.S, o), t.A[o]);
+      tb.elementwise({{t.gdot, At::Row}, {tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       return one(x.sub(a[2], x.mul(a[0], a[1])));
+                     });
+      tb.matmul(t.G, t.kf[o], t.A[o]);
+    }
+    // The query factor exp(l + c_end - M) of the forward, with the saved M.
+    chainRows(tb, s, t, out.partials, in, t.Qt, t.Lq, t.xxq, t.valid, Value(), t.M, out.W,
+              out.dW, out.dq, in.qscale, out.dscale, r0, rows);
+    absorbKeys(tb, s, t, st);
+  };
+  if (!row)
+    return tile();
+  unlessSplit(tb, forwardSplit(tb, s, t), r0, rows, /*reversed=*/false, row, tile);
+}
+
+/// One step of the keys' backward (tiles last to first): the suffix state (R, r, e) holds
+/// R_f = sum_i qb_if gn_i, r_f = sum_i qb_if gdot_i over the later rows, qb = cq exp(lq - M - e).
+void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
+                     const BackwardArgs &out, const State &st, Value r0, Value rows,
+                     function_ref<void(Value)> row) {
+  stageRows(tb, s, t, in, r0, rows);
+  features(tb, s, t, in);
+  loadRowStats(tb, s, t, in, r0, rows);
+  // lq - M (-inf past the rows), and its reverse running maximum from e; ref = row 0's.
+  for (int64_t o = 0; o < s.K; ++o) {
+    tb.elementwise({{t.M, At::Row}, {t.valid, At::Row}}, {t.lq[o]},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return one(x.select(x.positive(a[1]), x.sub(a[2], a[0]), x.c(kNegInf)));
+                   });
+    auto max = [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::MaximumFOp::create(nb, l, a[0], a[1]));
+    };
+    Value last = tb.idx(s.T - 1);
+    tb.elementwise({{tb.rowOf(t.lq[o], last, s.M)}, {tb.outputRows(st.c, o), At::Col}},
+                   {tb.rowOf(t.cm[o], last, s.M)}, max);
+    tb.forRange(tb.idx(1), tb.idx(s.T), [&](Value j) {
+      Value i = arith::SubIOp::create(tb.b, tb.loc, last, j);
+      Value next = arith::AddIOp::create(tb.b, tb.loc, i, tb.idx(1));
+      tb.elementwise({{tb.rowOf(t.lq[o], i, s.M)}, {chunkOf(tb, t.cm[o], next), At::Col}},
+                     {tb.rowOf(t.cm[o], i, s.M)}, max);
+    });
+    tb.elementwise({{chunkOf(tb, t.cm[o], tb.idx(0))}}, {t.ref[o]},
+                   [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+  }
+  // Gamma_j = max_f (lk + E): the key factors exp(lk + E) stay below exp(Gamma).
+  tb.fill(t.delta, kNegInf);
+  for (int64_t o = 0; o < s.K; ++o)
+    tb.reduceRows({{t.lk[o]}, {t.ref[o], At::Col}}, {t.delta},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return one(x.max(a[2], x.add(a[0], a[1])));
+                  });
+  auto tile = [&] {
+    rescale(tb, s, t, st);  // R, r to the reference E (e in st.c)
+    for (int64_t o = 0; o < s.K; ++o) {
+      // qb = cq exp(lq - M - E) <= |cq| (in qa), kb = ck exp(lk + E) (in kf).
+      tb.elementwise({{t.lq[o]}, {t.cq[o]}, {t.ref[o], At::Col}}, {t.qa[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
+                       return one(x.select(live, x.mul(a[1], x.exp(x.sub(a[0], a[2]))), x.c(0)));
+                     });
+      tb.elementwise({{t.lk[o]}, {t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
+                       return one(x.select(live, x.mul(a[1], x.exp(x.add(a[0], a[2]))), x.c(0)));
+                     });
+      // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
+      tb.fill(t.A[o], 0);
+      tb.matmulTransposedB(t.Vt, tb.outputRows(st.S, o), t.A[o]);
+      tb.elementwise({{tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       return one(arith::SubFOp::create(nb, l, a[1], a[0]));
+                     });
+      tb.matmul(t.G, t.qa[o], t.A[o], /*transposeA=*/true);
+    }
+    // dv = kb R + (qb kb^T masked)^T gn.
+    tb.fill(t.dVt, 0);
+    tb.fill(t.P, 0);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.matmul(t.kf[o], tb.outputRows(st.S, o), t.dVt);
+      tb.matmulTransposedB(t.qa[o], t.kf[o], t.P);
+    }
+    tb.lowerTriangle(t.P);
+    tb.matmul(t.P, t.GN, t.dVt, /*transposeA=*/true);
+    tb.unstage(t.dVt, r0, rows, out.dv, s.DV);
+    // The key factor exp(lk + E) rs of the chain.
+    chainRows(tb, s, t, out.partials, in, t.Kt, t.Lk, t.xxk, t.kept, in.rowscale, Value(), out.W,
+              out.dW, out.dk, in.kscale, out.dscale, r0, rows);
+    // The suffix state takes the tile's rows: R += qb^T gn, r += qb^T gdot.
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.matmul(t.qa[o], t.GN, tb.outputRows(st.S, o), /*transposeA=*/true);
+      tb.reduceCols({{t.qa[o]}, {t.gdot, At::Row}}, {tb.outputRows(st.z, o)},
+                    [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return one(x.add(a[2], x.mul(a[0], a[1])));
+                    });
+    }
+  };
+  if (!row)
+    return tile();
+  // Split on the keys' bound (the rows of t.kept, not the queries').
+  Value saved = t.valid;
+  t.valid = t.kept;
+  Value split = exceedsGap(tb, s, t, t.delta);
+  t.valid = saved;
+  unlessSplit(tb, split, r0, rows, /*reversed=*/true, row, tile);
+}
+
+SmallVector<Arg> backwardArgs(const Types &t, StringRef dx, StringRef dscale) {
+  SmallVector<Arg> args = {
+      {t.rows, "q", "rows"},        {t.rows, "k", "rows"},         {t.values, "v", "rows"},
+      {t.mask, "keep", "mask"},     {t.Wt, "Wt", "shared"},        {t.W, "W", "shared"},
+      {t.ww, "ww", "shared"},       {t.ww, "rowscale", "shared"},  {t.params, "params", "slice"},
+      {t.values, "out", "rows"},    {t.values, "gout", "rows"},    {t.qstat, "qstat", "rows"},
+      {t.scale, "qscale", "slice"}, {t.scale, "kscale", "slice"},  {t.W, "dW", "partial"},
+      {t.params, "dparams", "partial"}, {t.scale, dscale, "partial"}};
+  if (dx == "dq")
+    args.push_back({t.rows, "dq", "rows"});
+  else
+    args.append({{t.rows, "dk", "rows"}, {t.values, "dv", "rows"}});
+  return args;
+}
+
+void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
+                              FeaturePartialsOp partials, const Dims &s, const Types &t,
+                              StringRef name, unsigned numParams) {
+  SmallVector<Arg> args = backwardArgs(t, "dq", "dqscale");
+  args.append({{t.S, "S0", "partial"}, {t.f, "z0", "partial"}, {t.f, "c0", "partial"}});
+  Kernel k = makeKernel(b, loc, name, "causal_query_backward", "queries", args, 8, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  Dims one = s;
+  one.T = 1;
+  TileBuilder tb(b, loc, component, s, k.entry), rb(b, loc, component, one, k.entry);
+  CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(6), k.arg(7), k.arg(12),
+                k.arg(13), k.arg(10), k.arg(9), k.arg(11), k.params};
+  BackwardArgs out{k.arg(5), k.arg(14), k.arg(17), Value(), Value(), k.arg(16), partials};
+  tb.fill(out.dW, 0);
+  tb.fill(out.dscale, 0);
+  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), Value(), tb.buffer({s.F})};
+  loadState(tb, {{k.arg(18), st.S}, {k.arg(19), st.z}, {k.arg(20), st.c}});
+  SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
+  CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
+  rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;  // one set of sums for the tiles and the rows
+  rowTiles.grad.dpAcc = tiles.grad.dpAcc;
+  tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
+    queryBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
+      queryBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);
+    });
+  });
+  finishGradients(tb, s, tiles.grad, out.W, out.dW, k.arg(15));
+  func::ReturnOp::create(b, loc);
+}
+
+void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
+                            FeaturePartialsOp partials, const Dims &s, const Types &t,
+                            StringRef name, unsigned numParams) {
+  Kernel k = makeKernel(b, loc, name, "causal_key_backward", "slices",
+                        backwardArgs(t, "dk", "dkscale"), 8, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  Dims one = s;
+  one.T = 1;
+  TileBuilder tb(b, loc, component, s, k.entry), rb(b, loc, component, one, k.entry);
+  CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(6), k.arg(7), k.arg(12),
+                k.arg(13), k.arg(10), k.arg(9), k.arg(11), k.params};
+  BackwardArgs out{k.arg(5), k.arg(14), Value(), k.arg(17), k.arg(18), k.arg(16), partials};
+  tb.fill(out.dW, 0);
+  tb.fill(out.dscale, 0);
+  // The suffix state: R [F, DV], r [F], e [F] (in the State's S, z, c).
+  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), Value(), tb.buffer({s.F})};
+  tb.fill(st.S, 0);
+  tb.fill(st.z, 0);
+  tb.fill(st.c, kNegInf);
+  SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
+  CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
+  rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;
+  rowTiles.grad.dpAcc = tiles.grad.dpAcc;
+  tb.forTilesReversed(tb.dim(in.K, 0), [&](Value r0, Value rows) {
+    keyBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
+      keyBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);
+    });
+  });
+  finishGradients(tb, s, tiles.grad, out.W, out.dW, k.arg(15));
+  func::ReturnOp::create(b, loc);
+}
+
+} // namespace
+
+void mlir::spectra::tiles::buildCausalForward(OpBuilder &b, Location loc, ComponentOp component,
+                                              const Dims &s, const Types &t, StringRef map,
+                                              unsigned numParams) {
+  buildCausalPrefix(b, loc, component, s, t, (map + "_causal_prefix").str());
+  buildCausalReadout(b, loc, component, s, t, (map + "_causal_readout").str(), numParams);
+}
+
+void mlir::spectra::tiles::buildCausalBackward(OpBuilder &b, Location loc, ComponentOp component,
+                                               FeaturePartialsOp partials, const Dims &s,
+                                               const Types &t, StringRef map, unsigned numParams) {
+  buildCausalQueryBackward(b, loc, component, partials, s, t, (map + "_causal_query_backward").str(),
+                           numParams);
+  buildCausalKeyBackward(b, loc, component, partials, s, t, (map + "_causal_key_backward").str(),
+                         numParams);
+}

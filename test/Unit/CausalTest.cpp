@@ -1,0 +1,211 @@
+//===- CausalTest.cpp - causal attention: reference, fused kernels, causality ===//
+//
+// The causal reference (chunked, exact stabiliser) against the plain masked N x N product in
+// float64; the fused CPU kernels (forward and backward) against the reference; the causality
+// recipe of CAUSAL-NOTES.md section 5 (later tokens change no earlier output; gradients after
+// a cut do not reach earlier rows); the split path at large input scales; the refusal of
+// components whose parameters read sequence statistics.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/Compiler.h"
+#include "runtime/FusedCpu.h"
+#include "runtime/WeightFactory.h"
+
+#include <gtest/gtest.h>
+
+using namespace spectra;
+using torch::indexing::Slice;
+
+namespace {
+
+double maxAbs(const torch::Tensor &t) { return t.abs().max().item<double>(); }
+
+/// The largest row error |o - o*|_2 / |o*|_2 over rows (rows with o* = 0: |o - o*|_2).
+double rowError(const torch::Tensor &out, const torch::Tensor &truth) {
+  torch::Tensor num = (out.to(torch::kFloat64) - truth).norm(2, -1);
+  torch::Tensor den = truth.norm(2, -1).clamp_min(1e-300);
+  return torch::where(truth.norm(2, -1) > 0, num / den, num).max().item<double>();
+}
+
+struct Inputs {
+  torch::Tensor q, k, v;
+};
+
+Inputs inputs(int64_t B, int64_t H, int64_t N, int64_t d, int64_t dv, double scale, int seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({B, H, N, d}, torch::kFloat64) * scale,
+          torch::randn({B, H, N, d}, torch::kFloat64) * scale,
+          torch::randn({B, H, N, dv}, torch::kFloat64)};
+}
+
+VariantConfig config(int64_t m, int64_t d) {
+  VariantConfig c;
+  c.m = m;
+  c.d = d;
+  return c;
+}
+
+AttentionOptions causalOptions(Stabilizer s = Stabilizer::Exact) {
+  AttentionOptions o;
+  o.causal = true;
+  o.stabilizer = s;
+  return o;
+}
+
+TEST(CausalReference, ChunkedEqualsTheMaskedProductInFloat64) {
+  // 150 rows: two full chunks of kCausalChunk and a partial one; a key mask with padding.
+  for (const char *variant : {"posrf-orf", "trigrf-orf", "posrf-hyp-base", "gerf-qmc-sobol",
+                              "posrf-sgq"}) {
+    Descriptor desc = describeVariant(variant, config(std::string(variant) == "posrf-sgq" ? 17 : 16, 8));
+    ReferenceFeatureMap ref(desc);
+    Weights w = WeightFactory(desc).draw(0, torch::kFloat64);
+    Inputs in = inputs(2, 2, 150, 8, 5, 0.7, 1);
+    torch::Tensor mask = torch::ones({2, 150}, torch::kBool);
+    mask.index_put_({1, Slice(120)}, false);
+    torch::Tensor exact = ref.attention(in.q, in.k, in.v, w, mask, causalOptions());
+    torch::Tensor plain = ref.attention(in.q, in.k, in.v, w, mask, causalOptions(Stabilizer::None));
+    EXPECT_LT(rowError(exact, plain), 1e-10) << variant;
+    // Row 0 sees key 0 alone: its output is v_0 for positive features.
+    if (std::string(variant) == "posrf-orf")
+      EXPECT_LT(maxAbs(exact.index({Slice(), Slice(), 0}) - in.v.index({Slice(), Slice(), 0})), 1e-12);
+  }
+}
+
+TEST(CausalReference, RefusesStatisticsAndUnequalLengths) {
+  Descriptor desc = describeVariant("oprf-orf", config(16, 8));
+  Weights w = WeightFactory(desc).draw(0);
+  Inputs in = inputs(1, 1, 8, 8, 8, 1, 2);
+  try {
+    ReferenceFeatureMap(desc).attention(in.q.to(torch::kFloat32), in.k.to(torch::kFloat32),
+                                        in.v.to(torch::kFloat32), w, std::nullopt, causalOptions());
+    FAIL() << "oprf was accepted under causal attention";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("component 'oprf' reads data statistics over the whole "
+                                         "sequence"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("gerf with the option a=VALUE"), std::string::npos);
+  }
+  try {
+    FusedCpuAttention fused("saderf-orf", config(16, 8), /*causal=*/true);
+    FAIL() << "saderf was compiled causal";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("causal attention: the parameters of component 'saderf' "
+                                         "read data statistics over the whole sequence"),
+              std::string::npos)
+        << e.what();
+  }
+  Descriptor pos = describeVariant("posrf-orf", config(16, 8));
+  Inputs two = inputs(1, 1, 8, 8, 8, 1, 2);
+  EXPECT_THROW(ReferenceFeatureMap(pos).attention(two.q, two.k.narrow(2, 0, 6), two.v.narrow(2, 0, 6),
+                                                  WeightFactory(pos).draw(0, torch::kFloat64),
+                                                  std::nullopt, causalOptions()),
+               c10::Error);
+}
+
+/// Fused causal CPU kernels (f32) against the float64 reference with the same W: outputs,
+/// and the gradients of q, k, v and W.
+void expectFusedMatches(const std::string &variant, int64_t N, double scale, double outTol,
+                        double gradTol, bool masked) {
+  VariantConfig cfg = config(variant == "posrf-sgq" ? 17 : 16, 8);
+  FusedCpuAttention fused(variant, cfg, /*causal=*/true);
+  const Descriptor &desc = fused.descriptor();
+  Inputs in = inputs(2, 2, N, 8, 6, scale, 3);
+  std::optional<torch::Tensor> mask;
+  if (masked) {
+    mask = torch::ones({2, N}, torch::kBool);
+    mask->index_put_({0, Slice(N - 9)}, false);
+    in.k.index_put_({0, Slice(), Slice(N - 9)}, 50.0);  // junk under the padding (exp overflows unless masked by select)
+    in.v.index_put_({0, Slice(), Slice(N - 9)}, 50.0);
+  }
+  Weights w64 = WeightFactory(desc).draw(0, torch::kFloat64);
+  Weights w32 = WeightFactory(desc).draw(0, torch::kFloat32);
+  torch::Tensor q64 = in.q.clone().requires_grad_(), k64 = in.k.clone().requires_grad_(),
+                v64 = in.v.clone().requires_grad_(), W64 = w64.W.clone().requires_grad_();
+  Weights wg = w64;
+  wg.W = W64;
+  torch::Tensor truth = ReferenceFeatureMap(desc).attention(q64, k64, v64, wg, mask, causalOptions());
+  torch::Tensor q32 = in.q.to(torch::kFloat32).requires_grad_(),
+                k32 = in.k.to(torch::kFloat32).requires_grad_(),
+                v32 = in.v.to(torch::kFloat32).requires_grad_(), W32 = w32.W.clone().requires_grad_();
+  Weights wf = w32;
+  wf.W = W32;
+  torch::Tensor out = fused.attention(q32, k32, v32, wf, mask);
+  std::string what = variant + " N=" + std::to_string(N) + " scale=" + std::to_string(scale);
+  ASSERT_TRUE(torch::isfinite(out).all().item<bool>()) << what;
+  EXPECT_LT(rowError(out, truth.detach()), outTol) << what;
+  torch::Tensor g = torch::randn(truth.sizes(), torch::kFloat64);
+  truth.backward(g);
+  out.backward(g.to(torch::kFloat32));
+  for (auto [name, a, b] : {std::tuple{"dq", q32.grad(), q64.grad()}, {"dk", k32.grad(), k64.grad()},
+                            {"dv", v32.grad(), v64.grad()}, {"dW", W32.grad(), W64.grad()}}) {
+    torch::Tensor ref = b, got = a.to(torch::kFloat64);
+    if (masked && std::string(name) != "dW") {  // padded keys' rows: 0 in both, NaN-free
+      ASSERT_TRUE(torch::isfinite(got).all().item<bool>()) << what << " " << name;
+      ref = torch::nan_to_num(ref, 0.0, 0.0, 0.0);
+    }
+    EXPECT_LT(maxAbs(got - ref), gradTol * std::max(1.0, maxAbs(ref))) << what << " " << name;
+  }
+}
+
+TEST(FusedCausal, PaperComponentsMatchTheReference) {
+  // Rows: within a tile, across tiles (32 rows each) and a partial last tile.
+  for (const char *variant : {"posrf-orf", "posrf-sgq", "posrf-fastfoodl", "trigrf-orf",
+                              "posrf-hyp-base", "gerf-qmc-sobol"})
+    expectFusedMatches(variant, 77, 0.7, 2e-5, 2e-4, /*masked=*/false);
+}
+
+TEST(FusedCausal, KeyMaskWithNaNPadding) {
+  expectFusedMatches("posrf-orf", 70, 0.8, 2e-5, 2e-4, /*masked=*/true);
+}
+
+TEST(FusedCausal, LargeInputScalesStayExact) {
+  // At scale 6 (logits of ~36 per unit of d) tiles split; the outputs stay within f32 rounding
+  // of the float64 logits' floor (CAUSAL-NOTES section 2).
+  expectFusedMatches("posrf-orf", 96, 3.0, 2e-4, 2e-3, /*masked=*/false);
+  expectFusedMatches("posrf-orf", 96, 6.0, 2e-3, 2e-2, /*masked=*/false);
+}
+
+TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {
+  FusedCpuAttention fused("posrf-orf", config(16, 8), /*causal=*/true);
+  const Descriptor &desc = fused.descriptor();
+  Weights w = WeightFactory(desc).draw(0, torch::kFloat32);
+  const int64_t N = 100;
+  for (double scale : {1.0, 10.0})
+    for (int64_t cut : {0, 30, 31, 32, 63, 70}) {
+      Inputs a = inputs(1, 2, N, 8, 8, scale, 5);
+      Inputs b = inputs(1, 2, N, 8, 8, scale * 30, 6);  // the future, 30x larger
+      Inputs mixed = a;
+      for (torch::Tensor *t : {&mixed.q, &mixed.k, &mixed.v}) {
+        *t = t->clone();
+      }
+      mixed.q.index_put_({Slice(), Slice(), Slice(cut + 1)}, b.q.index({Slice(), Slice(), Slice(cut + 1)}));
+      mixed.k.index_put_({Slice(), Slice(), Slice(cut + 1)}, b.k.index({Slice(), Slice(), Slice(cut + 1)}));
+      mixed.v.index_put_({Slice(), Slice(), Slice(cut + 1)}, b.v.index({Slice(), Slice(), Slice(cut + 1)}));
+      auto run = [&](const Inputs &in) {
+        return fused.attention(in.q.to(torch::kFloat32), in.k.to(torch::kFloat32),
+                               in.v.to(torch::kFloat32), w);
+      };
+      torch::Tensor before = run(a).index({Slice(), Slice(), Slice(0, cut + 1)});
+      torch::Tensor after = run(mixed).index({Slice(), Slice(), Slice(0, cut + 1)});
+      ASSERT_TRUE(torch::isfinite(after).all().item<bool>());
+      EXPECT_LT(rowError(after.to(torch::kFloat64), before.to(torch::kFloat64)), 1e-6)
+          << "scale " << scale << " cut " << cut;
+    }
+  // Gradients: dL/dout = 0 after the cut leaves dq, dk, dv of later rows exactly 0.
+  for (int64_t cut : {31, 32, 63}) {
+    Inputs a = inputs(1, 2, N, 8, 8, 1.0, 7);
+    torch::Tensor q = a.q.to(torch::kFloat32).requires_grad_(),
+                  k = a.k.to(torch::kFloat32).requires_grad_(),
+                  v = a.v.to(torch::kFloat32).requires_grad_();
+    torch::Tensor g = torch::randn({1, 2, N, 8});
+    g.index_put_({Slice(), Slice(), Slice(cut + 1)}, 0.0);
+    fused.attention(q, k, v, w).backward(g);
+    for (const torch::Tensor &grad : {q.grad(), k.grad(), v.grad()})
+      EXPECT_EQ(maxAbs(grad.index({Slice(), Slice(), Slice(cut + 1)})), 0.0) << "cut " << cut;
+    EXPECT_GT(maxAbs(k.grad().index({Slice(), Slice(), Slice(0, cut + 1)})), 0.0);
+  }
+}
+
+} // namespace
