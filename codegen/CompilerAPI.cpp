@@ -357,6 +357,14 @@ static bool isBackwardKind(llvm::StringRef kind) {
 /// A kernel kind that only components with data statistics have (TileKernels.h).
 static bool isStatisticsKind(llvm::StringRef kind) { return kind.starts_with("moments"); }
 
+/// A kind of the other kernel set: the causal kinds in a bidirectional set, the
+/// bidirectional forward's kv_combine and readout in a causal one (TileKernels.h).
+static bool isOtherSetKind(llvm::StringRef kind, bool causal) {
+  if (!causal)
+    return kind.starts_with("causal_");
+  return kind == "kv_combine" || kind == "readout";
+}
+
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {
   fail(error, message);
   return nullptr;
@@ -373,11 +381,13 @@ extern "C" const char *spectra_cpu_host_target(void) {
 /// Looks the four kernels of `map` up in a JIT; the backward ones may be missing.
 template <typename Lookup>
 static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map, Lookup lookup) {
+  // A causal kernel set has causal_readout; the other set's kinds are absent, not missing.
+  bool causal = lookup("_mlir_ciface_" + map.str() + "_causal_readout") != nullptr;
   for (llvm::StringRef kind : sp::tileKernelKinds()) {
     std::string symbol = "_mlir_ciface_" + map.str() + "_" + kind.str();
     if (void *address = lookup(symbol))
       kernel.entries[kind.str()] = address;
-    else if (isBackwardKind(kind) || isStatisticsKind(kind))
+    else if (isBackwardKind(kind) || isStatisticsKind(kind) || isOtherSetKind(kind, causal))
       continue;
     else
       return "the compiled kernels lack " + symbol;
@@ -545,7 +555,8 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   });
   if (!missing.empty())
     return failKernel(error, missing);
-  if (!result->entries.count("query_backward") && result->backwardError.empty())
+  if (!result->entries.count("query_backward") && !result->entries.count("causal_query_backward") &&
+      result->backwardError.empty())
     result->backwardError = "the backward kernels were not built";
   std::vector<std::string> parts;
   for (auto *engine : {&forwardEngine, &backwardEngine})
@@ -687,7 +698,8 @@ extern "C" spectra_cpu_kernel *spectra_cpu_load_object(const char *data, size_t 
   });
   if (!missing.empty())
     return failKernel(error, "the cached object is incomplete: " + missing);
-  if (!result->entries.count("query_backward") && result->backwardError.empty())
+  if (!result->entries.count("query_backward") && !result->entries.count("causal_query_backward") &&
+      result->backwardError.empty())
     result->backwardError = "the cached kernel has no backward";
   result->stages = {{"tiles", tilesIR ? tilesIR : ""},
                     {"vectors", vectorsIR ? vectorsIR : ""},

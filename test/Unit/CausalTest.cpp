@@ -122,13 +122,13 @@ void expectFusedMatches(const std::string &variant, int64_t N, double scale, dou
   Weights w64 = WeightFactory(desc).draw(0, torch::kFloat64);
   Weights w32 = WeightFactory(desc).draw(0, torch::kFloat32);
   torch::Tensor q64 = in.q.clone().requires_grad_(), k64 = in.k.clone().requires_grad_(),
-                v64 = in.v.clone().requires_grad_(), W64 = w64.W.clone().requires_grad_();
+                v64 = in.v.clone().requires_grad_(), W64 = w64.W.detach().clone().requires_grad_();
   Weights wg = w64;
   wg.W = W64;
   torch::Tensor truth = ReferenceFeatureMap(desc).attention(q64, k64, v64, wg, mask, causalOptions());
   torch::Tensor q32 = in.q.to(torch::kFloat32).requires_grad_(),
                 k32 = in.k.to(torch::kFloat32).requires_grad_(),
-                v32 = in.v.to(torch::kFloat32).requires_grad_(), W32 = w32.W.clone().requires_grad_();
+                v32 = in.v.to(torch::kFloat32).requires_grad_(), W32 = w32.W.detach().clone().requires_grad_();
   Weights wf = w32;
   wf.W = W32;
   torch::Tensor out = fused.attention(q32, k32, v32, wf, mask);
