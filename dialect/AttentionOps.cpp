@@ -170,6 +170,10 @@ LogicalResult AttentionOp::verify() {
       return constraintError(*this, "C7")
              << "result must be [B, H, Nq, Dv] = " << RankedTensorType::get(expected, q.getElementType())
              << ", got " << out;
+  if (getCausal() && conflict(q.getDimSize(2), k.getDimSize(2)))
+    return constraintError(*this, "C10")
+           << "causal attention needs as many queries as keys, got " << q.getDimSize(2) << " and "
+           << k.getDimSize(2);
   if (FloatAttr scale = getScaleAttr(); scale && !(scale.getValueAsDouble() > 0.0))
     return constraintError(*this, "C8") << "scale must be positive, got " << scale.getValueAsDouble();
   return success();
@@ -186,5 +190,20 @@ LogicalResult AttentionOp::verifySymbolUses(SymbolTableCollection &symbols) {
     return constraintError(*this, "C5", getQuery())
            << "head dimension " << q.getDimSize(3) << " differs from feature map '"
            << getFeatureMap() << "' d = " << d;
+  if (getCausal())
+    if (auto component =
+            symbols.lookupNearestSymbolFrom<ComponentOp>(featureMap, featureMap.getComponentAttr())) {
+      StatisticOp statistic;
+      component->walk([&](StatisticOp op) {
+        if (!statistic)
+          statistic = op;
+      });
+      if (statistic)
+        return constraintError(*this, "C11")
+               << "causal attention with component '" << component.getSymName()
+               << "', whose parameters read data statistics over the whole sequence (a token "
+                  "would see later tokens); use a component with fixed parameters (posrf; gerf "
+                  "with the option a=VALUE for OPRF's family with A fixed)";
+    }
   return success();
 }

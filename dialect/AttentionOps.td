@@ -41,7 +41,7 @@ def Spectra_FeatureMapOp : Spectra_Op<"feature_map", [
 
 def Spectra_AttentionOp : Spectra_Op<"attention", [
     Pure, AttrSizedOperandSegments, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let summary = "non-causal random-feature attention phi(q)^T S / phi(q)^T z";
+  let summary = "random-feature attention phi(q)^T S / phi(q)^T z, bidirectional or causal";
   let description = [{
     For q: [B, H, Nq, D], k: [B, H, Nk, D], v: [B, H, Nk, Dv] computes
     `out_i = phi(s q_i)^T S / phi(s q_i)^T z` with `S = sum_j phi(s k_j) v_j^T`
@@ -66,21 +66,31 @@ def Spectra_AttentionOp : Spectra_Op<"attention", [
     * C7: the result is [B, H, Nq, Dv].
     * C8: a given `scale` is positive.
     * C9: the query mask is [B, Nq].
+    * C10: `causal` attention has Nq = Nk.
+    * C11: `causal` attention's component has no parameters computed from data statistics
+      (`spectra.statistic` over the whole sequence would let a token see later tokens).
+
+    With `causal`, `out_i` sums over the keys `j <= i` only (the prefix of the sequence),
+    computed in chunks with an exact per-feature running stabiliser (CAUSAL-NOTES.md).
 
     ```mlir
     %o = spectra.attention %q, %k, %v mask %mask query_mask %mask feature_map @posrf_orf
         : tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>,
           tensor<2x128xi1>, tensor<2x128xi1> -> tensor<2x4x128x32xf32>
+    %c = spectra.attention %q, %k, %v causal feature_map @posrf_orf
+        : tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>, tensor<2x4x128x32xf32>
+          -> tensor<2x4x128x32xf32>
     ```
   }];
   let arguments = (ins Spectra_Activation:$query, Spectra_Activation:$key,
                        Spectra_Activation:$value, Optional<Spectra_Mask>:$mask,
                        Optional<Spectra_Mask>:$query_mask,
-                       FlatSymbolRefAttr:$feature_map, OptionalAttr<F64Attr>:$scale);
+                       FlatSymbolRefAttr:$feature_map, OptionalAttr<F64Attr>:$scale,
+                       UnitAttr:$causal);
   let results = (outs Spectra_Activation:$result);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` $mask^)? (`query_mask` $query_mask^)?
-    `feature_map` $feature_map attr-dict
+    (`causal` $causal^)? `feature_map` $feature_map attr-dict
     `:` type($query) `,` type($key) `,` type($value) ``
     custom<MaskTypes>(ref($mask), ref($query_mask), type($mask), type($query_mask))
     `->` type($result)

@@ -44,8 +44,9 @@ const FusedCpuAttention &SpectralAttentionImpl::fusedCpu() {
   if (!fused)
     fused = std::make_shared<FusedCpuAttention>(
         options.ir.empty()
-            ? FusedCpuAttention(options.variant, options.config)
-            : FusedCpuAttention::fromIR(options.ir, options.irSource, options.featureMap));
+            ? FusedCpuAttention(options.variant, options.config, options.causal)
+            : FusedCpuAttention::fromIR(options.ir, options.irSource, options.featureMap,
+                                        options.causal));
   return *fused;
 }
 
@@ -62,9 +63,14 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
   }
   AttentionResult result;
   if (currentMode == AttentionMode::Reference) {
-    AttentionOptions options;
-    options.queryMask = queryMask;
-    result = reference.attentionWithStats(q, k, v, w, keyMask, options);
+    AttentionOptions attention;
+    attention.queryMask = queryMask;
+    attention.causal = options.causal;
+    result = reference.attentionWithStats(q, k, v, w, keyMask, attention);
+  } else if (options.causal && (currentMode == AttentionMode::GpuEmulated || q.is_cuda())) {
+    TORCH_CHECK(false, "spectra: causal attention runs in mode fused on the CPU and in mode "
+                "reference; the GPU schedule of the causal kernels (mode ",
+                attentionModeName(currentMode), ", device ", q.device(), ") is not built yet");
   } else if (currentMode == AttentionMode::GpuEmulated) {
     TORCH_CHECK(q.device().is_cpu(), "spectra: mode gpu-emulated runs the GPU kernels on the CPU; "
                 "inputs are on ", q.device(), " (use mode fused on a GPU)");

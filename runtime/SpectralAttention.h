@@ -50,13 +50,17 @@ struct SpectralAttentionOptions {
   std::string featureMap;         ///< which map of `ir` (empty: the only one)
   VariantConfig config;           ///< m, d, seed, component options (variants only)
   AttentionMode mode = AttentionMode::Fused;
+  /// Causal attention (out_i over keys j <= i; q and k of one length): the causal kernels
+  /// (CAUSAL-NOTES.md) in mode fused on the CPU, the chunked reference in mode reference.
+  /// Components whose parameters read sequence statistics are refused.
+  bool causal = false;
 };
 
 class SpectralAttentionImpl : public torch::nn::Module {
 public:
   explicit SpectralAttentionImpl(SpectralAttentionOptions options = {});
 
-  /// Non-causal attention. q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv],
+  /// Attention (causal when the options say so). q [B, H, Nq, d], k [B, H, Nk, d], v [B, H, Nk, dv],
   /// keyMask [B, Nk] bool (true = keep). q and k are scaled by d^(-1/4) inside,
   /// so the target kernel is softmax's. Returns [B, H, Nq, dv] in q's dtype.
   /// queryMask [B, Nq] (self-attention: the same padding) keeps padded queries
@@ -79,6 +83,7 @@ public:
   void resetGuardStats() { guard = {}; }
   void setMode(AttentionMode mode) { currentMode = mode; }
   AttentionMode mode() const { return currentMode; }
+  bool causal() const { return options.causal; }
   const Descriptor &descriptor() const { return reference.descriptor(); }
   /// The fused CPU kernels, JIT-compiled (or loaded from the cache) on first use.
   const FusedCpuAttention &fusedCpu();

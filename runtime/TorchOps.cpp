@@ -2,6 +2,7 @@
 //
 // Built as libspectra_torch_ops.so: `torch.ops.load_library(path)` then
 //   out = torch.ops.spectra.attention(q, k, v, mask, "saderf-orf", 128, 0, "fused")
+//   out = torch.ops.spectra.attention(q, k, v, variant="posrf-orf", causal=True)
 //   W = torch.ops.spectra.weights("saderf-orf", 128, d, 0)   # the same draw, [m, d]
 // The op keeps one SpectralAttention module per (variant, m, d, seed, mode);
 // its kernels come from the KernelCache. Registered as a composite op, so
@@ -23,11 +24,11 @@ namespace {
 
 /// The op's module for (variant, m, d, seed, mode), made once.
 SpectralAttention moduleFor(const std::string &variant, int64_t m, int64_t d, int64_t seed,
-                            const std::string &mode) {
+                            const std::string &mode, bool causal = false) {
   static std::mutex mutex;
   static std::map<std::string, SpectralAttention> modules;
   std::string key = variant + "|" + std::to_string(m) + "|" + std::to_string(d) + "|" +
-                    std::to_string(seed) + "|" + mode;
+                    std::to_string(seed) + "|" + mode + (causal ? "|causal" : "");
   std::lock_guard<std::mutex> lock(mutex);
   auto it = modules.find(key);
   if (it == modules.end()) {
@@ -36,6 +37,7 @@ SpectralAttention moduleFor(const std::string &variant, int64_t m, int64_t d, in
     options.config.m = m;
     options.config.d = d;
     options.config.seed = seed;
+    options.causal = causal;
     try {
       options.mode = parseAttentionMode(mode);
       it = modules.emplace(key, SpectralAttention(options)).first;
@@ -48,9 +50,9 @@ SpectralAttention moduleFor(const std::string &variant, int64_t m, int64_t d, in
 
 torch::Tensor attentionOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                           const std::optional<torch::Tensor> &keyMask, std::string variant,
-                          int64_t m, int64_t seed, std::string mode) {
+                          int64_t m, int64_t seed, std::string mode, bool causal) {
   TORCH_CHECK(q.dim() == 4, "spectra.attention: q must be [B, H, N, d], got ", q.sizes());
-  return moduleFor(variant, m, q.size(3), seed, mode)->forward(q, k, v, keyMask);
+  return moduleFor(variant, m, q.size(3), seed, mode, causal)->forward(q, k, v, keyMask);
 }
 
 /// The random features' W [m, d] (float32) that attention() uses for the same variant, m, d
@@ -70,7 +72,7 @@ std::vector<int64_t> cacheStats() {
 
 TORCH_LIBRARY(spectra, m) {
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor? key_mask=None, str variant='posrf-mm', "
-        "int m=128, int seed=0, str mode='fused') -> Tensor",
+        "int m=128, int seed=0, str mode='fused', bool causal=False) -> Tensor",
         &spectra::attentionOp);
   m.def("weights(str variant='posrf-mm', int m=128, int d=32, int seed=0) -> Tensor",
         &spectra::weightsOp);

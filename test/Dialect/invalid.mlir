@@ -889,6 +889,35 @@ func.func @f(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x4x16xf32>) {
 
 // -----
 
+// Tests attention C10: causal attention has as many queries as keys.
+func.func @f(%q: tensor<1x1x4x8xf32>, %k: tensor<1x1x6x8xf32>) {
+  // expected-error@+1 {{'spectra.attention' op C10: causal attention needs as many queries as keys, got 4 and 6}}
+  %0 = spectra.attention %q, %k, %k causal feature_map @fm : tensor<1x1x4x8xf32>, tensor<1x1x6x8xf32>, tensor<1x1x6x8xf32> -> tensor<1x1x4x8xf32>
+  return
+}
+
+// -----
+
+// Tests attention C11: causal attention refuses parameters from sequence statistics.
+spectra.weight_recipe @w(%m, %d) {
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+spectra.component @stats params(%m, %d) {
+  %n = spectra.statistic mean_sq_norm of keys : f32
+  spectra.params_yield scalars(%n : f32)
+} features(%wx, %xx, %ww, %n) {
+  spectra.feature_yield exp(%wx : f32) scaled(%n : f32)
+}
+spectra.feature_map @fm component @stats weights @w m = 8 d = 8 seed = 0
+func.func @f(%q: tensor<1x1x4x8xf32>) {
+  // expected-error@+1 {{'spectra.attention' op C11: causal attention with component 'stats', whose parameters read data statistics over the whole sequence (a token would see later tokens); use a component with fixed parameters (posrf; gerf with the option a=VALUE for OPRF's family with A fixed)}}
+  %0 = spectra.attention %q, %q, %q causal feature_map @fm : tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32>, tensor<1x1x4x8xf32> -> tensor<1x1x4x8xf32>
+  return
+}
+
+// -----
+
 // Tests attention C5: the head dimension is the feature map's d.
 spectra.weight_recipe @w(%m, %d) {
   %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>

@@ -129,6 +129,7 @@ spectra.component @everything params(%m, %d) {
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} query_mask %{{.*}} feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
 // CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} query_mask %{{.*}} feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
+// CHECK: spectra.attention %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} causal feature_map @fixed : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
 spectra.feature_map @fm component @everything weights @every_block m = 64 d = 16 seed = 3 options {a = -0.2 : f32}
 spectra.feature_map @plain component @everything weights @every_block m = 8 d = 16 seed = 0
 func.func @attend(%q: tensor<2x4x128x16xf32>, %k: tensor<2x4x96x16xf32>, %v: tensor<2x4x96x8xf32>,
@@ -140,5 +141,13 @@ func.func @attend(%q: tensor<2x4x128x16xf32>, %k: tensor<2x4x96x16xf32>, %v: ten
   %3 = spectra.attention %x, %x, %x feature_map @plain : tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64>, tensor<1x1x4x16xf64> -> tensor<1x1x4x16xf64>
   %4 = spectra.attention %k, %k, %v mask %mask query_mask %mask feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
   %5 = spectra.attention %k, %k, %v query_mask %mask feature_map @fm : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
+  %6 = spectra.attention %k, %k, %v mask %mask causal feature_map @fixed : tensor<2x4x96x16xf32>, tensor<2x4x96x16xf32>, tensor<2x4x96x8xf32>, tensor<2x96xi1> -> tensor<2x4x96x8xf32>
   return
 }
+spectra.component @fixed_params params(%m, %d) {
+  %c = math.rsqrt %m : f32
+  spectra.params_yield scalars(%c : f32)
+} features(%wx, %xx, %ww, %c) {
+  spectra.feature_yield exp(%wx : f32) scaled(%c : f32)
+}
+spectra.feature_map @fixed component @fixed_params weights @every_block m = 8 d = 16 seed = 0

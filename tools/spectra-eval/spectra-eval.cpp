@@ -51,9 +51,11 @@ Commands:
              --out-queries PQ.npy --out-keys PK.npy
   attention  random-feature attention of [B,H,N,d] inputs (q and k are scaled by d^-1/4)
              --q Q.npy --k K.npy --v V.npy [--mask M.npy (bool [B,N], true = keep)]
-             [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused]
+             [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused] [--causal]
              [--device cpu|cuda|gpu-emulated] --out O.npy   (fused: the JIT-compiled kernels, float32;
-                                            gpu-emulated: the GPU kernels run on the CPU, in --dtype)
+                                            gpu-emulated: the GPU kernels run on the CPU, in --dtype;
+                                            --causal: out_i over keys j <= i, modes reference and
+                                            fused on the CPU)
   approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
@@ -118,7 +120,7 @@ struct Args {
   }
 };
 
-const std::set<std::string> kFlags = {"no-stabilize", "help"};
+const std::set<std::string> kFlags = {"no-stabilize", "causal", "help"};
 
 Args parse(int argc, char **argv) {
   Args args;
@@ -257,6 +259,7 @@ int attention(const Args &args) {
   options.stabilizer = args.has("no-stabilize") ? Stabilizer::None : Stabilizer::Exact;
   if (args.has("scale"))
     options.scale = args.number("scale", 0);
+  options.causal = args.has("causal");
   std::string mode = args.get("mode", "reference");
   std::string deviceName = args.get("device", "cpu");
   if (deviceName != "cpu" && deviceName != "cuda" && deviceName != "gpu-emulated")
@@ -290,6 +293,10 @@ int attention(const Args &args) {
     config.seed = desc.seed;
     config.options = desc.options;
     Weights w = weightsFor(args, desc, torch::kFloat32);
+    if (options.causal && deviceName != "cpu")
+      throw std::invalid_argument("--causal with --mode fused runs on --device cpu: the GPU "
+                                  "schedule of the causal kernels is not built yet (--device " +
+                                  deviceName + ")");
     if (deviceName == "gpu-emulated") {
       // The GPU kernels' mapped IR run on the CPU, with q, k, v in the requested dtype.
       std::string dt = spectra::elementName(dtype);
@@ -305,8 +312,9 @@ int attention(const Args &args) {
       out = fused->attention(q, k, v, w, mask, options.scale).cpu();
     } else {
       FusedCpuAttention fused =
-          args.has("ir") ? FusedCpuAttention::fromIR(irText, args.get("ir"), args.get("feature-map"))
-                         : FusedCpuAttention(args.get("variant"), config);
+          args.has("ir") ? FusedCpuAttention::fromIR(irText, args.get("ir"), args.get("feature-map"),
+                                                     options.causal)
+                         : FusedCpuAttention(args.get("variant"), config, options.causal);
       out = fused.forward(q, k, v, w, mask, options.scale).out;
     }
   } else if (mode == "reference") {
@@ -321,7 +329,7 @@ int attention(const Args &args) {
   }
   writeNpy(args.require("out"), out);
   std::cout << "wrote attention output " << c10::str(out.sizes()) << " of " << desc.name << " ("
-            << mode << ") to " << args.get("out") << "\n";
+            << mode << (options.causal ? ", causal" : "") << ") to " << args.get("out") << "\n";
   return 0;
 }
 
