@@ -42,7 +42,10 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 struct CausalTiles {
   Value Qt, Kt, Vt, Gt, Ot, kept, valid, Lq, xxq, Lk, xxk, M, rden, gdot, delta, flag, P, Pabs, G,
       GN, gdr, acc, den, total, guarded, fired, rr, dVt;
-  SmallVector<Value> lq, cq, lk, ck, cm, ref, qa, kf, qaAbs, kfAbs, A;  // per output
+  // Per output. The factors are computed in place of the logits (qa in lq, kf in lk) and their
+  // magnitudes in place of the coefficients (|qa| in cq, |kf| in ck): the GPU schedule keeps
+  // every tile in a block's 48 KiB of shared memory.
+  SmallVector<Value> lq, cq, lk, ck, cm, ref, qa, kf, qaAbs, kfAbs, A;
   GradientTiles grad;
 
   CausalTiles(TileBuilder &tb, const Dims &s, bool backward, ArrayRef<bool> used = {}) {
@@ -54,13 +57,11 @@ struct CausalTiles {
     for (int64_t o = 0; o < s.K; ++o) {
       lq.push_back(tile(s.M)), cq.push_back(tile(s.M)), lk.push_back(tile(s.M));
       ck.push_back(tile(s.M)), cm.push_back(tile(s.M)), ref.push_back(tb.buffer({s.M}));
-      qa.push_back(tile(s.M)), kf.push_back(tile(s.M));
     }
+    qa = lq, kf = lk, qaAbs = cq, kfAbs = ck;
     if (!backward) {
       Pabs = tile(s.T), acc = tile(s.DV), den = tb.buffer({s.T}), total = tb.buffer({s.T}),
       guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
-      for (int64_t o = 0; o < s.K; ++o)
-        qaAbs.push_back(tile(s.M)), kfAbs.push_back(tile(s.M));
       return;
     }
     Gt = tile(s.DV), Ot = tile(s.DV), rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), G = tile(s.T),
@@ -77,9 +78,12 @@ struct CausalArgs {
   ArrayRef<Value> params;
 };
 
-/// The carried state of a slice: (S, z, zabs, c) forward, (R, r, e) in the suffix pass.
+/// The carried state of a slice: (S, z, zabs, c) forward, (R, r, e) in the suffix pass; S
+/// [F, DV] and/or its transpose St [DV, F], as the contractions that read it want it (no
+/// transposed copy of a state per tile). Kernel arguments (global memory on a GPU), advanced
+/// in place.
 struct State {
-  Value S, z, zabs, c;
+  Value S, z, zabs, c, St;
 };
 
 /// Elementwise body helper.
@@ -206,10 +210,13 @@ void rescale(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
                      Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], a[0]);
                      return SmallVector<Value>{a[0], x.select(same, x.c(1), x.exp(x.sub(a[1], a[0])))};
                    });
-    tb.elementwise({{t.rr, At::Row}}, {tb.outputRows(st.S, o)},
-                   [](OpBuilder &nb, Location l, ValueRange a) {
-                     return one(arith::MulFOp::create(nb, l, a[1], a[0]));
-                   });
+    auto times = [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::MulFOp::create(nb, l, a[1], a[0]));
+    };
+    if (st.S)
+      tb.elementwise({{t.rr, At::Row}}, {tb.outputRows(st.S, o)}, times);
+    if (st.St)
+      tb.elementwise({{t.rr, At::Col}}, {tb.outputCols(st.St, o)}, times);
     SmallVector<Value> vecs = {tb.outputRows(st.z, o)};
     if (st.zabs)
       vecs.push_back(tb.outputRows(st.zabs, o));
@@ -226,18 +233,18 @@ void rescale(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
 /// the query factors qa = cq exp(lq + ref - M) <= |cq| exp(Delta) (0 past the rows).
 void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, bool queries) {
   for (int64_t o = 0; o < s.K; ++o) {
-    tb.elementwise({{t.lk[o]}, {t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},
+    tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // kf in place of lk
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
-                     Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
-                     return one(x.select(live, x.mul(a[1], x.exp(x.sub(a[0], a[2]))), x.c(0)));
+                     Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                     return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
                    });
-    if (queries)
-      tb.elementwise({{t.lq[o]}, {t.cq[o]}, {t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}},
+    if (queries)  // qa in place of lq
+      tb.elementwise({{t.cq[o]}, {t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}},
                      {t.qa[o]}, [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value e = x.mul(a[1], x.exp(x.sub(x.add(a[0], a[2]), a[3])));
-                       return one(x.select(x.positive(a[4]), e, x.c(0)));
+                       Value e = x.mul(a[0], x.exp(x.sub(x.add(a[4], a[1]), a[2])));
+                       return one(x.select(x.positive(a[3]), e, x.c(0)));
                      });
   }
 }
@@ -245,7 +252,10 @@ void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, bool queries) {
 /// The state takes the tile's keys: S += kf^T V, z += sum kf, zabs += sum |kf|.
 void absorbKeys(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
   for (int64_t o = 0; o < s.K; ++o) {
-    tb.matmul(t.kf[o], t.Vt, tb.outputRows(st.S, o), /*transposeA=*/true);
+    if (st.S)
+      tb.matmul(t.kf[o], t.Vt, tb.outputRows(st.S, o), /*transposeA=*/true);
+    if (st.St)
+      tb.matmul(t.Vt, t.kf[o], tb.outputCols(st.St, o), /*transposeA=*/true);
     SmallVector<Value> vecs = {tb.outputRows(st.z, o)};
     if (st.zabs)
       vecs.push_back(tb.outputRows(st.zabs, o));
@@ -424,8 +434,7 @@ void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const
   TileBuilder tb(b, loc, component, s, k.entry), rb(b, loc, component, one, k.entry);
   CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(5), k.arg(6),
                 k.arg(14), k.arg(15), Value(), k.arg(12), k.arg(13), k.params};
-  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), tb.buffer({s.F}), tb.buffer({s.F})};
-  loadState(tb, {{k.arg(8), st.S}, {k.arg(9), st.z}, {k.arg(10), st.zabs}, {k.arg(11), st.c}});
+  State st{k.arg(8), k.arg(9), k.arg(10), k.arg(11), Value()};
   CausalTiles tiles(tb, s, false), rowTiles(rb, one, false);
   tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
     forwardStep(tb, s, tiles, in, st, r0, rows, [&](Value r) {
@@ -537,7 +546,7 @@ void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Cau
     // a = gn S^T - gdot z (the state, at the tile-end reference) + G kf (the tile's keys).
     for (int64_t o = 0; o < s.K; ++o) {
       tb.fill(t.A[o], 0);
-      tb.matmulTransposedB(t.GN, tb.outputRows(st.S, o), t.A[o]);
+      tb.matmul(t.GN, tb.outputCols(st.St, o), t.A[o]);
       tb.elementwise({{t.gdot, At::Row}, {tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
@@ -597,21 +606,21 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
     rescale(tb, s, t, st);  // R, r to the reference E (e in st.c)
     for (int64_t o = 0; o < s.K; ++o) {
       // qb = cq exp(lq - M - E) <= |cq| (in qa), kb = ck exp(lk + E) (in kf).
-      tb.elementwise({{t.lq[o]}, {t.cq[o]}, {t.ref[o], At::Col}}, {t.qa[o]},
+      tb.elementwise({{t.cq[o]}, {t.ref[o], At::Col}}, {t.qa[o]},  // in place of lq - M
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
-                       return one(x.select(live, x.mul(a[1], x.exp(x.sub(a[0], a[2]))), x.c(0)));
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
                      });
-      tb.elementwise({{t.lk[o]}, {t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},
+      tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // in place of lk
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(kNegInf));
-                       return one(x.select(live, x.mul(a[1], x.exp(x.add(a[0], a[2]))), x.c(0)));
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       return one(x.select(live, x.mul(a[0], x.exp(x.add(a[2], a[1]))), x.c(0)));
                      });
       // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
       tb.fill(t.A[o], 0);
-      tb.matmulTransposedB(t.Vt, tb.outputRows(st.S, o), t.A[o]);
+      tb.matmul(t.Vt, tb.outputCols(st.St, o), t.A[o]);
       tb.elementwise({{tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        return one(arith::SubFOp::create(nb, l, a[1], a[0]));
@@ -634,6 +643,7 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
     // The suffix state takes the tile's rows: R += qb^T gn, r += qb^T gdot.
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(t.qa[o], t.GN, tb.outputRows(st.S, o), /*transposeA=*/true);
+      tb.matmul(t.GN, t.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
       tb.reduceCols({{t.qa[o]}, {t.gdot, At::Row}}, {tb.outputRows(st.z, o)},
                     [](OpBuilder &nb, Location l, ValueRange a) {
                       Scalar x{nb, l};
@@ -670,7 +680,7 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
                               FeaturePartialsOp partials, const Dims &s, const Types &t,
                               StringRef name, unsigned numParams) {
   SmallVector<Arg> args = backwardArgs(t, "dq", "dqscale");
-  args.append({{t.S, "S0", "partial"}, {t.f, "z0", "partial"}, {t.f, "c0", "partial"}});
+  args.append({{t.St, "St0", "partial"}, {t.f, "z0", "partial"}, {t.f, "c0", "partial"}});
   Kernel k = makeKernel(b, loc, name, "causal_query_backward", "queries", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -682,8 +692,7 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
   BackwardArgs out{k.arg(5), k.arg(14), k.arg(17), Value(), Value(), k.arg(16), partials};
   tb.fill(out.dW, 0);
   tb.fill(out.dscale, 0);
-  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), Value(), tb.buffer({s.F})};
-  loadState(tb, {{k.arg(18), st.S}, {k.arg(19), st.z}, {k.arg(20), st.c}});
+  State st{Value(), k.arg(19), Value(), k.arg(20), k.arg(18)};
   SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;  // one set of sums for the tiles and the rows
@@ -700,8 +709,10 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
 void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
                             FeaturePartialsOp partials, const Dims &s, const Types &t,
                             StringRef name, unsigned numParams) {
-  Kernel k = makeKernel(b, loc, name, "causal_key_backward", "slices",
-                        backwardArgs(t, "dk", "dkscale"), 8, numParams);
+  SmallVector<Arg> args = backwardArgs(t, "dk", "dkscale");
+  args.append({{t.S, "R", "partial"}, {t.St, "Rt", "partial"}, {t.f, "r", "partial"},
+               {t.f, "e", "partial"}});
+  Kernel k = makeKernel(b, loc, name, "causal_key_backward", "slices", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   Dims one = s;
@@ -712,9 +723,10 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   BackwardArgs out{k.arg(5), k.arg(14), Value(), k.arg(17), k.arg(18), k.arg(16), partials};
   tb.fill(out.dW, 0);
   tb.fill(out.dscale, 0);
-  // The suffix state: R [F, DV], r [F], e [F] (in the State's S, z, c).
-  State st{tb.buffer({s.F, s.DV}), tb.buffer({s.F}), Value(), tb.buffer({s.F})};
+  // The suffix state: R [F, DV] and its transpose, r [F], e [F] (in the State's S, St, z, c).
+  State st{k.arg(19), k.arg(21), Value(), k.arg(22), k.arg(20)};
   tb.fill(st.S, 0);
+  tb.fill(st.St, 0);
   tb.fill(st.z, 0);
   tb.fill(st.c, kNegInf);
   SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);

@@ -198,15 +198,29 @@ LogicalResult serialiseScalarWrites(Block &block) {
     }
     if (holdsNest) {
       open = {};
+      // A branch holding nests must be taken by every thread of the block: its condition is
+      // read from values every thread sees alike (the causal kernels' split decision, a
+      // flag in workgroup memory written by one thread before the barrier).
+      if (auto branch = dyn_cast<scf::IfOp>(op)) {
+        for (Region *region : {&branch.getThenRegion(), &branch.getElseRegion()})
+          if (!region->empty() && failed(serialiseScalarWrites(region->front())))
+            return failure();
+        continue;
+      }
       auto loop = dyn_cast<scf::ForOp>(op);
       if (!loop)
-        return op.emitOpError("spectra-map-tiles-to-gpu: only scf.for may hold thread nests");
+        return op.emitOpError("spectra-map-tiles-to-gpu: only scf.for and scf.if may hold "
+                              "thread nests");
       if (failed(serialiseScalarWrites(*loop.getBody())))
         return failure();
       continue;
     }
-    if (!mayWrite(&op) || isa<memref::AllocaOp>(op))
+    if (!mayWrite(&op) || isa<memref::AllocaOp>(op)) {
+      // A later write may use what this op defines: it must not move into a nest before it.
+      if (op.getNumResults() != 0 && !isa<memref::AllocaOp>(op))
+        open = {};
       continue;
+    }
     if (op.getNumResults() != 0)
       return op.emitOpError("spectra-map-tiles-to-gpu: a block-level op that writes memory "
                             "must not have results");
@@ -296,6 +310,14 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     first = arith::MulIOp::create(b, loc, chunk, idx(o.chunkRows));
     rows = arith::MinSIOp::create(b, loc, idx(o.chunkRows), arith::SubIOp::create(b, loc, n, first));
   }
+  // A per-slice kernel with rows (the causal keys' backward) takes all of them, and its
+  // partial shares are the slice's one chunk.
+  bool sliceRows = grid.getValue() == "slices" && rowsArg >= 0;
+  if (sliceRows) {
+    chunk = idx(0);
+    first = idx(0);
+    rows = memref::DimOp::create(b, loc, fn.getArgument(rowsArg), 1);
+  }
   IRMapping map;
   for (auto [i, r] : llvm::enumerate(role)) {
     Value arg = fn.getArgument(i);
@@ -304,7 +326,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
       map.map(tile.getArgument(i), arg);
       continue;
     }
-    if ((r == "rows" || r == "mask" || r == "partial") && !rowGrid)
+    if ((r == "rows" || r == "mask" || r == "partial") && !rowGrid && !sliceRows)
       return tile.emitOpError("spectra-map-tiles-to-gpu: argument ")
              << i << " has role '" << r << "' in a kernel whose grid is not over rows";
     if (!slice)

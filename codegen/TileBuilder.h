@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 
 #include <cmath>
+#include <map>
 #include <limits>
 
 namespace mlir::spectra::tiles {
@@ -142,7 +143,9 @@ public:
   void matmulTransposedB(Value A, Value B, Value C) {
     auto type = llvm::cast<MemRefType>(B.getType());
     int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
-    Value Bt = buffer({cols, rows});
+    Value &Bt = scratch[{cols, rows}];  // one per shape: consumed by the next contraction
+    if (!Bt)
+      Bt = buffer({cols, rows});
     forRange(idx(0), idx(rows), [&](Value i) {
       forRange(idx(0), idx(cols), [&](Value j) { store(load(B, {i, j}), Bt, {j, i}); });
     });
@@ -262,6 +265,7 @@ public:
 
   const Dims &s;
   Block *entry;
+  std::map<std::pair<int64_t, int64_t>, Value> scratch;
 };
 
 /// Scalar arithmetic inside a generic's body.

@@ -43,21 +43,22 @@ Descriptor describeVariant(const std::string &variant, const VariantConfig &conf
 }
 
 std::string compileGpuVariant(const std::string &variant, const VariantConfig &config,
-                              const std::string &target, const std::string &dtype, int64_t dv) {
+                              const std::string &target, const std::string &dtype, int64_t dv,
+                              bool causal) {
   char *error = nullptr;
   char *text = spectra_gpu_compile_variant(variant.c_str(), config.m, config.d, config.seed,
                                            variantOptionsText(config).c_str(), target.c_str(),
-                                           dtype.c_str(), dv, 0, &error);
+                                           dtype.c_str(), dv, causal, &error);
   return take(text, error);
 }
 
 std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
                          const std::string &featureMap, const std::string &target,
-                         const std::string &dtype, int64_t dv) {
+                         const std::string &dtype, int64_t dv, bool causal) {
   char *error = nullptr;
   char *text = spectra_gpu_compile_ir(ir.c_str(), sourceName.c_str(),
                                       featureMap.empty() ? nullptr : featureMap.c_str(),
-                                      target.c_str(), dtype.c_str(), dv, 0, &error);
+                                      target.c_str(), dtype.c_str(), dv, causal, &error);
   return take(text, error);
 }
 

@@ -38,10 +38,11 @@ Descriptor describeIR(const std::string &ir, const std::string &sourceName = "<i
 /// "sm_80" or "sm_90a" and q/k/v dtype "f32", "bf16" or "f16"; throws
 /// std::invalid_argument with the compiler's message.
 std::string compileGpuVariant(const std::string &variant, const VariantConfig &config,
-                              const std::string &target, const std::string &dtype, int64_t dv);
+                              const std::string &target, const std::string &dtype, int64_t dv,
+                              bool causal = false);
 std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
                          const std::string &featureMap, const std::string &target,
-                         const std::string &dtype, int64_t dv);
+                         const std::string &dtype, int64_t dv, bool causal = false);
 
 /// The compiler build id (part of every cache key).
 std::string compilerVersion();

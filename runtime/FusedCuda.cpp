@@ -127,17 +127,18 @@ CudaLaunchGeometry cudaGeometry(const KernelAbi &abi, const std::vector<torch::T
   return g;
 }
 
-FusedCudaAttention::FusedCudaAttention(Descriptor desc, Compile compileFn)
-    : reference(std::move(desc)), compile(std::move(compileFn)) {}
+FusedCudaAttention::FusedCudaAttention(Descriptor desc, Compile compileFn, bool causal)
+    : reference(std::move(desc)), compile(std::move(compileFn)), isCausal(causal) {}
 
 /// Compiles through the cache: the GPU kernels depend on the component, m, d,
 /// the target, the dtype and the value dimension (not on the weights).
 static FusedCudaAttention::Compile cached(const Descriptor &desc,
                                           std::function<std::string(const std::string &,
                                                                     const std::string &, int64_t)>
-                                              compile) {
+                                              compile,
+                                          bool causal) {
   std::string canonical = desc.component.canonical + "|m=" + std::to_string(desc.m) +
-                          "|d=" + std::to_string(desc.d);
+                          "|d=" + std::to_string(desc.d) + (causal ? "|causal" : "");
   return [canonical, name = desc.name, compile](const std::string &target,
                                                 const std::string &dtype, int64_t dv) {
     return KernelCache::instance().gpu(canonical, name, target, dtype + "|dv=" + std::to_string(dv),
@@ -146,24 +147,31 @@ static FusedCudaAttention::Compile cached(const Descriptor &desc,
 }
 
 std::shared_ptr<FusedCudaAttention> FusedCudaAttention::forVariant(const std::string &variant,
-                                                                   const VariantConfig &config) {
+                                                                   const VariantConfig &config,
+                                                                   bool causal) {
   Descriptor desc = describeVariant(variant, config);
-  auto compile = cached(desc, [variant, config](const std::string &target,
-                                                const std::string &dtype, int64_t dv) {
-    return compileGpuVariant(variant, config, target, dtype, dv);
-  });
-  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile));
+  auto compile = cached(
+      desc,
+      [variant, config, causal](const std::string &target, const std::string &dtype, int64_t dv) {
+        return compileGpuVariant(variant, config, target, dtype, dv, causal);
+      },
+      causal);
+  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile), causal);
 }
 
 std::shared_ptr<FusedCudaAttention> FusedCudaAttention::fromIR(const std::string &ir,
                                                                const std::string &sourceName,
-                                                               const std::string &featureMap) {
+                                                               const std::string &featureMap,
+                                                               bool causal) {
   Descriptor desc = describeIR(ir, sourceName, featureMap);
-  auto compile = cached(desc, [ir, sourceName, featureMap](const std::string &target,
-                                                           const std::string &dtype, int64_t dv) {
-    return compileGpuIR(ir, sourceName, featureMap, target, dtype, dv);
-  });
-  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile));
+  auto compile = cached(
+      desc,
+      [ir, sourceName, featureMap, causal](const std::string &target, const std::string &dtype,
+                                           int64_t dv) {
+        return compileGpuIR(ir, sourceName, featureMap, target, dtype, dv, causal);
+      },
+      causal);
+  return std::make_shared<FusedCudaAttention>(std::move(desc), std::move(compile), causal);
 }
 
 namespace {
@@ -233,7 +241,8 @@ FusedForward FusedCudaAttention::runForward(const FusedInputs &in) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
   checkAgainstArtifact(k.artifact, in, elementName(in.qs.scalar_type()));
-  return launchForward(*k.launcher, in, descriptor().numFeatures());
+  return isCausal ? launchCausalForward(*k.launcher, in, descriptor().numFeatures())
+                  : launchForward(*k.launcher, in, descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in,
@@ -241,7 +250,8 @@ std::vector<torch::Tensor> FusedCudaAttention::runBackward(const FusedInputs &in
                                                            const torch::Tensor &gout) const {
   c10::cuda::CUDAGuard guard(in.qs.device());
   const Loaded &k = kernelsFor(in.qs, in.vs.size(3));
-  return launchBackward(*k.launcher, in, saved, gout, descriptor().numFeatures());
+  return isCausal ? launchCausalBackward(*k.launcher, in, saved, gout, descriptor().numFeatures())
+                  : launchBackward(*k.launcher, in, saved, gout, descriptor().numFeatures());
 }
 
 const KernelLauncher &FusedCudaAttention::launcher(const torch::Tensor &like, int64_t dv) const {

@@ -75,14 +75,18 @@ public:
   /// Compiles (or loads from the cache) the kernels for `target` and q/k/v of `dtype`.
   using Compile = std::function<std::string(const std::string &target, const std::string &dtype,
                                              int64_t valueDim)>;
-  FusedCudaAttention(Descriptor desc, Compile compile);
+  FusedCudaAttention(Descriptor desc, Compile compile, bool causal = false);
   /// The kernels of a named variant / of a feature map in IR, compiled on first
-  /// use per device target, dtype and value dimension through KernelCache.
+  /// use per device target, dtype and value dimension through KernelCache; with `causal`,
+  /// the causal kernels (as FusedCpuAttention's).
   static std::shared_ptr<FusedCudaAttention> forVariant(const std::string &variant,
-                                                        const VariantConfig &config);
+                                                        const VariantConfig &config,
+                                                        bool causal = false);
   static std::shared_ptr<FusedCudaAttention> fromIR(const std::string &ir,
                                                     const std::string &sourceName,
-                                                    const std::string &featureMap = "");
+                                                    const std::string &featureMap = "",
+                                                    bool causal = false);
+  bool causal() const { return isCausal; }
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
 
@@ -121,6 +125,7 @@ private:
 
   ReferenceFeatureMap reference;
   Compile compile;
+  bool isCausal = false;
   mutable std::mutex mutex;
   mutable std::map<std::string, Loaded> loaded;  // by "device/target/dtype/dv"
 };

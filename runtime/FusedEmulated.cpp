@@ -38,40 +38,42 @@ struct FusedEmulatedAttention::Kernels {
 
 
 
-FusedEmulatedAttention::FusedEmulatedAttention(Descriptor desc, Compile c, std::string dtype)
-    : reference(std::move(desc)), compile(std::move(c)), inputType(std::move(dtype)) {
+FusedEmulatedAttention::FusedEmulatedAttention(Descriptor desc, Compile c, std::string dtype,
+                                               bool causal)
+    : reference(std::move(desc)), compile(std::move(c)), inputType(std::move(dtype)),
+      isCausal(causal) {
   scalarTypeOf(inputType);
   kernelsFor(descriptor().d);
 }
 
 FusedEmulatedAttention::FusedEmulatedAttention(const std::string &variant,
                                                const VariantConfig &config,
-                                               const std::string &dtype)
+                                               const std::string &dtype, bool causal)
     : FusedEmulatedAttention(
           describeVariant(variant, config),
-          [variant, config, dtype](int64_t dv) {
+          [variant, config, dtype, causal](int64_t dv) {
             char *error = nullptr;
             spectra_cpu_kernel *k = spectra_emulated_compile_variant(
                 variant.c_str(), config.m, config.d, config.seed, variantOptionsText(config).c_str(),
-                dtype.c_str(), dv, 0, &error);
+                dtype.c_str(), dv, causal, &error);
             return kernelOrThrow(k, error);
           },
-          dtype) {}
+          dtype, causal) {}
 
 FusedEmulatedAttention FusedEmulatedAttention::fromIR(const std::string &ir,
                                                       const std::string &sourceName,
                                                       const std::string &featureMap,
-                                                      const std::string &dtype) {
+                                                      const std::string &dtype, bool causal) {
   return FusedEmulatedAttention(
       describeIR(ir, sourceName, featureMap),
       [=](int64_t dv) {
         char *error = nullptr;
         spectra_cpu_kernel *k = spectra_emulated_compile_ir(
             ir.c_str(), sourceName.c_str(), featureMap.empty() ? nullptr : featureMap.c_str(),
-            dtype.c_str(), dv, 0, &error);
+            dtype.c_str(), dv, causal, &error);
         return kernelOrThrow(k, error);
       },
-      dtype);
+      dtype, causal);
 }
 
 const FusedEmulatedAttention::Kernels &FusedEmulatedAttention::kernelsFor(int64_t dv) const {
@@ -97,14 +99,17 @@ std::string FusedEmulatedAttention::kernelIR(const std::string &stage, int64_t d
 
 
 FusedForward FusedEmulatedAttention::runForward(const FusedInputs &in) const {
-  return launchForward(launcher(in.qs, in.vs.size(3)), in, descriptor().numFeatures());
+  const KernelLauncher &l = launcher(in.qs, in.vs.size(3));
+  return isCausal ? launchCausalForward(l, in, descriptor().numFeatures())
+                  : launchForward(l, in, descriptor().numFeatures());
 }
 
 std::vector<torch::Tensor> FusedEmulatedAttention::runBackward(const FusedInputs &in,
                                                                const FusedForward &saved,
                                                                const torch::Tensor &gout) const {
-  return launchBackward(launcher(in.qs, in.vs.size(3)), in, saved, gout,
-                        descriptor().numFeatures());
+  const KernelLauncher &l = launcher(in.qs, in.vs.size(3));
+  return isCausal ? launchCausalBackward(l, in, saved, gout, descriptor().numFeatures())
+                  : launchBackward(l, in, saved, gout, descriptor().numFeatures());
 }
 
 AttentionResult FusedEmulatedAttention::attentionWithStats(

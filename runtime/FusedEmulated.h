@@ -30,12 +30,14 @@ namespace spectra {
 class FusedEmulatedAttention {
 public:
   /// The GPU kernels of a named variant with q/k/v of `dtype` ("f32", "bf16", "f16").
+  /// With `causal`, the causal kernels (as FusedCpuAttention's).
   FusedEmulatedAttention(const std::string &variant, const VariantConfig &config = {},
-                         const std::string &dtype = "f32");
+                         const std::string &dtype = "f32", bool causal = false);
   /// The GPU kernels of a feature map declared in IR.
   static FusedEmulatedAttention fromIR(const std::string &ir, const std::string &sourceName = "<ir>",
                                        const std::string &featureMap = "",
-                                       const std::string &dtype = "f32");
+                                       const std::string &dtype = "f32", bool causal = false);
+  bool causal() const { return isCausal; }
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
   const std::string &dtype() const { return inputType; }
@@ -67,13 +69,14 @@ public:
 
 private:
   using Compile = std::function<spectra_cpu_kernel *(int64_t dv)>;
-  FusedEmulatedAttention(Descriptor desc, Compile compile, std::string dtype);
+  FusedEmulatedAttention(Descriptor desc, Compile compile, std::string dtype, bool causal);
   struct Kernels;
   const Kernels &kernelsFor(int64_t dv) const;
 
   ReferenceFeatureMap reference;
   Compile compile;
   std::string inputType;
+  bool isCausal = false;
   struct Compiled {
     std::mutex mutex;
     std::map<int64_t, std::shared_ptr<Kernels>> byValueDim;

@@ -437,10 +437,11 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   run(launcher, prefix,
       {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S0", S0}, {"z0", z0},
        {"zabs0", zabs0}, {"c0", c0}});
-  buf["S0"] = S0;
-  buf["z0"] = z0;
-  buf["zabs0"] = zabs0;
-  buf["c0"] = c0;
+  // The readout advances the carried states in place: it gets copies (the backward reads them).
+  buf["S0"] = S0.clone();
+  buf["z0"] = z0.clone();
+  buf["zabs0"] = zabs0.clone();
+  buf["c0"] = c0.clone();
   buf["out"] = torch::empty({BH, N, dv}, in.qs.options());
   buf["qstat"] = torch::empty({BH, N, 3}, f32);
   run(launcher, readout, buf);
@@ -460,7 +461,6 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                                                 const torch::Tensor &goutIn, int64_t F) {
   const int64_t B = in.qs.size(0), H = in.qs.size(1), N = in.qs.size(2), dv = in.vs.size(3),
                 BH = B * H, M = in.W.size(0), D = in.W.size(1), P = in.params.size(2);
-  (void)F;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
   const KernelAbi &qb = launcher.abi("causal_query_backward"),
                   &kb = launcher.abi("causal_key_backward"),
@@ -477,9 +477,15 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
       shape.push_back(t.size(i));
     return t.reshape(shape).contiguous();
   };
-  buf["S0"] = perSlice(saved.S);
-  buf["z0"] = perSlice(saved.z);
-  buf["c0"] = perSlice(saved.shift);
+  // The queries' pass advances copies of the carried states (S transposed: [C, dv, F]).
+  buf["St0"] = perSlice(saved.S).transpose(2, 3).contiguous();
+  buf["z0"] = perSlice(saved.z).clone();
+  buf["c0"] = perSlice(saved.shift).clone();
+  // The keys' pass's suffix state, one per slice.
+  buf["R"] = torch::empty({BH, 1, F, dv}, f32);
+  buf["Rt"] = torch::empty({BH, 1, dv, F}, f32);
+  buf["r"] = torch::empty({BH, 1, F}, f32);
+  buf["e"] = torch::empty({BH, 1, F}, f32);
   buf["out"] = slices(saved.out).contiguous();
   buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
   buf["qstat"] = slices(saved.qstat).contiguous();

@@ -67,10 +67,6 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
     attention.queryMask = queryMask;
     attention.causal = options.causal;
     result = reference.attentionWithStats(q, k, v, w, keyMask, attention);
-  } else if (options.causal && (currentMode == AttentionMode::GpuEmulated || q.is_cuda())) {
-    TORCH_CHECK(false, "spectra: causal attention runs in mode fused on the CPU and in mode "
-                "reference; the GPU schedule of the causal kernels (mode ",
-                attentionModeName(currentMode), ", device ", q.device(), ") is not built yet");
   } else if (currentMode == AttentionMode::GpuEmulated) {
     TORCH_CHECK(q.device().is_cpu(), "spectra: mode gpu-emulated runs the GPU kernels on the CPU; "
                 "inputs are on ", q.device(), " (use mode fused on a GPU)");
@@ -93,8 +89,9 @@ const FusedCudaAttention &SpectralAttentionImpl::fusedCuda() {
   std::lock_guard<std::mutex> lock(compileMutex);
   if (!fusedGpu)
     fusedGpu = options.ir.empty()
-                   ? FusedCudaAttention::forVariant(options.variant, options.config)
-                   : FusedCudaAttention::fromIR(options.ir, options.irSource, options.featureMap);
+                   ? FusedCudaAttention::forVariant(options.variant, options.config, options.causal)
+                   : FusedCudaAttention::fromIR(options.ir, options.irSource, options.featureMap,
+                                                options.causal);
   return *fusedGpu;
 }
 
@@ -105,9 +102,10 @@ const FusedEmulatedAttention &SpectralAttentionImpl::fusedEmulated(torch::Scalar
   auto &kernels = emulated[dtype];
   if (!kernels)
     kernels = std::make_shared<FusedEmulatedAttention>(
-        options.ir.empty() ? FusedEmulatedAttention(options.variant, options.config, dtype)
-                           : FusedEmulatedAttention::fromIR(options.ir, options.irSource,
-                                                            options.featureMap, dtype));
+        options.ir.empty()
+            ? FusedEmulatedAttention(options.variant, options.config, dtype, options.causal)
+            : FusedEmulatedAttention::fromIR(options.ir, options.irSource, options.featureMap,
+                                             dtype, options.causal));
   return *kernels;
 }
 

@@ -51,7 +51,8 @@ struct SpectralAttentionOptions {
   VariantConfig config;           ///< m, d, seed, component options (variants only)
   AttentionMode mode = AttentionMode::Fused;
   /// Causal attention (out_i over keys j <= i; q and k of one length): the causal kernels
-  /// (CAUSAL-NOTES.md) in mode fused on the CPU, the chunked reference in mode reference.
+  /// (CAUSAL-NOTES.md) in modes fused (CPU, CUDA) and gpu-emulated, the chunked reference in
+  /// mode reference.
   /// Components whose parameters read sequence statistics are refused.
   bool causal = false;
 };

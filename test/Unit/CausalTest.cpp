@@ -10,9 +10,12 @@
 
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
+#include "runtime/FusedEmulated.h"
 #include "runtime/WeightFactory.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 
 using namespace spectra;
 using torch::indexing::Slice;
@@ -106,11 +109,28 @@ TEST(CausalReference, RefusesStatisticsAndUnequalLengths) {
 
 /// Fused causal CPU kernels (f32) against the float64 reference with the same W: outputs,
 /// and the gradients of q, k, v and W.
+using Attend = std::function<torch::Tensor(const torch::Tensor &, const torch::Tensor &,
+                                           const torch::Tensor &, const Weights &,
+                                           const std::optional<torch::Tensor> &)>;
+
+void expectMatches(const Descriptor &desc, const Attend &attend, const std::string &variant,
+                   int64_t N, double scale, double outTol, double gradTol, bool masked,
+                   torch::ScalarType dtype = torch::kFloat32);
+
 void expectFusedMatches(const std::string &variant, int64_t N, double scale, double outTol,
                         double gradTol, bool masked) {
   VariantConfig cfg = config(variant == "posrf-sgq" ? 17 : 16, 8);
   FusedCpuAttention fused(variant, cfg, /*causal=*/true);
-  const Descriptor &desc = fused.descriptor();
+  expectMatches(fused.descriptor(),
+                [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                  return fused.attention(q, k, v, w, mask);
+                },
+                variant, N, scale, outTol, gradTol, masked);
+}
+
+void expectMatches(const Descriptor &desc, const Attend &attend, const std::string &variant,
+                   int64_t N, double scale, double outTol, double gradTol, bool masked,
+                   torch::ScalarType dtype) {
   Inputs in = inputs(2, 2, N, 8, 6, scale, 3);
   std::optional<torch::Tensor> mask;
   if (masked) {
@@ -126,18 +146,17 @@ void expectFusedMatches(const std::string &variant, int64_t N, double scale, dou
   Weights wg = w64;
   wg.W = W64;
   torch::Tensor truth = ReferenceFeatureMap(desc).attention(q64, k64, v64, wg, mask, causalOptions());
-  torch::Tensor q32 = in.q.to(torch::kFloat32).requires_grad_(),
-                k32 = in.k.to(torch::kFloat32).requires_grad_(),
-                v32 = in.v.to(torch::kFloat32).requires_grad_(), W32 = w32.W.detach().clone().requires_grad_();
+  torch::Tensor q32 = in.q.to(dtype).requires_grad_(), k32 = in.k.to(dtype).requires_grad_(),
+                v32 = in.v.to(dtype).requires_grad_(), W32 = w32.W.detach().clone().requires_grad_();
   Weights wf = w32;
   wf.W = W32;
-  torch::Tensor out = fused.attention(q32, k32, v32, wf, mask);
+  torch::Tensor out = attend(q32, k32, v32, wf, mask);
   std::string what = variant + " N=" + std::to_string(N) + " scale=" + std::to_string(scale);
   ASSERT_TRUE(torch::isfinite(out).all().item<bool>()) << what;
   EXPECT_LT(rowError(out, truth.detach()), outTol) << what;
   torch::Tensor g = torch::randn(truth.sizes(), torch::kFloat64);
   truth.backward(g);
-  out.backward(g.to(torch::kFloat32));
+  out.backward(g.to(dtype));
   for (auto [name, a, b] : {std::tuple{"dq", q32.grad(), q64.grad()}, {"dk", k32.grad(), k64.grad()},
                             {"dv", v32.grad(), v64.grad()}, {"dW", W32.grad(), W64.grad()}}) {
     torch::Tensor ref = b, got = a.to(torch::kFloat64);
@@ -156,7 +175,7 @@ TEST(FusedCausal, PaperComponentsMatchTheReference) {
     expectFusedMatches(variant, 77, 0.7, 2e-5, 2e-4, /*masked=*/false);
 }
 
-TEST(FusedCausal, KeyMaskWithNaNPadding) {
+TEST(FusedCausal, KeyMaskWithJunkUnderThePadding) {
   expectFusedMatches("posrf-orf", 70, 0.8, 2e-5, 2e-4, /*masked=*/true);
 }
 
@@ -165,6 +184,21 @@ TEST(FusedCausal, LargeInputScalesStayExact) {
   // of the float64 logits' floor (CAUSAL-NOTES section 2).
   expectFusedMatches("posrf-orf", 96, 3.0, 2e-4, 2e-3, /*masked=*/false);
   expectFusedMatches("posrf-orf", 96, 6.0, 2e-3, 2e-2, /*masked=*/false);
+}
+
+TEST(FusedCausal, GpuScheduleRunOnTheCpuMatchesTheReference) {
+  // The causal kernels through the GPU schedule (blocks, thread nests, workgroup tiles of 4
+  // rows, the split branch taken by a whole block), run as gpu-emulated.
+  for (const char *dtype : {"f32", "bf16"}) {
+    FusedEmulatedAttention emulated("posrf-orf", config(16, 8), dtype, /*causal=*/true);
+    bool bf16 = std::string(dtype) == "bf16";
+    expectMatches(emulated.descriptor(),
+                  [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                    return emulated.attention(q, k, v, w, mask);
+                  },
+                  std::string("posrf-orf gpu-emulated ") + dtype, 45, 0.8, bf16 ? 3e-2 : 2e-5,
+                  bf16 ? 1e-1 : 2e-4, /*masked=*/true, bf16 ? torch::kBFloat16 : torch::kFloat32);
+  }
 }
 
 TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {

@@ -83,6 +83,11 @@ static cl::opt<std::string> target("target", cl::desc("cpu (default), sm_80 or s
                                    cl::init("cpu"), cl::cat(category));
 static cl::opt<int64_t> valueDim("dv", cl::desc("value head dimension of the kernels (default: d)"),
                                  cl::init(0), cl::cat(category));
+static cl::opt<bool> causal("causal",
+                            cl::desc("the causal kernels (causal_prefix, causal_readout and the "
+                                     "causal backward; CAUSAL-NOTES.md) instead of the "
+                                     "bidirectional ones"),
+                            cl::init(false), cl::cat(category));
 static cl::opt<int64_t> tileRows("tile-rows",
                                  cl::desc("rows of q or k per tile (default 32 on the CPU, 4 on a "
                                           "GPU, where the tiles live in 48 KiB of shared memory)"),
@@ -244,6 +249,7 @@ int main(int argc, char **argv) {
   gpuOptions.chip = target.getValue();
   gpuOptions.dtype = dtype.getValue();
   gpuOptions.valueDim = valueDim;
+  gpuOptions.causal = causal;
   if (tileRows > 0)
     gpuOptions.tileRows = tileRows;
 
@@ -253,6 +259,7 @@ int main(int argc, char **argv) {
       // A prefix of spectra-cpu-pipeline, with the options the JIT uses.
       mlir::spectra::CpuPipelineOptions options;
       options.valueDim = valueDim;
+      options.causal = causal;
       options.tileRows = tileRows > 0 ? tileRows.getValue() : 32;
       options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
       mlir::spectra::buildCpuPipeline(pm, options,

@@ -54,8 +54,7 @@ Commands:
              [--weights W.npy] [--no-stabilize] [--scale S] [--mode reference|fused] [--causal]
              [--device cpu|cuda|gpu-emulated] --out O.npy   (fused: the JIT-compiled kernels, float32;
                                             gpu-emulated: the GPU kernels run on the CPU, in --dtype;
-                                            --causal: out_i over keys j <= i, modes reference and
-                                            fused on the CPU)
+                                            --causal: out_i over keys j <= i, every mode and device)
   approx     MSE of phi(x)^T phi(y) against exp(x^T y) versus m, over seeds and pairs
              --variants A,B,... [--d 16] [--ms 8,16,32,64,128] [--seeds 50] [--pairs 256]
              [--query-mean 0] [--query-std d^-1/2] [--key-mean 0] [--key-std d^-1/2]
@@ -293,21 +292,20 @@ int attention(const Args &args) {
     config.seed = desc.seed;
     config.options = desc.options;
     Weights w = weightsFor(args, desc, torch::kFloat32);
-    if (options.causal && deviceName != "cpu")
-      throw std::invalid_argument("--causal with --mode fused runs on --device cpu: the GPU "
-                                  "schedule of the causal kernels is not built yet (--device " +
-                                  deviceName + ")");
     if (deviceName == "gpu-emulated") {
       // The GPU kernels' mapped IR run on the CPU, with q, k, v in the requested dtype.
       std::string dt = spectra::elementName(dtype);
       FusedEmulatedAttention fused =
-          args.has("ir") ? FusedEmulatedAttention::fromIR(irText, args.get("ir"), args.get("feature-map"), dt)
-                         : FusedEmulatedAttention(args.get("variant"), config, dt);
+          args.has("ir") ? FusedEmulatedAttention::fromIR(irText, args.get("ir"),
+                                                          args.get("feature-map"), dt, options.causal)
+                         : FusedEmulatedAttention(args.get("variant"), config, dt, options.causal);
       torch::NoGradGuard noGrad;
       out = fused.attention(q, k, v, w, mask, options.scale).to(torch::kFloat32);
     } else if (device.is_cuda()) {
-      auto fused = args.has("ir") ? FusedCudaAttention::fromIR(irText, args.get("ir"), args.get("feature-map"))
-                                  : FusedCudaAttention::forVariant(args.get("variant"), config);
+      auto fused = args.has("ir") ? FusedCudaAttention::fromIR(irText, args.get("ir"),
+                                                               args.get("feature-map"), options.causal)
+                                  : FusedCudaAttention::forVariant(args.get("variant"), config,
+                                                                   options.causal);
       torch::NoGradGuard noGrad;
       out = fused->attention(q, k, v, w, mask, options.scale).cpu();
     } else {
