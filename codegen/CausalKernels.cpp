@@ -361,12 +361,6 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   unlessSplit(tb, forwardSplit(tb, s, t), r0, rows, /*reversed=*/false, row, tile);
 }
 
-/// Copies a carried state (the chunk's) into the kernel's working state.
-void loadState(TileBuilder &tb, ArrayRef<std::pair<Value, Value>> fromTo) {
-  for (auto [from, to] : fromTo)
-    tb.elementwise({{from}}, {to}, [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
-}
-
 void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                        const Types &t, StringRef name) {
   Kernel k = makeKernel(b, loc, name, "causal_prefix", "slices",
@@ -379,19 +373,18 @@ void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const 
   TileBuilder tb(b, loc, component, s, k.entry);
   Value Sp = k.arg(0), zp = k.arg(1), zabsp = k.arg(2), cp = k.arg(3), S0 = k.arg(4), z0 = k.arg(5),
         zabs0 = k.arg(6), c0 = k.arg(7);
-  Value S = tb.buffer({s.F, s.DV}), z = tb.buffer({s.F}), zabs = tb.buffer({s.F}),
-        c = tb.buffer({s.F}), cNew = tb.buffer({s.F}), wOld = tb.buffer({s.F}),
-        wNew = tb.buffer({s.F});
-  tb.fill(S, 0);
-  tb.fill(z, 0);
-  tb.fill(zabs, 0);
-  tb.fill(c, kNegInf);
-  // The state carried into chunk ch is chunks 0..ch-1 merged in order (c = max, the rest
-  // rescaled by exp(c_part - c), 0 for a part no kept key reached).
-  tb.forRange(tb.idx(0), tb.dim(Sp, 0), [&](Value ch) {
-    loadState(tb, {{S, chunkOf(tb, S0, ch)}, {z, chunkOf(tb, z0, ch)},
-                   {zabs, chunkOf(tb, zabs0, ch)}, {c, chunkOf(tb, c0, ch)}});
-    tb.elementwise({{c}, {chunkOf(tb, cp, ch)}}, {cNew, wOld, wNew},
+  Value cNew = tb.buffer({s.F}), wOld = tb.buffer({s.F}), wNew = tb.buffer({s.F});
+  // The state carried into chunk 0 is empty; into chunk ch, the one carried into ch - 1
+  // merged with chunk ch - 1's summary (c = max, the rest rescaled by exp(c_part - c), 0 for
+  // a part no kept key reached). The outputs hold the running state: no copy of it here.
+  Value zero = tb.idx(0);
+  tb.fill(chunkOf(tb, S0, zero), 0);
+  tb.fill(chunkOf(tb, z0, zero), 0);
+  tb.fill(chunkOf(tb, zabs0, zero), 0);
+  tb.fill(chunkOf(tb, c0, zero), kNegInf);
+  tb.forRange(tb.idx(1), tb.dim(Sp, 0), [&](Value ch) {
+    Value prev = arith::SubIOp::create(b, loc, ch, tb.idx(1));
+    tb.elementwise({{chunkOf(tb, c0, prev)}, {chunkOf(tb, cp, prev)}}, {cNew, wOld, wNew},
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
                      Value m = x.max(a[0], a[1]);
@@ -401,16 +394,19 @@ void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const 
                      };
                      return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
                    });
-    tb.elementwise({{chunkOf(tb, Sp, ch)}, {wOld, At::Row}, {wNew, At::Row}}, {S},
+    tb.elementwise({{chunkOf(tb, S0, prev)}, {chunkOf(tb, Sp, prev)}, {wOld, At::Row},
+                    {wNew, At::Row}},
+                   {chunkOf(tb, S0, ch)}, [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return one(x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])));
+                   });
+    tb.elementwise({{chunkOf(tb, z0, prev)}, {chunkOf(tb, zabs0, prev)}, {chunkOf(tb, zp, prev)},
+                    {chunkOf(tb, zabsp, prev)}, {wOld}, {wNew}, {cNew}},
+                   {chunkOf(tb, z0, ch), chunkOf(tb, zabs0, ch), chunkOf(tb, c0, ch)},
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
-                     return one(x.add(x.mul(a[3], a[1]), x.mul(a[0], a[2])));
-                   });
-    tb.elementwise({{chunkOf(tb, zp, ch)}, {chunkOf(tb, zabsp, ch)}, {wOld}, {wNew}, {cNew}},
-                   {z, zabs, c}, [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     return SmallVector<Value>{x.add(x.mul(a[5], a[2]), x.mul(a[0], a[3])),
-                                               x.add(x.mul(a[6], a[2]), x.mul(a[1], a[3])), a[4]};
+                     return SmallVector<Value>{x.add(x.mul(a[0], a[4]), x.mul(a[2], a[5])),
+                                               x.add(x.mul(a[1], a[4]), x.mul(a[3], a[5])), a[6]};
                    });
   });
   func::ReturnOp::create(b, loc);

@@ -609,7 +609,10 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   buildSpectraInputPipeline(pm);
   SpectraBuildTileKernelsOptions tiles;
   tiles.valueDim = o.valueDim;
-  tiles.tileRows = o.tileRows;
+  // The causal kernels hold twice the tiles (a tile and its one-row split path) besides their
+  // [T, T] products: at most 2 rows, so that features with two outputs (TrigRF, PosRF-Hyp)
+  // stay within a block's 48 KiB of static shared memory.
+  tiles.tileRows = o.causal ? std::min<int64_t>(o.tileRows, 2) : o.tileRows;
   tiles.inputType = o.dtype;
   tiles.causal = o.causal;
   pm.addPass(createSpectraBuildTileKernels(tiles));

@@ -62,7 +62,9 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
   Option<int64_t> tileRows{*this, "tile-rows",
                            llvm::cl::desc("rows of q or k per tile (workgroup memory)"),
                            llvm::cl::init(4)};
-  Option<bool> causal{*this, "causal", llvm::cl::desc("the causal kernels"), llvm::cl::init(false)};
+  Option<bool> causal{*this, "causal",
+                      llvm::cl::desc("the causal kernels (with at most 2 tile rows)"),
+                      llvm::cl::init(false)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};
   Option<int64_t> chunkRows{*this, "chunk-rows",

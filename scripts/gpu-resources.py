@@ -27,6 +27,9 @@ PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
          for w in ("orf", "sorf", "qmc", "mm", "sgq", "fastfoodl")]
 KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
          "dweights_chunk_combine", "dweights_combine", "dparams_combine"]
+CAUSAL_KINDS = ["kv", "causal_prefix", "causal_readout", "causal_query_backward",
+                "causal_key_backward", "dweights_chunk_combine", "dweights_combine",
+                "dparams_combine"]
 # The kernels whose work is contractions (the combine kernels only add partials).
 CONTRACTING = ("kv", "readout", "query_backward", "key_backward")
 
@@ -89,11 +92,12 @@ def sass_counts(nvdisasm, cubin):
 
 
 def run_one(args, variant, workdir):
-    name = f"{variant}.{args.chip}.{args.dtype}"
+    name = f"{variant}.{args.chip}.{args.dtype}" + (".causal" if args.causal else "")
     path = os.path.join(workdir, name + ".json")
     compiled = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
                                str(args.d), "--target", args.chip, "--dtype", args.dtype,
-                               "--emit=artifact", "-o", path], capture_output=True, text=True)
+                               "--emit=artifact", "-o", path] + (["--causal"] if args.causal else []),
+                              capture_output=True, text=True)
     if compiled.returncode != 0:
         return False, [f"{name}: spectra-compile failed: {compiled.stderr.strip()[:2000]}"]
     with open(path) as f:
@@ -128,7 +132,8 @@ def run_one(args, variant, workdir):
     mma = {b.split("(", 1)[0]: len(re.findall(r"\bmma\.sync\.", b)) for b in bodies}
     rows, ok = [], atomics == 0
     kinds = {k["name"]: k for k in artifact["kernels"]}
-    missing = [k for k in KINDS if not any(e.endswith("_" + k) for e in kinds)]
+    missing = [k for k in (CAUSAL_KINDS if args.causal else KINDS)
+               if not any(e.endswith("_" + k) for e in kinds)]
     if missing:
         ok = False
         rows.append(f"{name}: the artifact lacks kernels {missing}")
@@ -178,6 +183,8 @@ def main():
                    help="fail a contracting kernel (kv, readout, backward) without mma.sync")
     p.add_argument("--min-blocks-per-sm", type=int, default=0,
                    help="fail a contracting kernel with fewer resident blocks per SM")
+    p.add_argument("--causal", action="store_true",
+                   help="the causal kernel set (spectra-compile --causal)")
     p.add_argument("variants", nargs="*", help="default: the 18 paper variants")
     args = p.parse_args()
     args.nvdisasm = find_nvdisasm(args.nvdisasm)

@@ -175,6 +175,13 @@ TEST(FusedCausal, PaperComponentsMatchTheReference) {
     expectFusedMatches(variant, 77, 0.7, 2e-5, 2e-4, /*masked=*/false);
 }
 
+TEST(FusedCausal, StatesCarriedAcrossRowChunks) {
+  // More rows than a CPU task's chunk (FusedCpuAttention::kChunkRows): the keys' chunk
+  // summaries, the prefix scan and the readout from each chunk's carried state.
+  ASSERT_LT(FusedCpuAttention::kChunkRows, 1300);
+  expectFusedMatches("posrf-orf", 1300, 0.8, 2e-5, 2e-4, /*masked=*/true);
+}
+
 TEST(FusedCausal, KeyMaskWithJunkUnderThePadding) {
   expectFusedMatches("posrf-orf", 70, 0.8, 2e-5, 2e-4, /*masked=*/true);
 }
@@ -198,6 +205,13 @@ TEST(FusedCausal, GpuScheduleRunOnTheCpuMatchesTheReference) {
                   },
                   std::string("posrf-orf gpu-emulated ") + dtype, 45, 0.8, bf16 ? 3e-2 : 2e-5,
                   bf16 ? 1e-1 : 2e-4, /*masked=*/true, bf16 ? torch::kBFloat16 : torch::kFloat32);
+    // Over several blocks' row chunks (256 rows each): the prefix scan between them.
+    if (!bf16)
+      expectMatches(emulated.descriptor(),
+                    [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                      return emulated.attention(q, k, v, w, mask);
+                    },
+                    "posrf-orf gpu-emulated f32 chunks", 600, 0.8, 2e-5, 2e-4, /*masked=*/true);
   }
 }
 
