@@ -529,4 +529,98 @@ AttentionResult ReferenceFeatureMap::attentionWithStats(const torch::Tensor &q,
   return {out.to(q.scalar_type()), fired.squeeze(-1).to(torch::kFloat32).sum(-1)};
 }
 
+namespace {
+/// Decoding computes in float32, or float64 for float64 inputs.
+torch::ScalarType decodeType(const torch::Tensor &t) {
+  return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+} // namespace
+
+DecodeState ReferenceFeatureMap::prefill(const torch::Tensor &k, const torch::Tensor &v,
+                                         const Weights &weights,
+                                         const std::optional<torch::Tensor> &keyMask,
+                                         std::optional<double> scale) const {
+  TORCH_CHECK(!usesStatistics(), "spectra causal decoding: component '", desc.component.name,
+              "' ", kCausalStatistics);
+  checkAttentionInputs(desc, k, k, v, weights, keyMask);
+  torch::NoGradGuard noGrad;
+  const int64_t B = k.size(0), H = k.size(1), N = k.size(2), F = desc.numFeatures();
+  torch::ScalarType type = decodeType(k);
+  double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
+  torch::Tensor ks = k.to(type) * s, vs = v.to(type);
+  Weights w = weights;
+  w.W = weights.W.to(type);
+  ComponentParams p = params(ks, ks, std::nullopt, std::nullopt);
+  FeatureTerms tk = featureTerms(ks, Side::Keys, p, w);
+  torch::Tensor Lk = tk.logits.reshape({B, H, N, F}), ck = tk.coeffs.reshape({B, H, N, F});
+  const double inf = std::numeric_limits<double>::infinity();
+  if (keyMask)
+    Lk = Lk.masked_fill(keyMask->to(torch::kBool).view({B, 1, N, 1}).logical_not(), -inf);
+  DecodeState st;
+  st.c = N > 0 ? Lk.amax(2) : torch::full({B, H, F}, -inf, Lk.options());
+  torch::Tensor live = Lk > -inf;
+  torch::Tensor e = torch::where(live, torch::exp(torch::where(live, Lk - st.c.unsqueeze(2),
+                                                               torch::zeros_like(Lk))),
+                                 torch::zeros_like(Lk)) *
+                    ck;
+  st.S = e.transpose(2, 3).matmul(vs);
+  st.z = e.sum(2);
+  st.zabs = e.abs().sum(2);
+  st.length = N;
+  return st;
+}
+
+torch::Tensor ReferenceFeatureMap::decode(const torch::Tensor &q, const torch::Tensor &k,
+                                          const torch::Tensor &v, const Weights &weights,
+                                          DecodeState &state, std::optional<double> scale) const {
+  TORCH_CHECK(!usesStatistics(), "spectra causal decoding: component '", desc.component.name,
+              "' ", kCausalStatistics);
+  checkAttentionInputs(desc, q, k, v, weights, std::nullopt);
+  TORCH_CHECK(q.size(2) == 1 && k.size(2) == 1, "spectra causal decoding: one token per step, "
+              "got q ", q.sizes(), " and k ", k.sizes());
+  torch::NoGradGuard noGrad;
+  const int64_t B = q.size(0), H = q.size(1), F = desc.numFeatures(), dv = v.size(3);
+  torch::ScalarType type = decodeType(q);
+  const double inf = std::numeric_limits<double>::infinity(), g = kDenominatorGuard;
+  auto opts = q.options().dtype(type);
+  if (!state.c.defined()) {  // the empty state
+    state.S = torch::zeros({B, H, F, dv}, opts);
+    state.z = torch::zeros({B, H, F}, opts);
+    state.zabs = torch::zeros({B, H, F}, opts);
+    state.c = torch::full({B, H, F}, -inf, opts);
+    state.length = 0;
+  }
+  TORCH_CHECK(state.S.sizes() == torch::IntArrayRef({B, H, F, dv}) &&
+                  state.S.device() == q.device() && state.S.scalar_type() == type,
+              "spectra causal decoding: the state is ", state.S.sizes(), " ",
+              state.S.scalar_type(), " on ", state.S.device(), "; this step needs [", B, ", ", H,
+              ", ", F, ", ", dv, "] ", type, " on ", q.device());
+  double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
+  torch::Tensor qs = q.to(type) * s, ks = k.to(type) * s, vs = v.to(type).squeeze(2);
+  Weights w = weights;
+  w.W = weights.W.to(type);
+  ComponentParams p = params(qs, ks, std::nullopt, std::nullopt);
+  FeatureTerms tq = featureTerms(qs, Side::Queries, p, w), tk = featureTerms(ks, Side::Keys, p, w);
+  torch::Tensor Lq = tq.logits.reshape({B, H, F}), cq = tq.coeffs.reshape({B, H, F});
+  torch::Tensor Lk = tk.logits.reshape({B, H, F}), ck = tk.coeffs.reshape({B, H, F});
+  // The key enters: the running maximum rises, the state is rescaled by alpha <= 1.
+  torch::Tensor c = torch::maximum(state.c, Lk);
+  torch::Tensor alpha = torch::where(state.c == c, torch::ones_like(c), torch::exp(state.c - c));
+  torch::Tensor beta = torch::exp(Lk - c) * ck;
+  state.S = alpha.unsqueeze(-1) * state.S + beta.unsqueeze(-1) * vs.unsqueeze(2);
+  state.z = alpha * state.z + beta;
+  state.zabs = alpha * state.zabs + beta.abs();
+  state.c = c;
+  state.length += 1;
+  // The query reads it, referenced to its own maximum.
+  torch::Tensor t = Lq + c;
+  torch::Tensor qh = cq * torch::exp(t - t.amax(-1, true));
+  torch::Tensor num = qh.unsqueeze(2).matmul(state.S).squeeze(2);  // [B, H, dv]
+  torch::Tensor den = (qh * state.z).sum(-1, true), total = (qh.abs() * state.zabs).sum(-1, true);
+  torch::Tensor fired = den.abs() <= g * total;
+  den = torch::where(fired, den + 2 * g * total, den);
+  den = torch::where(total > 0, den, torch::ones_like(den));
+  return (num / den).unsqueeze(2).to(q.scalar_type());
+}
+
 } // namespace spectra

@@ -151,6 +151,15 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
                           const torch::Tensor &v, const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask);
 
+/// The recurrent state of causal attention per (batch, head) (CAUSAL-NOTES.md section 4):
+/// S [B, H, F, dv], z and zabs [B, H, F] relative to the per-feature running maxima c
+/// [B, H, F] of the key logits (-inf before any key), and the tokens seen. 17 KiB per head at
+/// F = 128, dv = 32, whatever the length.
+struct DecodeState {
+  torch::Tensor S, z, zabs, c;
+  int64_t length = 0;
+};
+
 class ReferenceFeatureMap {
 public:
   explicit ReferenceFeatureMap(Descriptor descriptor);
@@ -206,6 +215,21 @@ public:
                                      const torch::Tensor &v, const Weights &weights,
                                      const std::optional<torch::Tensor> &keyMask = std::nullopt,
                                      const AttentionOptions &options = {}) const;
+
+  /// The decoding state after the keys k [B, H, N, d] and values v [B, H, N, dv] (a prompt
+  /// given whole; keyMask [B, N] true = keep): the state a causal pass over them ends in.
+  /// Computed in float32 (float64 for float64 inputs); q's statistics are not needed (causal
+  /// attention refuses components that read them).
+  DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                      const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                      std::optional<double> scale = std::nullopt) const;
+  /// One token of causal attention: q, k [B, H, 1, d], v [B, H, 1, dv] enter `state` (the
+  /// key first: token t attends to itself), and the output [B, H, 1, dv] (q's dtype) is the
+  /// causal attention of the whole sequence at that position. O(F (d + dv)) work, no
+  /// dependence on the length. Not differentiable (decoding runs without autograd).
+  torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       const Weights &weights, DecodeState &state,
+                       std::optional<double> scale = std::nullopt) const;
 
 private:
   Descriptor desc;

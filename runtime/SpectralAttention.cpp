@@ -111,4 +111,26 @@ const FusedEmulatedAttention &SpectralAttentionImpl::fusedEmulated(torch::Scalar
 
 void SpectralAttentionImpl::redraw(int64_t seed) { weights->redraw(seed); }
 
+namespace {
+Weights weightsOn(const Weights &w, const torch::Device &device) {
+  Weights out = w;
+  out.W = w.W.detach().to(device);
+  if (w.rowWeights)
+    out.rowWeights = w.rowWeights->detach().to(device);
+  return out;
+}
+} // namespace
+
+DecodeState SpectralAttentionImpl::prefill(const torch::Tensor &k, const torch::Tensor &v,
+                                           const std::optional<torch::Tensor> &keyMask) {
+  TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
+  return reference.prefill(k, v, weightsOn(weights->weights(), k.device()), keyMask);
+}
+
+torch::Tensor SpectralAttentionImpl::decode(const torch::Tensor &q, const torch::Tensor &k,
+                                            const torch::Tensor &v, DecodeState &state) {
+  TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
+  return reference.decode(q, k, v, weightsOn(weights->weights(), q.device()), state);
+}
+
 } // namespace spectra

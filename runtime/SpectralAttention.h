@@ -70,6 +70,15 @@ public:
                         const std::optional<torch::Tensor> &keyMask = std::nullopt,
                         const std::optional<torch::Tensor> &queryMask = std::nullopt);
 
+  /// Recurrent decoding (causal modules): the state after a prompt's keys and values
+  /// [B, H, N, .] (what a causal pass over them ends in), then one token per decode() call:
+  /// q, k [B, H, 1, d], v [B, H, 1, dv] -> [B, H, 1, dv], equal to forward() of the whole
+  /// sequence at that position, in O(m (d + dv)) work per token whatever the length.
+  DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v,
+                      const std::optional<torch::Tensor> &keyMask = std::nullopt);
+  torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       DecodeState &state);
+
   /// New weights from `seed`; the compiled kernels are kept.
   void redraw(int64_t seed);
 

@@ -11,6 +11,7 @@
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedEmulated.h"
+#include "runtime/SpectralAttention.h"
 #include "runtime/WeightFactory.h"
 
 #include <gtest/gtest.h>
@@ -253,6 +254,73 @@ TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {
     for (const torch::Tensor &grad : {q.grad(), k.grad(), v.grad()})
       EXPECT_EQ(maxAbs(grad.index({Slice(), Slice(), Slice(cut + 1)})), 0.0) << "cut " << cut;
     EXPECT_GT(maxAbs(k.grad().index({Slice(), Slice(), Slice(0, cut + 1)})), 0.0);
+  }
+}
+
+} // namespace
+
+namespace {
+
+TEST(CausalDecode, EqualsFullCausalAttentionAtEveryPosition) {
+  // A prompt of 40 tokens through prefill, then 60 decoded tokens (past the CPU kernels' tile
+  // boundaries), at an input scale where the running maxima keep rising (rescales).
+  for (double scale : {1.0, 4.0}) {
+    SpectralAttentionOptions opts;
+    opts.variant = "posrf-orf";
+    opts.config = config(16, 8);
+    opts.causal = true;
+    SpectralAttention attn(opts);
+    Inputs in = inputs(2, 2, 100, 8, 8, scale, 11);
+    torch::Tensor q = in.q.to(torch::kFloat32), k = in.k.to(torch::kFloat32),
+                  v = in.v.to(torch::kFloat32);
+    torch::Tensor full;
+    {
+      torch::NoGradGuard noGrad;
+      full = attn->forward(q, k, v);
+    }
+    DecodeState st = attn->prefill(k.narrow(2, 0, 40), v.narrow(2, 0, 40));
+    EXPECT_EQ(st.length, 40);
+    double worst = 0;
+    for (int64_t t = 40; t < 100; ++t) {
+      torch::Tensor y = attn->decode(q.narrow(2, t, 1), k.narrow(2, t, 1), v.narrow(2, t, 1), st);
+      worst = std::max(worst, rowError(y.to(torch::kFloat64), full.narrow(2, t, 1).to(torch::kFloat64)));
+    }
+    EXPECT_EQ(st.length, 100);
+    EXPECT_LT(worst, scale > 1 ? 1e-4 : 2e-6) << "scale " << scale;
+    // From the empty state, token by token, against the float64 reference.
+    Descriptor desc = attn->descriptor();
+    Weights w64 = attn->weights->weights();
+    w64.W = w64.W.detach().to(torch::kFloat64);
+    torch::Tensor truth = ReferenceFeatureMap(desc).attention(in.q, in.k, in.v, w64, std::nullopt,
+                                                              causalOptions());
+    DecodeState empty;
+    ReferenceFeatureMap ref(desc);
+    double worst64 = 0;
+    for (int64_t t = 0; t < 100; ++t) {
+      torch::Tensor y = ref.decode(in.q.narrow(2, t, 1), in.k.narrow(2, t, 1), in.v.narrow(2, t, 1),
+                                   w64, empty);
+      worst64 = std::max(worst64, rowError(y, truth.narrow(2, t, 1)));
+    }
+    EXPECT_LT(worst64, 1e-12) << "scale " << scale;
+  }
+}
+
+TEST(CausalDecode, RefusesWhatItCannotDo) {
+  SpectralAttentionOptions opts;
+  opts.variant = "posrf-orf";
+  opts.config = config(16, 8);
+  SpectralAttention bidirectional(opts);
+  DecodeState st;
+  torch::Tensor x = torch::randn({1, 1, 1, 8});
+  EXPECT_THROW(bidirectional->decode(x, x, x, st), c10::Error);
+  opts.causal = true;
+  SpectralAttention causal(opts);
+  torch::Tensor two = torch::randn({1, 1, 2, 8});
+  try {
+    causal->decode(two, two, two, st);
+    FAIL();
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("one token per step"), std::string::npos) << e.what();
   }
 }
 
