@@ -495,22 +495,113 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
   return 0;
 }
 
+/// --causal: causal attention side by side in one run: the fused causal kernels, the eager
+/// chunked reference (the causal reference's chunks of kCausalChunk rows, autograd through
+/// them) and torch's softmax SDPA with is_causal, forward and forward+backward; then decoding
+/// tokens/s from the state after the N-token prompt (its cost per token does not depend on N).
+int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
+  TORCH_CHECK(!s.device.is_cuda(), "--causal measures the CPU (--device cpu)");
+  s.options.causal = true;
+  SpectralAttention fused = makeModule(s, AttentionMode::Fused);
+  SpectralAttention reference = makeModule(s, AttentionMode::Reference);
+  auto sdpa = [&](const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  };
+  auto fwd = [&](auto &&f) {
+    torch::NoGradGuard g;
+    return median(s.repeats, s.device, [&] { f(s.q, s.k, s.v); });
+  };
+  auto both = [&](auto &&f) {
+    return median(s.repeats, s.device, [&] {
+      torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
+                    v = s.v.detach().requires_grad_();
+      f(q, k, v).sum().backward();
+    });
+  };
+  auto viaFused = [&](auto &q, auto &k, auto &v) { return fused->forward(q, k, v); };
+  auto viaReference = [&](auto &q, auto &k, auto &v) { return reference->forward(q, k, v); };
+  fwd(viaFused);  // compile outside the timings
+  double fF = fwd(viaFused), fR = fwd(viaReference), fS = fwd(sdpa);
+  double bF = both(viaFused), bR = both(viaReference), bS = both(sdpa);
+  std::map<std::string, KernelTimer::Total> perKernel;
+  {
+    KernelTimer timer;
+    for (int r = 0; r < s.repeats; ++r)
+      forwardBackward(fused, s);
+    perKernel = timer.totals();
+  }
+  torch::Tensor a, b;
+  {
+    torch::NoGradGuard g;
+    a = fused->forward(s.q, s.k, s.v);
+    b = reference->forward(s.q, s.k, s.v);
+  }
+  // Decoding: the state after the N-token prompt, then `steps` tokens one at a time.
+  const int64_t steps = 64;
+  DecodeState state = fused->prefill(s.k, s.v);
+  torch::Tensor qt = s.q.narrow(2, 0, 1), kt = s.k.narrow(2, 0, 1), vt = s.v.narrow(2, 0, 1);
+  auto t0 = Clock::now();
+  for (int64_t t = 0; t < steps; ++t)
+    fused->decode(qt, kt, vt, state);
+  double perStep = seconds(t0, Clock::now()) / steps;
+  const Descriptor &desc = fused->descriptor();
+  int64_t features = desc.numFeatures();
+  int threads = torch::get_num_threads();
+  bench::FmaPeak peak = bench::measureFmaPeak(threads);
+  std::cout << std::fixed << std::setprecision(4);
+  std::cout << "causal " << opt.at("variant") << "  B=" << s.B << " H=" << s.H << " N=" << s.N
+            << " d=" << s.d << " m=" << desc.m << " (features " << features << "), cpu "
+            << opt.at("dtype") << ", " << threads << " threads, heap " << opt.at("heap") << "\n";
+  std::cout << "forward           fused " << fF << " s   eager chunked reference " << fR
+            << " s   SDPA causal " << fS << " s   reference/fused " << std::setprecision(2)
+            << fR / fF << "   SDPA/fused " << fS / fF << std::setprecision(4) << "\n";
+  std::cout << "forward+backward  fused " << bF << " s   eager chunked reference " << bR
+            << " s   SDPA causal " << bS << " s   reference/fused " << std::setprecision(2)
+            << bR / bF << "   SDPA/fused " << bS / bF << std::setprecision(4) << "\n";
+  if (peak.gflops > 0) {
+    // The bidirectional contractions' count (the prefix products within a tile come on top).
+    double f1 = flops(Method::Fused, s, desc.m, features, false) / fF / 1e9,
+           f2 = flops(Method::Fused, s, desc.m, features, true) / bF / 1e9;
+    std::cout << "CPU FMA peak      " << std::setprecision(1) << peak.gflops << " GFLOP/s ("
+              << peak.isa << ", measured in this run): fused causal forward " << f1
+              << " GFLOP/s = " << 100 * f1 / peak.gflops << "%, forward+backward " << f2
+              << " GFLOP/s = " << 100 * f2 / peak.gflops
+              << "% of it (contractions counted as the bidirectional kernels')"
+              << std::setprecision(4) << "\n";
+  }
+  printKernelBreakdown(perKernel, s, desc.m, features, bF, peak.gflops);
+  std::cout << "decoding          " << std::setprecision(1) << 1.0 / perStep
+            << " steps/s after an " << s.N << "-token prompt (" << s.B * s.H
+            << " heads per step, " << std::setprecision(3) << 1e6 * perStep
+            << " us per step; state " << (features * (s.d + 2) * 4) / 1024.0
+            << " KiB per head, independent of N)\n";
+  std::cout << "max |fused - reference| / max |reference|: " << std::scientific
+            << ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
+                b.to(torch::kFloat64).abs().max())
+                   .item<double>()
+            << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   std::map<std::string, std::string> opt = {
       {"variant", "posrf-mm"}, {"batch", "4"},   {"heads", "2"},      {"length", "4096"},
       {"dim", "32"},           {"m", "128"},     {"repeats", "5"},    {"device", "cpu"},
       {"dtype", "f32"},        {"child", ""},    {"sweep", ""},       {"lengths", "1024,2048,4096,8192,16384,32768,65536"},
-      {"shapes", "32x128,64x256"}, {"dtypes", ""}, {"max-seconds", "5"}, {"heap", "kept"}};
+      {"shapes", "32x128,64x256"}, {"dtypes", ""}, {"max-seconds", "5"}, {"heap", "kept"},
+      {"causal", ""}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << "usage: spectra-bench [--variant V|paper] [--batch B] [--heads H] [--length N] "
-                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda|gpu-emulated] [--dtype f32|bf16|f16]\n"
+                   "[--dim d] [--m m] [--repeats R] [--device cpu|cuda|gpu-emulated] [--dtype f32|bf16|f16] [--causal]\n"
                    "       spectra-bench --sweep DIR [--variant V] [--batch B] [--heads H] "
                    "[--lengths 1024,...,65536] [--shapes 32x128,64x256] [--dtypes f32,bf16] "
                    "[--max-seconds 5] [--repeats R] [--device cpu|cuda]\n"
                    "Compares the fused kernels with the eager reference, torch's SDPA and a "
                    "hand-written torch linear attention (time, FLOP/s, bandwidth, memory).\n"
+                   "--causal: causal attention (fused, the eager chunked reference, SDPA with "
+                   "is_causal; forward and forward+backward) and decoding steps/s.\n"
                    "--variant paper: the paper's 18 variants in one run (fused GFLOP/s, share "
                    "of the FMA peak, eager/fused, SDPA/fused).\n"
                    "--device gpu-emulated: the GPU kernels run on the CPU beside the CPU kernels "
@@ -519,6 +610,10 @@ int main(int argc, char **argv) {
                    "trimming), so no method pays page faults for every fresh buffer; --heap system: "
                    "glibc's defaults (eager methods then run up to 3x slower, and times vary more).\n";
       return 0;
+    }
+    if (a == "--causal") {
+      opt["causal"] = "1";
+      continue;
     }
     if (a.rfind("--", 0) != 0 || i + 1 >= argc || !opt.count(a.substr(2))) {
       std::cerr << "spectra-bench: error: unknown or incomplete option '" << a << "' (--help)\n";
@@ -566,6 +661,8 @@ int main(int argc, char **argv) {
       return measureChild(s, parseAttentionMode(opt["child"]));
     if (opt["variant"] == "paper")
       return benchPaper(s, opt);
+    if (opt["causal"] == "1")
+      return benchCausal(s, opt);
     if (opt["device"] == "gpu-emulated") {
       if (!opt["sweep"].empty())
         throw std::invalid_argument("--sweep measures a real device (cpu or cuda), not gpu-emulated");
