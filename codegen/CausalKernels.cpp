@@ -305,15 +305,39 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
       tb.elementwise({{t.qa[o]}}, {t.qaAbs[o]}, magnitude);
       tb.elementwise({{t.kf[o]}}, {t.kfAbs[o]}, magnitude);
     }
-    // Within the tile: P = qa kf^T (and |qa| |kf|^T for the guard), masked to j <= r.
+    // Within the tile: P = qa kf^T, masked to j <= r; the guard's |qa| |kf|^T is P itself
+    // unless a factor of the tile is negative (signed estimators: SGQ's weights, TrigRF), so
+    // that product runs only then (a branch every thread of a GPU block takes alike).
     tb.fill(t.P, 0);
-    tb.fill(t.Pabs, 0);
-    for (int64_t o = 0; o < s.K; ++o) {
+    for (int64_t o = 0; o < s.K; ++o)
       tb.matmulTransposedB(t.qa[o], t.kf[o], t.P);
-      tb.matmulTransposedB(t.qaAbs[o], t.kfAbs[o], t.Pabs);
-    }
     tb.lowerTriangle(t.P);
-    tb.lowerTriangle(t.Pabs);
+    tb.fill(t.delta, 0);
+    for (int64_t o = 0; o < s.K; ++o)
+      tb.reduceRows({{t.qa[o]}, {t.kf[o]}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        Value neg = x.max(arith::NegFOp::create(nb, l, a[0]), arith::NegFOp::create(nb, l, a[1]));
+        return one(x.max(a[2], neg));
+      });
+    tb.fill(t.flag, 0);
+    tb.forRange(tb.idx(0), tb.idx(s.T), [&](Value i) {
+      tb.store(arith::MaximumFOp::create(tb.b, tb.loc, tb.load(t.flag, {tb.idx(0)}),
+                                         tb.load(t.delta, {i})),
+               t.flag, {tb.idx(0)});
+    });
+    Value negative = arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
+                                           tb.load(t.flag, {tb.idx(0)}), tb.f32(0));
+    auto branch = scf::IfOp::create(tb.b, tb.loc, negative, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(tb.b);
+      tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+      tb.fill(t.Pabs, 0);
+      for (int64_t o = 0; o < s.K; ++o)
+        tb.matmulTransposedB(t.qaAbs[o], t.kfAbs[o], t.Pabs);
+      tb.lowerTriangle(t.Pabs);
+      tb.b.setInsertionPoint(branch.elseBlock()->getTerminator());
+      tb.elementwise({{t.P}}, {t.Pabs}, [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+    }
     // num = qa S + P V, den = qa z + rowsum P, T = |qa| zabs + rowsum |P| (one M_r for all).
     tb.fill(t.acc, 0);
     tb.matmul(t.P, t.Vt, t.acc);

@@ -11,6 +11,12 @@ benchmark dependency (pip install performer-pytorch), never a build one.
 
     python3 build/bin/spectra-bench-peers.py [--shapes 8x2x4096,32x2x2000] [--repeats 5]
 
+--causal compares causal attention instead: Spectra's causal kernels
+(torch.ops.spectra.attention(..., causal=True)), performer-pytorch's FastAttention(causal=True)
+(its torch path: chunked cumulative sums), fast-transformers' CPU CausalDotProduct with the same
+PosRF features and a cumulative-sum denominator when fast_transformers imports (an optional
+dependency: ../shared/TOOLCHAIN.md says how it builds), and SDPA with is_causal.
+
 The heap: by default the script re-executes itself with glibc's heap keeping freed pages
 (MALLOC_MMAP_MAX_=0, no trimming), as spectra-bench --heap kept does, so that no method pays a
 page fault per fresh tensor; --heap system keeps glibc's defaults.
@@ -37,6 +43,7 @@ def parse_args():
     p.add_argument("--variant", default="posrf-orf",
                    help="Spectra variant; performer-pytorch computes posrf (default posrf-orf)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--causal", action="store_true", help="causal attention and its peers")
     p.add_argument("--heap", choices=["kept", "system"], default="kept")
     p.add_argument("--ops-library", default=os.path.join(here, "..", "lib",
                                                          "libspectra_torch_ops.so"),
@@ -52,6 +59,27 @@ def median_time(fn, repeats):
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def fast_transformers_causal(W):
+    """fast-transformers' CPU causal product with PosRF features (performer-pytorch's, eps 0)
+    and a cumulative-sum denominator; None when fast_transformers does not import."""
+    try:
+        from fast_transformers.causal_product import causal_dot_product
+    except ImportError:
+        print("  (fast-transformers not importable: its row is left out; "
+              "../shared/TOOLCHAIN.md says how it builds)")
+        return None
+    import torch
+    from performer_pytorch.performer_pytorch import softmax_kernel
+
+    def run(q, k, v):
+        pq = softmax_kernel(q, projection_matrix=W, is_query=True, eps=0.0)
+        pk = softmax_kernel(k, projection_matrix=W, is_query=False, eps=0.0)
+        num = causal_dot_product(pq, pk, v)
+        den = (pq * torch.cumsum(pk, dim=2)).sum(-1, keepdim=True)
+        return num / den
+    return run
 
 
 def main():
@@ -72,7 +100,8 @@ def main():
 
     d, m = args.dim, args.m
     W = torch.ops.spectra.weights(args.variant, m, d, 0)
-    print(f"{args.variant} (FAVOR+), d={d} m={m}, cpu f32, {torch.get_num_threads()} threads, "
+    print(f"{args.variant} (FAVOR+{', causal' if args.causal else ''}), d={d} m={m}, cpu f32, "
+          f"{torch.get_num_threads()} threads, "
           f"heap {args.heap}, torch {torch.__version__}; same W for Spectra and performer-pytorch")
 
     for shape in args.shapes.split(","):
@@ -80,17 +109,26 @@ def main():
         torch.manual_seed(0)
         q0, k0, v0 = (torch.randn(B, H, N, d) for _ in range(3))
 
-        performer = FastAttention(dim_heads=d, nb_features=m)
+        performer = FastAttention(dim_heads=d, nb_features=m, causal=args.causal)
         performer.projection_matrix.copy_(W)
-        compiled = None if args.no_compile else torch.compile(performer)
+        compiled = None if args.no_compile or args.causal else torch.compile(performer)
 
         def spectra(q, k, v):
-            return torch.ops.spectra.attention(q, k, v, None, args.variant, m, 0, "fused")
+            return torch.ops.spectra.attention(q, k, v, None, args.variant, m, 0, "fused",
+                                               causal=args.causal)
 
         methods = [("spectra fused", spectra), ("performer eager", performer)]
         if compiled is not None:
             methods.append(("performer compiled", compiled))
-        methods.append(("torch SDPA", torch.nn.functional.scaled_dot_product_attention))
+        if args.causal:
+            ft = fast_transformers_causal(W)
+            if ft is not None:
+                methods.append(("fast-transformers", ft))
+            methods.append(("torch SDPA causal",
+                            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                                q, k, v, is_causal=True)))
+        else:
+            methods.append(("torch SDPA", torch.nn.functional.scaled_dot_product_attention))
 
         # The same W gives the same estimator: performer-pytorch's own feature map and linear
         # attention with its eps set to 0 (FastAttention adds eps = 1e-4 to every feature
@@ -100,7 +138,13 @@ def main():
             phi = lambda x, is_query: softmax_kernel(x, projection_matrix=W, is_query=is_query,
                                                      eps=0.0)
             a = spectra(q0, k0, v0)
-            b = linear_attention(phi(q0, True), phi(k0, False), v0)
+            if args.causal:  # the definition: prefix sums of phi(k) v and phi(k)
+                pq, pk = phi(q0, True).double(), phi(k0, False).double()
+                S = torch.cumsum(pk.unsqueeze(-1) * v0.double().unsqueeze(-2), dim=2)
+                b = (torch.einsum("bhnf,bhnfv->bhnv", pq, S) /
+                     (pq * torch.cumsum(pk, dim=2)).sum(-1, keepdim=True)).float()
+            else:
+                b = linear_attention(phi(q0, True), phi(k0, False), v0)
             agree = ((a - b).abs().max() / b.abs().max()).item()
 
         def forward_backward(fn):
@@ -115,7 +159,8 @@ def main():
                     fn(q0, k0, v0)
             return run
 
-        print(f"\nB={B} H={H} N={N}   max|spectra - performer (eps 0)| / max|performer| = "
+        print(f"\nB={B} H={H} N={N}   max|spectra - "
+              f"{'the prefix-sum definition' if args.causal else 'performer (eps 0)'}| / max = "
               f"{agree:.1e}")
         print(f"  {'method':<20}{'forward s':>11}{'fwd+bwd s':>11}{'x spectra fwd':>15}"
               f"{'x spectra fwd+bwd':>19}")
