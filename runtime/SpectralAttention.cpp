@@ -36,6 +36,8 @@ static Descriptor describe(const SpectralAttentionOptions &o) {
 
 SpectralAttentionImpl::SpectralAttentionImpl(SpectralAttentionOptions opts)
     : options(std::move(opts)), reference(describe(options)), currentMode(options.mode) {
+  TORCH_CHECK(!options.causal || !reference.usesStatistics(), "spectra causal attention: component '",
+              descriptor().component.name, "' ", kCausalStatistics);
   weights = register_module("weights", RandomFeatureWeights(descriptor(), descriptor().seed));
 }
 
