@@ -137,19 +137,20 @@ public:
         });
   }
 
-  /// C[m, n] += sum_k A[m, k] B[n, k]: B transposed into a scratch tile first (plain loads
-  /// and stores), so the contraction has the one form every schedule maps (B's rows along
-  /// the vector lanes).
+  /// C[m, n] += sum_k A[m, k] B[n, k] (both operands contiguous along k: the CPU schedule
+  /// makes it dot products, the GPU schedule a thread nest like any contraction).
   void matmulTransposedB(Value A, Value B, Value C) {
-    auto type = llvm::cast<MemRefType>(B.getType());
-    int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
-    Value &Bt = scratch[{cols, rows}];  // one per shape: consumed by the next contraction
-    if (!Bt)
-      Bt = buffer({cols, rows});
-    forRange(idx(0), idx(rows), [&](Value i) {
-      forRange(idx(0), idx(cols), [&](Value j) { store(load(B, {i, j}), Bt, {j, i}); });
-    });
-    matmul(A, Bt, C);
+    MLIRContext *ctx = b.getContext();
+    AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1), k = b.getAffineDimExpr(2);
+    SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {m, k}, ctx), AffineMap::get(3, 0, {n, k}, ctx),
+                                   AffineMap::get(3, 0, {m, n}, ctx)};
+    linalg::GenericOp::create(
+        b, loc, TypeRange{}, ValueRange{A, B}, ValueRange{C}, maps,
+        {utils::IteratorType::parallel, utils::IteratorType::parallel, utils::IteratorType::reduction},
+        "", "", [](OpBuilder &nb, Location l, ValueRange args) {
+          Value prod = arith::MulFOp::create(nb, l, args[0], args[1]);
+          linalg::YieldOp::create(nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod)});
+        });
   }
   /// X[i, j] = 0 where j > i: the causal mask of a [T, T] tile (row i a query, column j a
   /// key), stored (never multiplied) so that nothing above the diagonal (inf, NaN) leaks.
@@ -265,7 +266,6 @@ public:
 
   const Dims &s;
   Block *entry;
-  std::map<std::pair<int64_t, int64_t>, Value> scratch;
 };
 
 /// Scalar arithmetic inside a generic's body.

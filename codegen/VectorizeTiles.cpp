@@ -8,6 +8,10 @@
 //    per k one load of B's row segment, one broadcast of A per row, and
 //    register-rows x register-vectors vector.fma (the outer-product form of
 //    an FMA micro-kernel); C is read and written once per tile;
+//  - contractions C[m, n] += A[m, k] B[n, k] (both operands contiguous along
+//    k: the causal kernels' q k^T products) become dot products: per
+//    (row, column) pair of a register tile a vector accumulator along k,
+//    reduced horizontally once, so no transposed copy of B is made;
 //  - elementwise generics (the component's features region, the stabiliser
 //    and guard arithmetic) run along their innermost dimension in vectors:
 //    operands indexed by it are loaded as vectors, the others broadcast, and
@@ -344,13 +348,15 @@ private:
     AffineExpr m = getAffineDimExpr(0, ctx), n = getAffineDimExpr(1, ctx), k = getAffineDimExpr(2, ctx);
     bool plainA = maps[0] == AffineMap::get(3, 0, {m, k}, ctx);
     bool transposedA = maps[0] == AffineMap::get(3, 0, {k, m}, ctx);
+    bool transposedB = plainA && maps[1] == AffineMap::get(3, 0, {n, k}, ctx);
     SmallVector<utils::IteratorType> iters = op.getIteratorTypesArray();
     if (op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 || (!plainA && !transposedA) ||
-        maps[1] != AffineMap::get(3, 0, {k, n}, ctx) || maps[2] != AffineMap::get(3, 0, {m, n}, ctx) ||
+        (maps[1] != AffineMap::get(3, 0, {k, n}, ctx) && !transposedB) ||
+        maps[2] != AffineMap::get(3, 0, {m, n}, ctx) ||
         iters[0] != utils::IteratorType::parallel || iters[1] != utils::IteratorType::parallel ||
         iters[2] != utils::IteratorType::reduction)
       return op.emitOpError("spectra-vectorize-tiles: contractions must be C[m,n] += A[m,k] B[k,n] "
-                            "(A possibly transposed)");
+                            "(A possibly transposed) or C[m,n] += A[m,k] B[n,k]");
     Block &body = op.getRegion().front();
     auto add = dyn_cast_or_null<arith::AddFOp>(body.getTerminator()->getOperand(0).getDefiningOp());
     auto mul = add ? dyn_cast_or_null<arith::MulFOp>(
@@ -361,6 +367,8 @@ private:
     Value A = op->getOperand(0), B = op->getOperand(1), C = op->getOperand(2);
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     int64_t M = shape[0], N = shape[1], K = shape[2], NR = NV * VL;
+    if (transposedB)
+      return lowerDotContraction(A, B, C, M, N, K);
 
     // One register tile: `rows` x widths accumulators, loop-carried across k.
     auto tile = [&](Value row0, int64_t rows, Value col0, ArrayRef<int64_t> ws) {
@@ -417,6 +425,74 @@ private:
       });
     if (M % MR)
       rowBlock(idx(fullRows), M % MR);
+    return success();
+  }
+
+  /// C[m, n] += sum_k A[m, k] B[n, k]: register tiles of `register-rows` rows x 2 columns,
+  /// each (row, column) pair a vector accumulator along k (full vectors in a loop, the tail
+  /// narrower), reduced horizontally into C once.
+  LogicalResult lowerDotContraction(Value A, Value B, Value C, int64_t M, int64_t N, int64_t K) {
+    const int64_t NC = 2, full = K - K % VL;
+    Type f32 = b.getF32Type();
+    auto zero = [&](int64_t w) {
+      return splat(arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0)).getResult(), w);
+    };
+    auto tile = [&](Value row0, int64_t rows, Value col0, int64_t cols) {
+      SmallVector<Value> rowAt, colAt;
+      for (int64_t r = 0; r < rows; ++r)
+        rowAt.push_back(arith::AddIOp::create(b, loc, row0, idx(r)));
+      for (int64_t c = 0; c < cols; ++c)
+        colAt.push_back(arith::AddIOp::create(b, loc, col0, idx(c)));
+      // Accumulates the chunk at kk of width w into acc (rows x cols vectors).
+      auto step = [&](Value kk, int64_t w, ValueRange acc) {
+        SmallVector<Value> av, bv, next;
+        for (int64_t r = 0; r < rows; ++r)
+          av.push_back(vload(A, {rowAt[r], kk}, w));
+        for (int64_t c = 0; c < cols; ++c)
+          bv.push_back(vload(B, {colAt[c], kk}, w));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            next.push_back(vector::FMAOp::create(b, loc, av[r], bv[c], acc[r * cols + c]));
+        return next;
+      };
+      SmallVector<Value> sums(rows * cols);
+      if (full > 0) {
+        SmallVector<Value> acc = loop(0, full, VL, SmallVector<Value>(rows * cols, zero(VL)),
+                                      [&](Value kk, ValueRange carried) { return step(kk, VL, carried); });
+        for (size_t i = 0; i < acc.size(); ++i)
+          sums[i] = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc[i]);
+      }
+      if (K % VL) {
+        SmallVector<Value> acc = step(idx(full), K % VL, SmallVector<Value>(rows * cols, zero(K % VL)));
+        for (size_t i = 0; i < acc.size(); ++i) {
+          Value t = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc[i]);
+          sums[i] = sums[i] ? arith::AddFOp::create(b, loc, sums[i], t).getResult() : t;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          Value old = memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], colAt[c]});
+          memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, sums[r * cols + c]), C,
+                                  ValueRange{rowAt[r], colAt[c]});
+        }
+    };
+    (void)f32;
+    auto rowBlock = [&](Value row0, int64_t rows) {
+      if (N >= NC)
+        loop(0, N - N % NC, NC, {}, [&](Value col0, ValueRange) {
+          tile(row0, rows, col0, NC);
+          return SmallVector<Value>();
+        });
+      if (N % NC)
+        tile(row0, rows, idx(N - N % NC), N % NC);
+    };
+    if (M >= MR)
+      loop(0, M - M % MR, MR, {}, [&](Value row0, ValueRange) {
+        rowBlock(row0, MR);
+        return SmallVector<Value>();
+      });
+    if (M % MR)
+      rowBlock(idx(M - M % MR), M % MR);
     return success();
   }
 
