@@ -92,6 +92,63 @@ std::vector<int32_t> encodeBytes(const std::string &text, int64_t maxLength) {
   return ids;
 }
 
+namespace {
+/// Regular files under `path` (or `path` itself), recursively, sorted.
+void collectFiles(const std::string &path, std::vector<std::string> &files) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0)
+    throw std::invalid_argument(path + ": " + std::strerror(errno));
+  if (S_ISREG(st.st_mode)) {
+    files.push_back(path);
+    return;
+  }
+  if (!S_ISDIR(st.st_mode))
+    return;
+  DIR *dir = opendir(path.c_str());
+  if (!dir)
+    throw std::invalid_argument(path + ": cannot list: " + std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent *e = readdir(dir))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+      names.push_back(e->d_name);
+  closedir(dir);
+  std::sort(names.begin(), names.end());
+  for (const std::string &n : names)
+    collectFiles(path + "/" + n, files);
+}
+} // namespace
+
+std::string readTextCorpus(const std::string &path) {
+  std::vector<std::string> files;
+  collectFiles(path, files);
+  std::string bytes;
+  for (const std::string &f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in)
+      throw std::invalid_argument(f + ": cannot open for reading");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!bytes.empty())
+      bytes += '\n';
+    bytes += text.str();
+  }
+  if (bytes.empty())
+    throw std::invalid_argument(path + ": no text to read (a file, or a directory of files)");
+  return bytes;
+}
+
+std::vector<Example> byteWindows(const std::string &bytes, int64_t window) {
+  if (window < 1)
+    throw std::invalid_argument("byte windows need a length >= 1, got " + std::to_string(window));
+  std::vector<Example> out;
+  for (size_t start = 0; start + window + 1 <= bytes.size(); start += window) {
+    Example e;
+    e.tokens = encodeBytes(bytes.substr(start, window + 1), window + 1);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::vector<Example> loadListOpsTsv(const std::string &path, int64_t maxLength) {
   std::ifstream in = open(path);
   std::string line;

@@ -35,6 +35,14 @@ std::vector<Example> loadListOpsTsv(const std::string &path, int64_t maxLength);
 std::vector<Example> loadImdb(const std::string &root, const std::string &split, int64_t maxLength);
 std::vector<Example> loadAanTsv(const std::string &path, int64_t maxLength);
 
+/// The bytes of a text corpus for language modelling: a file, or every regular file under a
+/// directory (recursively, in sorted path order) joined by '\n'. Throws std::invalid_argument
+/// naming the path when there is nothing to read.
+std::string readTextCorpus(const std::string &path);
+/// Consecutive, non-overlapping windows of `window` + 1 byte ids (byte + 1) of `bytes`: each
+/// example's tokens hold the inputs and, shifted by one, the next bytes to predict.
+std::vector<Example> byteWindows(const std::string &bytes, int64_t window);
+
 } // namespace spectra::data
 
 #endif // SPECTRA_MODELS_DATASETS_H

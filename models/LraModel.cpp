@@ -2,12 +2,13 @@
 
 #include "models/LraModel.h"
 
+#include <limits>
 #include <stdexcept>
 
 namespace spectra::models {
 
 SelfAttentionImpl::SelfAttentionImpl(const LraConfig &c, int64_t layer)
-    : heads(c.heads), headDim(c.headDim) {
+    : causal(c.languageModel), heads(c.heads), headDim(c.headDim) {
   qkv = register_module("qkv", torch::nn::Linear(c.embed, 3 * c.heads * c.headDim));
   out = register_module("out", torch::nn::Linear(c.heads * c.headDim, c.embed));
   if (c.attention == "softmax")
@@ -24,6 +25,7 @@ SelfAttentionImpl::SelfAttentionImpl(const LraConfig &c, int64_t layer)
   o.config.d = c.headDim;
   o.config.seed = c.seed + layer;
   o.config.options = c.options;
+  o.causal = c.languageModel;
   o.mode = prefix != "spectra" ? AttentionMode::Reference
            : c.gpuEmulated    ? AttentionMode::GpuEmulated
                               : AttentionMode::Fused;
@@ -37,9 +39,19 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor &x, const torch::Te
   torch::Tensor o;
   if (spectral)
     o = spectral->forward(q, k, v, keep, keep);  // self-attention: padded queries too
+  else if (causal)
+    o = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   else
     o = at::scaled_dot_product_attention(q, k, v, keep.view({B, 1, 1, N}));
   return out->forward(o.permute({0, 2, 1, 3}).reshape({B, N, heads * headDim}));
+}
+
+torch::Tensor SelfAttentionImpl::step(const torch::Tensor &x, DecodeState &state) {
+  TORCH_CHECK(spectral && causal, "SelfAttention::step: recurrent steps need causal spectral attention");
+  const int64_t B = x.size(0);
+  auto parts = qkv->forward(x).view({B, 1, 3, heads, headDim}).permute({2, 0, 3, 1, 4});
+  torch::Tensor o = spectral->decode(parts[0], parts[1], parts[2], state);  // [B, H, 1, hd]
+  return out->forward(o.permute({0, 2, 1, 3}).reshape({B, 1, heads * headDim}));
 }
 
 LraModelImpl::LraModelImpl(LraConfig c) : cfg(std::move(c)) {
@@ -61,12 +73,28 @@ LraModelImpl::LraModelImpl(LraConfig c) : cfg(std::move(c)) {
   finalNorm = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.embed})));
   dropout = register_module("dropout", torch::nn::Dropout(cfg.dropout));
   int64_t pooled = cfg.dualEncoder ? 4 * cfg.embed : cfg.embed;
-  head = register_module("head", torch::nn::Sequential(torch::nn::Linear(pooled, cfg.ffn),
-                                                       torch::nn::GELU(),
-                                                       torch::nn::Linear(cfg.ffn, cfg.classes)));
+  if (cfg.languageModel)  // per position: the next token's logits
+    head = register_module("head", torch::nn::Sequential(torch::nn::Linear(cfg.embed, cfg.vocab)));
+  else
+    head = register_module("head", torch::nn::Sequential(torch::nn::Linear(pooled, cfg.ffn),
+                                                         torch::nn::GELU(),
+                                                         torch::nn::Linear(cfg.ffn, cfg.classes)));
 }
 
 torch::Tensor LraModelImpl::encode(const torch::Tensor &tokens) {
+  torch::Tensor x = trunk(tokens);
+  // Masked mean: padding contributes nothing, and an all-padding row stays finite.
+  torch::Tensor w = tokens.ne(0).to(x.scalar_type()).unsqueeze(-1);
+  return (x * w).sum(1) / w.sum(1).clamp_min(1.0);
+}
+
+torch::Tensor LraModelImpl::nextTokenLogits(const torch::Tensor &tokens) {
+  TORCH_CHECK(cfg.languageModel, "LraModel: next-token logits need a language model");
+  torch::Tensor x = trunk(tokens);
+  return head->forward(x).reshape({-1, cfg.vocab});
+}
+
+torch::Tensor LraModelImpl::trunk(const torch::Tensor &tokens) {
   TORCH_CHECK(tokens.dim() == 2 && tokens.scalar_type() == torch::kInt64,
               "LraModel: tokens must be int64 [B, N], got ", tokens.scalar_type(), " ", tokens.sizes());
   TORCH_CHECK(tokens.size(1) <= cfg.maxLength, "LraModel: sequence length ", tokens.size(1),
@@ -81,13 +109,68 @@ torch::Tensor LraModelImpl::encode(const torch::Tensor &tokens) {
     h = norms2[l]->as<torch::nn::LayerNorm>()->forward(x);
     x = x + dropout->forward(ffns[l]->as<torch::nn::Sequential>()->forward(h));
   }
-  x = finalNorm->forward(x);
-  // Masked mean: padding contributes nothing, and an all-padding row stays finite.
-  torch::Tensor w = keep.to(x.scalar_type()).unsqueeze(-1);
-  return (x * w).sum(1) / w.sum(1).clamp_min(1.0);
+  return finalNorm->forward(x);
+}
+
+torch::Tensor LraModelImpl::stepLogits(const torch::Tensor &token, int64_t position,
+                                       std::vector<DecodeState> &states) {
+  torch::Tensor x = tokenEmbedding->forward(token.view({-1, 1})) +
+                    positionEmbedding->forward(torch::full({1}, position, token.options()));
+  for (int64_t l = 0; l < cfg.layers; ++l) {
+    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    x = x + attentions[l]->as<SelfAttention>()->step(h, states[l]);
+    h = norms2[l]->as<torch::nn::LayerNorm>()->forward(x);
+    x = x + ffns[l]->as<torch::nn::Sequential>()->forward(h);
+  }
+  return head->forward(finalNorm->forward(x)).select(1, 0);  // [B, vocab]
+}
+
+std::vector<int64_t> LraModelImpl::generate(const std::vector<int64_t> &prompt, int64_t count,
+                                            double temperature, uint64_t seed) {
+  TORCH_CHECK(cfg.languageModel, "LraModel::generate needs a language model (task lm)");
+  TORCH_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
+  TORCH_CHECK(static_cast<int64_t>(prompt.size()) + count <= cfg.maxLength, "generate: ",
+              prompt.size(), " prompt tokens and ", count, " more exceed the model's ",
+              cfg.maxLength, " positions (its learned position embeddings)");
+  torch::NoGradGuard noGrad;
+  bool wasTraining = is_training();
+  eval();
+  auto device = tokenEmbedding->weight.device();
+  auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  torch::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<int64_t> tokens = prompt;
+  bool recurrent = cfg.attention != "softmax";
+  std::vector<DecodeState> states(cfg.layers);
+  torch::Tensor logits;
+  if (recurrent)  // the prompt through the recurrent steps: its state, then the last logits
+    for (size_t i = 0; i < prompt.size(); ++i)
+      logits = stepLogits(torch::full({1}, prompt[i], ids), static_cast<int64_t>(i), states);
+  for (int64_t n = 0; n < count; ++n) {
+    if (!recurrent) {  // softmax: the whole prefix again (no cache of keys and values)
+      torch::Tensor t = torch::tensor(tokens, torch::kInt64).to(device).unsqueeze(0);
+      logits = nextTokenLogits(t).select(0, t.size(1) - 1).unsqueeze(0);
+    }
+    torch::Tensor l = logits.to(torch::kCPU, torch::kFloat32).squeeze(0).clone();
+    l.index_put_({0}, -std::numeric_limits<float>::infinity());  // never the padding id
+    int64_t next;
+    if (temperature <= 0) {
+      next = l.argmax().item<int64_t>();
+    } else {
+      torch::Tensor p = torch::softmax(l / temperature, 0);
+      next = torch::multinomial(p, 1, false, gen).item<int64_t>();
+    }
+    tokens.push_back(next);
+    if (recurrent && n + 1 < count)
+      logits = stepLogits(torch::full({1}, next, ids), static_cast<int64_t>(tokens.size()) - 1,
+                          states);
+  }
+  train(wasTraining);
+  return tokens;
 }
 
 torch::Tensor LraModelImpl::forward(const torch::Tensor &tokens, const torch::Tensor &tokens2) {
+  if (cfg.languageModel)
+    return nextTokenLogits(tokens);
   torch::Tensor x0 = encode(tokens);
   if (!cfg.dualEncoder)
     return head->forward(x0);

@@ -34,6 +34,9 @@ struct LraConfig {
   bool dualEncoder = false;           ///< retrieval: two documents, one encoder
   /// spectra:<variant> runs the GPU kernels on the CPU (AttentionMode::GpuEmulated).
   bool gpuEmulated = false;
+  /// A decoder: causal attention (SDPA's is_causal, or Spectra's causal kernels) and a
+  /// next-token head over every position instead of pooling (the language-modelling task).
+  bool languageModel = false;
 };
 
 /// Multi-head self-attention with a key padding mask and the selected kernel.
@@ -41,10 +44,14 @@ class SelfAttentionImpl : public torch::nn::Module {
 public:
   SelfAttentionImpl(const LraConfig &config, int64_t layer);
   torch::Tensor forward(const torch::Tensor &x, const torch::Tensor &keep);
+  /// One position of causal self-attention from the layer's recurrent state (spectral
+  /// attention: O(m d) whatever the position): x [B, 1, embed] -> [B, 1, embed].
+  torch::Tensor step(const torch::Tensor &x, DecodeState &state);
   /// The random-feature attention (null for softmax).
   SpectralAttention spectralAttention() const { return spectral; }
 
 private:
+  bool causal = false;
   int64_t heads, headDim;
   torch::nn::Linear qkv{nullptr}, out{nullptr};
   SpectralAttention spectral{nullptr};  ///< null for softmax
@@ -59,6 +66,16 @@ public:
   torch::Tensor forward(const torch::Tensor &tokens, const torch::Tensor &tokens2 = {});
   /// Masked mean of the encoder's final states: [B, embed].
   torch::Tensor encode(const torch::Tensor &tokens);
+  /// The language model's next-token logits [B * N, vocab] of tokens [B, N] (position i
+  /// predicts token i + 1; languageModel only).
+  torch::Tensor nextTokenLogits(const torch::Tensor &tokens);
+  /// Generation with the recurrent state of every layer (languageModel only): the prompt's
+  /// token ids [P] (P >= 1), then `count` tokens sampled at `temperature` (0: the most likely)
+  /// from a generator seeded with `seed`, each from the last position's logits by one step per
+  /// layer (spectral attention: O(m d) per token; softmax attention recomputes the prefix).
+  /// Returns the prompt and the generated ids; total length at most the model's maxLength.
+  std::vector<int64_t> generate(const std::vector<int64_t> &prompt, int64_t count,
+                                double temperature, uint64_t seed);
   const LraConfig &config() const { return cfg; }
   /// The share of queries whose denominator guard fired (Reference.h, kDenominatorGuard) in
   /// every spectral attention since the last call, and the queries counted (padded ones
@@ -78,6 +95,11 @@ private:
   torch::nn::Embedding tokenEmbedding{nullptr}, positionEmbedding{nullptr};
   torch::nn::ModuleList norms1, attentions, norms2, ffns;
   torch::nn::LayerNorm finalNorm{nullptr};
+  /// The hidden states after the final norm, [B, N, embed] (the shared trunk).
+  torch::Tensor trunk(const torch::Tensor &tokens);
+  /// Position `position`'s logits [B, vocab] from the layers' recurrent states.
+  torch::Tensor stepLogits(const torch::Tensor &token, int64_t position,
+                           std::vector<DecodeState> &states);
   torch::nn::Dropout dropout{nullptr};
   torch::nn::Sequential head{nullptr};
 };

@@ -66,8 +66,22 @@ torch::Tensor padTokens(const std::vector<const std::vector<int32_t> *> &rows,
 
 /// Pads to the longest document of the batch: the model's masks make the result independent
 /// of the padded length, so nothing is gained by padding to the task's maximum.
+/// A language model's batch: windows [B, N + 1] -> inputs [B, N] and next tokens [B * N].
+Batch collateWindows(const std::vector<data::Example> &examples,
+                     const std::vector<int64_t> &indices, const torch::Device &device) {
+  std::vector<const std::vector<int32_t> *> rows;
+  for (int64_t i : indices)
+    rows.push_back(&examples[i].tokens);
+  torch::Tensor all = padTokens(rows, device);
+  const int64_t N = all.size(1) - 1;
+  auto copy = [&](const torch::Tensor &t) { return t.contiguous().to(device, /*non_blocking=*/true); };
+  return {copy(all.narrow(1, 0, N)), {}, copy(all.narrow(1, 1, N).reshape({-1}))};
+}
+
 Batch collate(const std::vector<data::Example> &examples, const std::vector<int64_t> &indices,
-              bool dual, const torch::Device &device) {
+              bool dual, const torch::Device &device, bool languageModel = false) {
+  if (languageModel)
+    return collateWindows(examples, indices, device);
   std::vector<const std::vector<int32_t> *> a, b;
   torch::Tensor labels = torch::empty({static_cast<int64_t>(indices.size())}, hostOptions(device));
   auto label = labels.accessor<int64_t, 1>();
@@ -160,9 +174,11 @@ struct EmptyMaskFlag {
   }
 };
 
+/// The loss (per predicted label: an example, or a language model's next token) and accuracy
+/// of the first `maxBatches` batches of a split (all with 0).
 Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, int64_t batch,
                     int64_t maxBatches, bool dual, const torch::Device &device,
-                    torch::ScalarType dtype) {
+                    torch::ScalarType dtype, bool languageModel = false) {
   torch::NoGradGuard noGrad;
   model->eval();
   Evaluation e;
@@ -173,11 +189,13 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
   if (maxBatches > 0)
     total = std::min(total, maxBatches * batch);
   EmptyMaskFlag emptyMask;
+  int64_t labels = 0;
   for (int64_t start = 0; start < total; start += batch) {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < std::min(total, start + batch); ++i)
       idx.push_back(i);
-    Batch b = collate(split, idx, dual, device);
+    Batch b = collate(split, idx, dual, device, languageModel);
+    labels += b.labels.size(0);
     torch::Tensor logits;
     DeferredInputChecks checks;
     {
@@ -201,8 +219,8 @@ Evaluation evaluate(LraModel &model, const std::vector<data::Example> &split, in
   model->train();
   emptyMask.check();
   e.examples = total;
-  e.loss = total ? lossSum.item<double>() / total : 0;  // may be inf or NaN: written as null
-  e.accuracy = total ? static_cast<double>(correct.item<int64_t>()) / total : 0;
+  e.loss = labels ? lossSum.item<double>() / labels : 0;  // may be inf or NaN: written as null
+  e.accuracy = labels ? static_cast<double>(correct.item<int64_t>()) / labels : 0;
   return e;
 }
 
@@ -497,6 +515,19 @@ std::string precisionName(torch::ScalarType t) {
   return t == torch::kBFloat16 ? "bf16" : t == torch::kHalf ? "fp16" : "fp32";
 }
 
+/// lm: the share of the most frequent next byte in the windows (a unigram's accuracy).
+double majorityNextByteShare(const std::vector<data::Example> &examples) {
+  std::map<int32_t, int64_t> counts;
+  int64_t total = 0;
+  for (auto &e : examples)
+    for (size_t i = 1; i < e.tokens.size(); ++i, ++total)
+      ++counts[e.tokens[i]];
+  int64_t most = 0;
+  for (auto &[token, n] : counts)
+    most = std::max(most, n);
+  return total ? static_cast<double>(most) / total : 0;
+}
+
 double majorityShare(const std::vector<data::Example> &examples) {
   std::map<int, int64_t> counts;
   for (auto &e : examples)
@@ -519,6 +550,8 @@ void to_json(json &j, const TrainReport &r) {
        {"peak_bytes", r.peakBytes},         {"peak_kind", r.peakKind},
        {"majority_baseline", r.majorityBaseline}, {"device", r.device},
        {"precision", r.precision}};
+  if (r.testBitsPerByte > 0)
+    j["test_bits_per_byte"] = r.testBitsPerByte;
 }
 
 void from_json(const json &j, TrainReport &r) {
@@ -537,6 +570,7 @@ void from_json(const json &j, TrainReport &r) {
   r.majorityBaseline = j.at("majority_baseline");
   r.device = j.at("device");
   r.precision = j.at("precision");
+  r.testBitsPerByte = j.value("test_bits_per_byte", 0.0);
 }
 
 
@@ -554,8 +588,12 @@ TrainOptions defaultsFor(const std::string &task) {
   } else if (task == "retrieval") {
     o.batch = 16, o.lr = 2e-4, o.warmup = 800, o.evalEvery = 1000, o.evalBatches = 300;
     o.maxLength = 4000;
+  } else if (task == "lm") {
+    // Not a paper task: byte-level next-token prediction with a small decoder.
+    o.batch = 16, o.lr = 1e-3, o.warmup = 100, o.steps = 2000, o.evalEvery = 200;
+    o.evalBatches = 20, o.maxLength = 512;
   } else {
-    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval");
+    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval, lm");
   }
   return o;
 }
@@ -585,6 +623,23 @@ TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLe
     d.vocab = 257;
     d.classes = 2;
     d.valSource = "the test split, as in LRA: IMDb has no validation split";
+  } else if (task == "lm") {
+    std::string bytes = data::readTextCorpus(dir);
+    std::vector<data::Example> windows = data::byteWindows(bytes, maxLength);
+    if (windows.size() < 3)
+      throw std::invalid_argument("--data " + dir + ": " + std::to_string(bytes.size()) +
+                                  " bytes make " + std::to_string(windows.size()) + " windows of " +
+                                  std::to_string(maxLength + 1) +
+                                  " bytes; the lm task needs at least 3 (use a shorter --max-length)");
+    size_t val = std::max<size_t>(1, windows.size() / 20), test = val;
+    size_t train = windows.size() - val - test;
+    d.train.assign(windows.begin(), windows.begin() + train);
+    d.val.assign(windows.begin() + train, windows.begin() + train + val);
+    d.test.assign(windows.begin() + train + val, windows.end());
+    d.vocab = 257;
+    d.classes = 257;
+    d.languageModel = true;
+    d.valSource = "the 5% of the windows after the training ones";
   } else if (task == "retrieval") {
     std::string hint = "LRA's AAN layout";
     d.train = data::loadAanTsv(need(dir + "/new_aan_pairs.train.tsv", hint), maxLength);
@@ -595,7 +650,7 @@ TaskData loadTask(const std::string &task, const std::string &dir, int64_t maxLe
     d.dualEncoder = true;
     d.valSource = "new_aan_pairs.eval.tsv";
   } else {
-    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval");
+    throw std::invalid_argument("unknown task '" + task + "'; tasks: listops, text, retrieval, lm");
   }
   for (auto *split : {&d.train, &d.val, &d.test})
     if (split->empty())
@@ -658,6 +713,7 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   o.model.vocab = data.vocab;
   o.model.classes = data.classes;
   o.model.dualEncoder = data.dualEncoder;
+  o.model.languageModel = data.languageModel;
   o.model.maxLength = o.maxLength;
   o.model.attention = o.attention;
   o.model.seed = o.seed;
@@ -755,7 +811,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       model->redrawFeatures(step / o.redrawEvery);
     // Dropout draws depend on (seed, step) alone: resumed runs replay them exactly.
     torch::manual_seed(static_cast<uint64_t>(o.seed) * 1000003ULL + static_cast<uint64_t>(step));
-    Batch b = collate(data.train, order.indices(step), data.dualEncoder, device);
+    Batch b = collate(data.train, order.indices(step), data.dualEncoder, device,
+                      data.languageModel);
     torch::Tensor logits, loss, inputsBad;
     {
       // Non-finite attention inputs (an earlier layer overflowed) make the step non-finite,
@@ -821,7 +878,8 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       stopped = true;
     }
     if (c.step % o.evalEvery == 0 || c.step == o.steps || outOfTime) {
-      Evaluation v = evaluate(model, data.val, o.batch, o.evalBatches, data.dualEncoder, device, dtype);
+      Evaluation v = evaluate(model, data.val, o.batch, o.evalBatches, data.dualEncoder, device,
+                              dtype, data.languageModel);
       model->takeGuardStats();  // the guard's share is reported for training steps only
       bool better = v.accuracy > c.bestVal;
       if (better) {
@@ -834,13 +892,12 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
       }
       stopped = stopped || c.badEvals >= o.patience;
       c.trainSeconds = secondsBefore + sessionSeconds();
-      metrics.write({{"split", "val"},
-                     {"step", c.step},
-                     {"loss", v.loss},
-                     {"accuracy", v.accuracy},
-                     {"examples", v.examples},
-                     {"best", better},
-                     {"time_s", c.trainSeconds}});
+      json record = {{"split", "val"},       {"step", c.step},     {"loss", v.loss},
+                     {"accuracy", v.accuracy}, {"examples", v.examples}, {"best", better},
+                     {"time_s", c.trainSeconds}};
+      if (data.languageModel)
+        record["bits_per_byte"] = v.loss / std::log(2.0);
+      metrics.write(record);
       c.peakBytes = std::max(c.peakBytes, peakBytes(device));
       c.finished = stopped || c.step >= o.steps;
       save(checkpointPath, true);
@@ -848,7 +905,10 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
         promotePendingBest(bestPath, c.bestStep);
       std::ostringstream msg;
       msg << "step " << c.step << ": validation accuracy " << std::fixed << std::setprecision(4)
-          << v.accuracy << " (loss " << v.loss << ")" << (better ? ", best so far" : "")
+          << v.accuracy << " (loss " << v.loss;
+      if (data.languageModel)
+        msg << ", " << v.loss / std::log(2.0) << " bits per byte";
+      msg << ")" << (better ? ", best so far" : "")
           << (timeLimited ? "; the time limit is reached, stopping" : "")
           << (c.badEvals >= o.patience ? "; no improvement in " + std::to_string(o.patience) + " evaluations, stopping early" : "");
       progress.say(msg.str());
@@ -880,18 +940,72 @@ TrainReport train(const TrainOptions &optionsIn, std::ostream &log) {
   }
   progress.say("testing the best checkpoint (step " + std::to_string(c.bestStep) + ") on " +
                std::to_string(data.test.size()) + " examples");
-  Evaluation t = evaluate(model, data.test, o.batch, 0, data.dualEncoder, device, dtype);
+  Evaluation t = evaluate(model, data.test, o.batch, 0, data.dualEncoder, device, dtype,
+                          data.languageModel);
   r.testAccuracy = t.accuracy;
+  if (data.languageModel) {
+    r.testBitsPerByte = t.loss / std::log(2.0);
+    r.majorityBaseline = majorityNextByteShare(data.test);
+  }
   r.peakBytes = std::max(c.peakBytes, peakBytes(device));
   r.peakKind = device.is_cuda() ? "cuda allocator peak" : "process peak RSS";
-  metrics.write({{"split", "test"}, {"step", c.bestStep}, {"loss", t.loss}, {"accuracy", t.accuracy},
-                 {"examples", t.examples}});
+  json testRecord = {{"split", "test"}, {"step", c.bestStep}, {"loss", t.loss},
+                     {"accuracy", t.accuracy}, {"examples", t.examples}};
+  if (data.languageModel)
+    testRecord["bits_per_byte"] = r.testBitsPerByte;
+  metrics.write(testRecord);
   json report = r;
   report["task"] = o.task;
   report["attention"] = o.attention;
   report["options"] = trajectory;
   if (std::string error; !writeFileAtomically(o.out + "/report.json", report.dump(2) + "\n", &error))
     throw std::runtime_error(error);
+  return r;
+}
+
+GenerateResult generateText(const GenerateOptions &o) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(o.checkpoint, torch::kCPU);
+  } catch (const c10::Error &e) {
+    throw std::invalid_argument(o.checkpoint + ": not a spectra-train checkpoint (" +
+                                e.what_without_backtrace() + ")");
+  }
+  if (readString(archive, "format") != kCheckpointFormat)
+    throw std::invalid_argument(o.checkpoint + ": its format is not '" +
+                                std::string(kCheckpointFormat) + "'");
+  json t = json::parse(readString(archive, "trajectory"));
+  if (t.value("task", std::string()) != "lm")
+    throw std::invalid_argument(o.checkpoint + ": a checkpoint of task '" +
+                                t.value("task", std::string()) +
+                                "'; generate needs a language model (train with --task lm)");
+  LraConfig c;
+  c.vocab = 257, c.classes = 257, c.languageModel = true;
+  c.maxLength = t.at("max_length");
+  c.attention = t.at("attention");
+  c.features = t.at("features"), c.embed = t.at("embed"), c.layers = t.at("layers");
+  c.heads = t.at("heads"), c.headDim = t.at("head_dim"), c.ffn = t.at("ffn");
+  c.dropout = t.at("dropout");
+  c.seed = t.at("seed");
+  if (t.contains("variant_options"))
+    c.options = t.at("variant_options").get<std::map<std::string, double>>();
+  LraModel model(c);
+  torch::serialize::InputArchive modelArchive;
+  archive.read("model", modelArchive);
+  model->load(modelArchive);
+  std::vector<int32_t> ids = data::encodeBytes(o.prompt, static_cast<int64_t>(o.prompt.size()));
+  if (ids.empty())
+    throw std::invalid_argument("generate: --prompt must hold at least one byte");
+  std::vector<int64_t> prompt(ids.begin(), ids.end());
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int64_t> all = model->generate(prompt, o.tokens, o.temperature, o.seed);
+  GenerateResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int64_t id : all)
+    r.text.push_back(static_cast<char>(id - 1));
+  r.promptTokens = static_cast<int64_t>(prompt.size());
+  r.generated = static_cast<int64_t>(all.size()) - r.promptTokens;
+  r.attention = c.attention;
   return r;
 }
 

@@ -184,6 +184,58 @@ TEST(LraModel, VariantOptionsReachTheRecipeAndTheGeneratorGetsGradients) {
   }
 }
 
+TEST(LanguageModel, NextTokenLogitsAreCausal) {
+  // Changing tokens after position i changes no logit at or before i: causal spectral
+  // attention (fused kernels) and softmax (SDPA's is_causal).
+  for (const char *attention : {"spectra:posrf-orf", "softmax"}) {
+    LraConfig c = small(attention);
+    c.languageModel = true;
+    c.classes = c.vocab;
+    c.dropout = 0;
+    torch::manual_seed(0);
+    LraModel model(c);
+    model->eval();
+    torch::NoGradGuard noGrad;
+    torch::manual_seed(3);
+    torch::Tensor a = torch::randint(1, 20, {2, 40}, torch::kInt64), b = a.clone();
+    b.index_put_({torch::indexing::Slice(), torch::indexing::Slice(25)},
+                 torch::randint(1, 20, {2, 15}, torch::kInt64));
+    torch::Tensor la = model->forward(a).view({2, 40, -1}), lb = model->forward(b).view({2, 40, -1});
+    EXPECT_EQ(la.size(2), 20);
+    using torch::indexing::Slice;
+    EXPECT_LT((la.index({Slice(), Slice(0, 25)}) - lb.index({Slice(), Slice(0, 25)})).abs().max().item<double>(),
+              1e-5)
+        << attention;
+    EXPECT_GT((la.index({Slice(), Slice(25)}) - lb.index({Slice(), Slice(25)})).abs().max().item<double>(),
+              1e-3)
+        << attention;
+  }
+}
+
+TEST(LanguageModel, RecurrentGenerationFollowsTheFullForward) {
+  // Greedy generation through the layers' recurrent states picks, at every position, the
+  // argmax of the full (chunked causal kernels) forward of the sequence so far.
+  for (const char *attention : {"spectra:posrf-orf", "spectra-reference:trigrf-orf", "softmax"}) {
+    LraConfig c = small(attention);
+    c.languageModel = true;
+    c.classes = c.vocab;
+    torch::manual_seed(1);
+    LraModel model(c);
+    std::vector<int64_t> prompt = {3, 7, 1, 12, 5, 5, 9};
+    std::vector<int64_t> out = model->generate(prompt, 30, /*temperature=*/0, 0);
+    ASSERT_EQ(out.size(), prompt.size() + 30);
+    EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), out.begin()));
+    model->eval();
+    torch::NoGradGuard noGrad;
+    torch::Tensor seq = torch::tensor(out, torch::kInt64).unsqueeze(0);
+    torch::Tensor logits = model->forward(seq);  // [N, vocab]
+    logits.index_put_({torch::indexing::Slice(), 0}, -INFINITY);
+    for (size_t p = prompt.size(); p < out.size(); ++p)
+      EXPECT_EQ(logits[p - 1].argmax().item<int64_t>(), out[p]) << attention << " position " << p;
+    EXPECT_THROW(model->generate(prompt, 60, 0, 0), c10::Error);  // past maxLength = 64
+  }
+}
+
 TEST(LraModel, BadConfigurationsAreNamed) {
   try {
     LraModel bad(small("performer"));

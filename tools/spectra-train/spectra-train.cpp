@@ -71,11 +71,17 @@ commands:
         runs under DIR
   plot RUN_DIR [RUN_DIR ...] [--out FILE.png]
         the learning curves of finished or interrupted runs, redrawn from their metrics.jsonl
+  generate --checkpoint RUN/best.pt --prompt TEXT [--tokens N] [--temperature T] [--seed S]
+        text from a language model (--task lm) with the recurrent state (see 'generate --help')
   generate-listops --out DIR [...]
         LRA's ListOps generator (see 'spectra-train generate-listops --help')
 
 training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Table 5):
-  --task listops|text|retrieval     the LRA task
+  --task listops|text|retrieval|lm  the LRA task, or lm: byte-level next-token prediction on
+                                    any text (--data a file or a directory of files) with a
+                                    causal decoder; reports bits per byte (defaults: batch 16,
+                                    lr 1e-3, warmup 100, 2000 steps, eval every 200 over 20
+                                    batches, --max-length 512)
   --attention A                     softmax | spectra:<variant> (fused kernels) |
                                     spectra-reference:<variant> (eager); default spectra:posrf-mm
   --data DIR                        ListOps: basic_{train,val,test}.tsv; Text: aclImdb's
@@ -774,6 +780,52 @@ int tableCommand(int argc, char **argv) {
   Args a = parseArgs(argc, argv, 2);
   return writeTable(a.values.count("out") ? a.values["out"] : "runs/sweep");
 }
+
+const char *kGenerateUsage =
+    "usage: spectra-train generate --checkpoint RUN/best.pt --prompt TEXT [--tokens 200]\n"
+    "                              [--temperature 0.8] [--seed 0]\n"
+    "  text from a language model (a run of --task lm): the prompt, then --tokens bytes sampled\n"
+    "  at --temperature (0: the most likely byte), one recurrent step per token (spectral\n"
+    "  attention: a state of m x (d + 2) per head, O(m d) per token whatever the length;\n"
+    "  softmax attention recomputes the prefix). Prints the text, then the tokens/s (stderr).\n";
+
+int generateTextCommand(int argc, char **argv) {
+  spectra::models::GenerateOptions o;
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s == "--help" || s == "-h") {
+      std::cout << kGenerateUsage;
+      return 0;
+    }
+    if (i + 1 >= argc || (s != "--checkpoint" && s != "--prompt" && s != "--tokens" &&
+                          s != "--temperature" && s != "--seed"))
+      throw std::invalid_argument("generate: unknown or incomplete option '" + s + "'\n" +
+                                  kGenerateUsage);
+    std::string v = argv[++i];
+    if (s == "--checkpoint")
+      o.checkpoint = v;
+    else if (s == "--prompt")
+      o.prompt = v;
+    else if (s == "--tokens")
+      o.tokens = std::stoll(v);
+    else if (s == "--temperature")
+      o.temperature = std::stod(v);
+    else
+      o.seed = std::stoull(v);
+  }
+  if (o.checkpoint.empty() || o.prompt.empty())
+    throw std::invalid_argument(std::string("generate needs --checkpoint and --prompt\n") +
+                                kGenerateUsage);
+  if (o.tokens < 0)
+    throw std::invalid_argument("generate: --tokens must be >= 0");
+  spectra::models::GenerateResult r = spectra::models::generateText(o);
+  std::cout << r.text << std::endl;
+  std::cerr << "generated " << r.generated << " tokens after a " << r.promptTokens
+            << "-token prompt in " << std::fixed << std::setprecision(3) << r.seconds << " s: "
+            << std::setprecision(1) << (r.promptTokens + r.generated) / std::max(1e-9, r.seconds)
+            << " tokens/s (" << r.attention << ", one recurrent step per token)\n";
+  return 0;
+}
 #endif
 } // namespace
 
@@ -793,7 +845,7 @@ int main(int argc, char **argv) {
       }
       if (command == "train" || command == "sweep" || command.rfind("--", 0) == 0)
         return usage(std::cout, 0);
-      break;  // generate-listops and plot answer --help themselves
+      break;  // generate-listops, generate and plot answer --help themselves
     }
   try {
     if (command == "generate-listops")
@@ -807,6 +859,8 @@ int main(int argc, char **argv) {
       return sweepCommand(argc, argv);
     if (command == "table")
       return tableCommand(argc, argv);
+    if (command == "generate")
+      return generateTextCommand(argc, argv);
     if (command == "plot")
       return plotCommand(argc, argv);
 #else
@@ -818,7 +872,7 @@ int main(int argc, char **argv) {
     }
 #endif
     std::cerr << "spectra-train: error: unknown command '" << command
-              << "'; commands: train, sweep, table, plot, generate-listops\n";
+              << "'; commands: train, sweep, table, plot, generate, generate-listops\n";
     return usage(std::cerr, 2);
   } catch (const std::invalid_argument &e) {
     std::cerr << "spectra-train: error: " << e.what() << "\n";
