@@ -823,7 +823,10 @@ int generateTextCommand(int argc, char **argv) {
   std::cerr << "generated " << r.generated << " tokens after a " << r.promptTokens
             << "-token prompt in " << std::fixed << std::setprecision(3) << r.seconds << " s: "
             << std::setprecision(1) << (r.promptTokens + r.generated) / std::max(1e-9, r.seconds)
-            << " tokens/s (" << r.attention << ", one recurrent step per token)\n";
+            << " tokens/s (" << r.attention
+            << (r.attention == "softmax" ? ", the prefix recomputed per token"
+                                         : ", one recurrent step per token")
+            << ")\n";
   return 0;
 }
 #endif
