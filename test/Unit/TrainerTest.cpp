@@ -52,7 +52,7 @@ TEST(Trainer, UnknownTaskNamesTheValidOnes) {
     defaultsFor("cifar");
     FAIL() << "no error";
   } catch (const std::invalid_argument &e) {
-    EXPECT_STREQ(e.what(), "unknown task 'cifar'; tasks: listops, text, retrieval");
+    EXPECT_STREQ(e.what(), "unknown task 'cifar'; tasks: listops, text, retrieval, lm");
   }
   EXPECT_THROW(spectra::models::loadTask("cifar", "/nonexistent", 10), std::invalid_argument);
 }

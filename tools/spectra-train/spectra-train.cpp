@@ -58,7 +58,8 @@ commands:
   [train] --task T --attention A --data DIR [--out DIR] [options]
         one training run (the command word may be left out)
   sweep --task T --data DIR [--out DIR] [--attentions LIST] [--parallel K] [training options]
-        every attention in LIST (default: the paper's 18 variants and softmax), each in its own
+        every attention in LIST (default: the paper's 18 variants and softmax; for lm the six
+        PosRF ones causal attention accepts, and softmax), each in its own
         process, then the results table and plot; finished runs are kept, interrupted ones resumed.
         --parallel K: K runs at once on each visible GPU (or on the one --device cuda:N names;
         each run pinned to its GPU), or K at once on the CPU; default: as many as the free memory
@@ -357,6 +358,15 @@ std::vector<std::string> paperAttentions() {
   return v;
 }
 
+/// The paper's variants that causal attention accepts (PosRF's six: OPRF and SADERF read
+/// sequence statistics) and softmax: the lm task's default sweep.
+std::vector<std::string> causalAttentions() {
+  std::vector<std::string> v = {"softmax"};
+  for (auto *w : kWeights)
+    v.push_back(std::string("spectra:posrf-") + w);
+  return v;
+}
+
 bool exists(const std::string &p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
@@ -621,7 +631,7 @@ int sweepCommand(int argc, char **argv) {
   std::string out = a.values.count("out") ? a.values["out"] : "runs/sweep";
   std::vector<std::string> attentions;
   if (!a.values.count("attentions") || a.values["attentions"] == "paper") {
-    attentions = paperAttentions();
+    attentions = task == "lm" ? causalAttentions() : paperAttentions();
   } else {
     std::stringstream list(a.values["attentions"]);
     std::string item;
