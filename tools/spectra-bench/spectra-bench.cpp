@@ -559,12 +559,18 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
   std::cout << "causal " << opt.at("variant") << "  B=" << s.B << " H=" << s.H << " N=" << s.N
             << " d=" << s.d << " m=" << desc.m << " (features " << features << "), cpu "
             << opt.at("dtype") << ", " << threads << " threads, heap " << opt.at("heap") << "\n";
-  std::cout << "forward           fused " << fF << " s   eager chunked reference " << fR
-            << " s   SDPA causal " << fS << " s   reference/fused " << std::setprecision(2)
-            << fR / fF << "   SDPA/fused " << fS / fF << std::setprecision(4) << "\n";
-  std::cout << "forward+backward  fused " << bF << " s   eager chunked reference " << bR
-            << " s   SDPA causal " << bS << " s   reference/fused " << std::setprecision(2)
-            << bR / bF << "   SDPA/fused " << bS / bF << std::setprecision(4) << "\n";
+  // A left-out baseline prints as "-".
+  auto num = [](double x, int precision) {
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(precision) << x;
+    return std::isnan(x) ? std::string("-") : os.str();
+  };
+  std::cout << "forward           fused " << fF << " s   eager chunked reference " << num(fR, 4)
+            << " s   SDPA causal " << num(fS, 4) << " s   reference/fused " << num(fR / fF, 2)
+            << "   SDPA/fused " << num(fS / fF, 2) << "\n";
+  std::cout << "forward+backward  fused " << bF << " s   eager chunked reference " << num(bR, 4)
+            << " s   SDPA causal " << num(bS, 4) << " s   reference/fused " << num(bR / bF, 2)
+            << "   SDPA/fused " << num(bS / bF, 2) << "\n";
   if (peak.gflops > 0) {
     // The bidirectional contractions' count (the prefix products within a tile come on top).
     double f1 = flops(Method::Fused, s, desc.m, features, false) / fF / 1e9,
