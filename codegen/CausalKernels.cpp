@@ -647,11 +647,11 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
                      });
       tb.matmul(t.G, t.qa[o], t.A[o], /*transposeA=*/true);
     }
-    // dv = kb R + (qb kb^T masked)^T gn.
+    // dv = kb R (R read transposed: dot products along the features) + (qb kb^T masked)^T gn.
     tb.fill(t.dVt, 0);
     tb.fill(t.P, 0);
     for (int64_t o = 0; o < s.K; ++o) {
-      tb.matmul(t.kf[o], tb.outputRows(st.S, o), t.dVt);
+      tb.matmulTransposedB(t.kf[o], tb.outputCols(st.St, o), t.dVt);
       tb.matmulTransposedB(t.qa[o], t.kf[o], t.P);
     }
     tb.lowerTriangle(t.P);
@@ -662,7 +662,6 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
               out.dW, out.dk, in.kscale, out.dscale, r0, rows);
     // The suffix state takes the tile's rows: R += qb^T gn, r += qb^T gdot.
     for (int64_t o = 0; o < s.K; ++o) {
-      tb.matmul(t.qa[o], t.GN, tb.outputRows(st.S, o), /*transposeA=*/true);
       tb.matmul(t.GN, t.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
       tb.reduceCols({{t.qa[o]}, {t.gdot, At::Row}}, {tb.outputRows(st.z, o)},
                     [](OpBuilder &nb, Location l, ValueRange a) {
@@ -730,8 +729,7 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
                             FeaturePartialsOp partials, const Dims &s, const Types &t,
                             StringRef name, unsigned numParams) {
   SmallVector<Arg> args = backwardArgs(t, "dk", "dkscale");
-  args.append({{t.S, "R", "partial"}, {t.St, "Rt", "partial"}, {t.f, "r", "partial"},
-               {t.f, "e", "partial"}});
+  args.append({{t.St, "Rt", "partial"}, {t.f, "r", "partial"}, {t.f, "e", "partial"}});
   Kernel k = makeKernel(b, loc, name, "causal_key_backward", "slices", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -743,9 +741,8 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   BackwardArgs out{k.arg(5), k.arg(14), Value(), k.arg(17), k.arg(18), k.arg(16), partials};
   tb.fill(out.dW, 0);
   tb.fill(out.dscale, 0);
-  // The suffix state: R [F, DV] and its transpose, r [F], e [F] (in the State's S, St, z, c).
-  State st{k.arg(19), k.arg(21), Value(), k.arg(22), k.arg(20)};
-  tb.fill(st.S, 0);
+  // The suffix state: R transposed [DV, F], r [F], e [F] (in the State's St, z, c).
+  State st{Value(), k.arg(20), Value(), k.arg(21), k.arg(19)};
   tb.fill(st.St, 0);
   tb.fill(st.z, 0);
   tb.fill(st.c, kNegInf);

@@ -482,7 +482,6 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   buf["z0"] = perSlice(saved.z).clone();
   buf["c0"] = perSlice(saved.shift).clone();
   // The keys' pass's suffix state, one per slice.
-  buf["R"] = torch::empty({BH, 1, F, dv}, f32);
   buf["Rt"] = torch::empty({BH, 1, dv, F}, f32);
   buf["r"] = torch::empty({BH, 1, F}, f32);
   buf["e"] = torch::empty({BH, 1, F}, f32);
