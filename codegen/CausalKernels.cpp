@@ -10,8 +10,12 @@
 //                              running maximum c_f grows;
 //   causal_query_backward      per (row chunk, slice), dq, dW and dparams shares: the forward
 //                              order again from the same carried states;
-//   causal_key_backward        per slice, tiles last to first with the suffix state
-//                              (R, r, e): dk, dv, dW and dparams shares.
+//   causal_suffix              per (row chunk, slice), the chunk's summary of the suffix
+//                              state (R, r, e) the keys' backward carries;
+//   causal_suffix_scan         per slice, the suffix state carried into each chunk from
+//                              the right (a reverse exclusive scan);
+//   causal_key_backward        per (row chunk, slice), the chunk's tiles last to first from
+//                              that state: dk, dv, dW and dparams shares.
 // Exactness at any input scale: keys of a tile are referenced to the tile's end c_end (every
 // key factor <= 1), each query row to M_r = max_f (l_q,f + cm_f(r)) with cm the running maximum
 // at its own row (never the tile's: CAUSAL-NOTES section 2, "the pitfall"), so the query
@@ -68,7 +72,8 @@ struct CausalTiles {
     GN = tile(s.DV), gdr = tb.buffer({s.T}), dVt = tile(s.DV);
     for (int64_t o = 0; o < s.K; ++o)
       A.push_back(tile(s.M));
-    grad = gradientTiles(tb, s, used);
+    if (!used.empty())  // the suffix summary takes no gradient
+      grad = gradientTiles(tb, s, used);
   }
 };
 
@@ -105,15 +110,12 @@ void stageRows(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs 
 
 /// The features of the staged rows: per output the query logits lq and coefficients cq, the
 /// key logits lk (-inf for masked and padded keys) and coefficients ck (times the row weights).
-void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
+void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
   tb.logits(t.Qt, in.Wt, t.Lq, t.xxq);
-  tb.logits(t.Kt, in.Wt, t.Lk, t.xxk);
   ComponentOp component = tb.component;
-  SmallVector<Value> qOuts, kOuts;
-  for (int64_t o = 0; o < s.K; ++o) {
+  SmallVector<Value> qOuts;
+  for (int64_t o = 0; o < s.K; ++o)
     qOuts.append({t.lq[o], t.cq[o]});
-    kOuts.append({t.lk[o], t.ck[o]});
-  }
   tb.elementwise({{t.Lq}, {t.xxq, At::Row}, {in.ww, At::Col}}, qOuts,
                  [&](OpBuilder &nb, Location l, ValueRange a) {
                    KernelBuilder kb(nb, l, component);
@@ -123,6 +125,15 @@ void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &
                      y.append({logits[o], coeffs[o]});
                    return y;
                  });
+}
+
+void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
+  queryFeatures(tb, s, t, in);
+  tb.logits(t.Kt, in.Wt, t.Lk, t.xxk);
+  ComponentOp component = tb.component;
+  SmallVector<Value> kOuts;
+  for (int64_t o = 0; o < s.K; ++o)
+    kOuts.append({t.lk[o], t.ck[o]});
   tb.elementwise({{t.Lk}, {t.xxk, At::Row}, {in.ww, At::Col}, {t.kept, At::Row}, {in.rowscale, At::Col}},
                  kOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
                    KernelBuilder kb(nb, l, component);
@@ -729,8 +740,8 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
                             FeaturePartialsOp partials, const Dims &s, const Types &t,
                             StringRef name, unsigned numParams) {
   SmallVector<Arg> args = backwardArgs(t, "dk", "dkscale");
-  args.append({{t.St, "Rt", "partial"}, {t.f, "r", "partial"}, {t.f, "e", "partial"}});
-  Kernel k = makeKernel(b, loc, name, "causal_key_backward", "slices", args, 8, numParams);
+  args.append({{t.St, "Rt0", "partial"}, {t.f, "r0", "partial"}, {t.f, "e0", "partial"}});
+  Kernel k = makeKernel(b, loc, name, "causal_key_backward", "keys", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   Dims one = s;
@@ -741,11 +752,9 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   BackwardArgs out{k.arg(5), k.arg(14), Value(), k.arg(17), k.arg(18), k.arg(16), partials};
   tb.fill(out.dW, 0);
   tb.fill(out.dscale, 0);
-  // The suffix state: R transposed [DV, F], r [F], e [F] (in the State's St, z, c).
+  // The suffix state carried into the chunk from the right (causal_suffix_scan): R transposed
+  // [DV, F], r [F], e [F] (in the State's St, z, c), advanced in place.
   State st{Value(), k.arg(20), Value(), k.arg(21), k.arg(19)};
-  tb.fill(st.St, 0);
-  tb.fill(st.z, 0);
-  tb.fill(st.c, kNegInf);
   SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;
@@ -756,6 +765,134 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
     });
   });
   finishGradients(tb, s, tiles.grad, out.W, out.dW, k.arg(15));
+  func::ReturnOp::create(b, loc);
+}
+
+/// A row chunk's summary of the suffix state (causal_suffix): Rt = sum_i qb_i gn_i^T,
+/// r = sum_i qb_i gdot_i with qb = cq exp(lq - M - e), e the chunk's per-feature maximum of
+/// lq - M (no split needed: every factor is <= |cq|).
+void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                       const Types &t, StringRef name, unsigned numParams) {
+  Kernel k = makeKernel(
+      b, loc, name, "causal_suffix", "queries",
+      {{t.rows, "q", "rows"}, {t.Wt, "Wt", "shared"}, {t.ww, "ww", "shared"},
+       {t.params, "params", "slice"}, {t.values, "out", "rows"}, {t.values, "gout", "rows"},
+       {t.qstat, "qstat", "rows"}, {t.scale, "qscale", "slice"}, {t.St, "Rt", "partial"},
+       {t.f, "r", "partial"}, {t.f, "e", "partial"}},
+      3, numParams);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Q = k.arg(0), gout = k.arg(5), out = k.arg(4), qstat = k.arg(6);
+  CausalArgs in{Q, Value(), Value(), Value(), k.arg(1), k.arg(2), Value(), k.arg(7), Value(),
+                gout, out, qstat, k.params};
+  State st{Value(), k.arg(9), Value(), k.arg(10), k.arg(8)};
+  tb.fill(st.St, 0);
+  tb.fill(st.z, 0);
+  tb.fill(st.c, kNegInf);
+  CausalTiles tt(tb, s, /*backward=*/true);
+  tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
+    tb.stage(Q, r0, rows, tt.Qt, s.D, in.qscale);
+    tb.stage(gout, r0, rows, tt.Gt, s.DV);
+    tb.stage(out, r0, rows, tt.Ot, s.DV);
+    tb.stageMask(Value(), r0, rows, tt.valid);
+    queryFeatures(tb, s, tt, in);
+    tb.fill(tt.M, 0);
+    tb.fill(tt.rden, 0);
+    tb.forRange(tb.idx(0), rows, [&](Value i) {
+      Value n = arith::AddIOp::create(b, loc, r0, i);
+      tb.store(tb.load(qstat, {n, tb.idx(0)}), tt.M, {i});
+      tb.store(arith::DivFOp::create(b, loc, tb.f32(1), tb.load(qstat, {n, tb.idx(1)})), tt.rden, {i});
+    });
+    tb.fill(tt.gdot, 0);
+    tb.reduceRows({{tt.Gt}, {tt.Ot}}, {tt.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return one(x.add(a[2], x.mul(a[0], a[1])));
+    });
+    tb.elementwise({{tt.rden}}, {tt.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::MulFOp::create(nb, l, a[1], a[0]));
+    });
+    tb.elementwise({{tt.Gt}, {tt.rden, At::Row}}, {tt.GN}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::MulFOp::create(nb, l, a[0], a[1]));
+    });
+    for (int64_t o = 0; o < s.K; ++o) {
+      // lq - M (-inf past the rows), the new reference max(e, its column maxima).
+      tb.elementwise({{tt.M, At::Row}, {tt.valid, At::Row}}, {tt.lq[o]},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       return one(x.select(x.positive(a[1]), x.sub(a[2], a[0]), x.c(kNegInf)));
+                     });
+      tb.elementwise({{tb.outputRows(st.c, o)}}, {tt.ref[o]},
+                     [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+      tb.reduceCols({{tt.lq[o]}}, {tt.ref[o]}, [](OpBuilder &nb, Location l, ValueRange a) {
+        return one(arith::MaximumFOp::create(nb, l, a[1], a[0]));
+      });
+    }
+    rescale(tb, s, tt, st);
+    for (int64_t o = 0; o < s.K; ++o) {
+      tb.elementwise({{tt.cq[o]}, {tt.ref[o], At::Col}}, {tt.qa[o]},  // in place of lq - M
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
+                     });
+      tb.matmul(tt.GN, tt.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
+      tb.reduceCols({{tt.qa[o]}, {tt.gdot, At::Row}}, {tb.outputRows(st.z, o)},
+                    [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return one(x.add(a[2], x.mul(a[0], a[1])));
+                    });
+    }
+  });
+  func::ReturnOp::create(b, loc);
+}
+
+/// The suffix states carried into each row chunk from the right (causal_suffix_scan): chunk
+/// C - 1 starts empty; chunk ch starts with chunk ch + 1's state merged with chunk ch + 1's
+/// summary (e = max, the rest rescaled by exp(e_part - e)).
+void buildCausalSuffixScan(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                           const Types &t, StringRef name) {
+  MemRefType Stp = MemRefType::get({ShapedType::kDynamic, s.DV, s.F}, b.getF32Type());
+  Kernel k = makeKernel(b, loc, name, "causal_suffix_scan", "slices",
+                        {{Stp, "Rtp", "slice"}, {t.fp, "rp", "slice"}, {t.fp, "ep", "slice"},
+                         {Stp, "Rt0", "slice"}, {t.fp, "r0", "slice"}, {t.fp, "e0", "slice"}},
+                        0, 0);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToEnd(k.entry);
+  TileBuilder tb(b, loc, component, s, k.entry);
+  Value Rtp = k.arg(0), rp = k.arg(1), ep = k.arg(2), Rt0 = k.arg(3), r0 = k.arg(4), e0 = k.arg(5);
+  Value eNew = tb.buffer({s.F}), wOld = tb.buffer({s.F}), wNew = tb.buffer({s.F});
+  Value chunks = tb.dim(Rtp, 0);
+  Value last = arith::SubIOp::create(b, loc, chunks, tb.idx(1));
+  tb.fill(chunkOf(tb, Rt0, last), 0);
+  tb.fill(chunkOf(tb, r0, last), 0);
+  tb.fill(chunkOf(tb, e0, last), kNegInf);
+  tb.forRange(tb.idx(1), chunks, [&](Value i) {
+    Value ch = arith::SubIOp::create(b, loc, last, i);
+    Value next = arith::AddIOp::create(b, loc, ch, tb.idx(1));
+    tb.elementwise({{chunkOf(tb, e0, next)}, {chunkOf(tb, ep, next)}}, {eNew, wOld, wNew},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value m = x.max(a[0], a[1]);
+                     auto weight = [&](Value from) {
+                       Value live = x.cmp(arith::CmpFPredicate::OGT, from, x.c(kNegInf));
+                       return x.select(live, x.exp(x.sub(from, m)), x.c(0));
+                     };
+                     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
+                   });
+    tb.elementwise({{chunkOf(tb, Rt0, next)}, {chunkOf(tb, Rtp, next)}, {wOld, At::Col},
+                    {wNew, At::Col}},
+                   {chunkOf(tb, Rt0, ch)}, [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return one(x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])));
+                   });
+    tb.elementwise({{chunkOf(tb, r0, next)}, {chunkOf(tb, rp, next)}, {wOld}, {wNew}, {eNew}},
+                   {chunkOf(tb, r0, ch), chunkOf(tb, e0, ch)},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     return SmallVector<Value>{x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])), a[4]};
+                   });
+  });
   func::ReturnOp::create(b, loc);
 }
 
@@ -773,6 +910,8 @@ void mlir::spectra::tiles::buildCausalBackward(OpBuilder &b, Location loc, Compo
                                                const Types &t, StringRef map, unsigned numParams) {
   buildCausalQueryBackward(b, loc, component, partials, s, t, (map + "_causal_query_backward").str(),
                            numParams);
+  buildCausalSuffix(b, loc, component, s, t, (map + "_causal_suffix").str(), numParams);
+  buildCausalSuffixScan(b, loc, component, s, t, (map + "_causal_suffix_scan").str());
   buildCausalKeyBackward(b, loc, component, partials, s, t, (map + "_causal_key_backward").str(),
                          numParams);
 }

@@ -350,7 +350,7 @@ static std::string keepOneFeatureMap(ModuleOp source, const char *featureMap, st
 
 /// A kernel kind that only the backward needs (missing when the component has no backward).
 static bool isBackwardKind(llvm::StringRef kind) {
-  return kind.contains("backward") ||
+  return kind.contains("backward") || kind.starts_with("causal_suffix") ||
          (kind.ends_with("_combine") && kind != "kv_combine" && kind != "moments_combine");
 }
 

@@ -518,7 +518,8 @@ ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
       "kv_combine",       "readout",          "query_backward",
       "dsummary_combine", "key_backward",     "dweights_chunk_combine", "dweights_combine",
       "dparams_combine",  "moments_backward", "causal_prefix",
-      "causal_readout",   "causal_query_backward", "causal_key_backward"};
+      "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
+      "causal_key_backward"};
   return kinds;
 }
 

@@ -38,7 +38,11 @@ struct CpuLauncher : KernelLauncher {
   CpuLauncher(spectra_cpu_kernel *compiled, const std::string &name) : name(name) {
     for (auto &[kind, host] : hostKernels(compiled, &backwardError)) {
       Kernel k{host.entry, host.abi, host.abi};
-      k.batched.chunkRows = FusedCpuAttention::kChunkRows;
+      // The causal keys' backward runs per slice on the CPU (the threads are busy with slices;
+      // one chunk needs no suffix summaries), per row chunk on a GPU (KernelLaunch.cpp).
+      k.batched.chunkRows = kind == "causal_suffix" || kind == "causal_key_backward"
+                                ? FusedCpuAttention::kWholeSequence
+                                : FusedCpuAttention::kChunkRows;
       for (KernelArgSpec &arg : k.batched.args)
         arg.rank += batchDims(arg.role);
       kernels.emplace(kind, std::move(k));

@@ -177,6 +177,8 @@ class FusedCpuAttention {
 public:
   /// Rows of q or k per task.
   static constexpr int64_t kChunkRows = 1024;
+  /// The rows per task of the causal keys' backward: the whole sequence.
+  static constexpr int64_t kWholeSequence = int64_t(1) << 40;
 
   /// JIT-compiles the kernels of a named variant (for dv = d; other value
   /// dimensions compile on first use).

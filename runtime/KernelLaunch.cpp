@@ -5,6 +5,7 @@
 #include "codegen/spectra_compiler.h"
 
 #include <atomic>
+#include <limits>
 #include <chrono>
 #include <sstream>
 #include <stdexcept>
@@ -463,6 +464,8 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                 BH = B * H, M = in.W.size(0), D = in.W.size(1), P = in.params.size(2);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
   const KernelAbi &qb = launcher.abi("causal_query_backward"),
+                  &suffix = launcher.abi("causal_suffix"),
+                  &scan = launcher.abi("causal_suffix_scan"),
                   &kb = launcher.abi("causal_key_backward"),
                   &dw = launcher.abi("dweights_combine"),
                   &dwc = launcher.abi("dweights_chunk_combine"),
@@ -481,26 +484,44 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   buf["St0"] = perSlice(saved.S).transpose(2, 3).contiguous();
   buf["z0"] = perSlice(saved.z).clone();
   buf["c0"] = perSlice(saved.shift).clone();
-  // The keys' pass's suffix state, one per slice.
-  buf["Rt"] = torch::empty({BH, 1, dv, F}, f32);
-  buf["r"] = torch::empty({BH, 1, F}, f32);
-  buf["e"] = torch::empty({BH, 1, F}, f32);
+  // The keys' pass: each chunk's summary of the suffix state, then the state carried into
+  // each chunk from the right.
+  const int64_t Ck = chunksOf(N, kb.chunkRows);
+  TORCH_CHECK(chunksOf(N, suffix.chunkRows) == Ck, "spectra causal attention: internal error: ",
+              "the suffix summaries' chunks differ from the keys' backward's");
+  torch::Tensor Rtp = torch::empty({BH, Ck, dv, F}, f32), rp = torch::empty({BH, Ck, F}, f32),
+                ep = torch::empty({BH, Ck, F}, f32);
+  buf["Rt"] = Rtp;
+  buf["r"] = rp;
+  buf["e"] = ep;
+  buf["Rt0"] = torch::empty({BH, Ck, dv, F}, f32);
+  buf["r0"] = torch::empty({BH, Ck, F}, f32);
+  buf["e0"] = torch::empty({BH, Ck, F}, f32);
   buf["out"] = slices(saved.out).contiguous();
   buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
   buf["qstat"] = slices(saved.qstat).contiguous();
   buf["dq"] = torch::empty({BH, N, D}, in.qs.options());
   buf["dk"] = torch::empty({BH, N, D}, in.ks.options());
   buf["dv"] = torch::empty({BH, N, dv}, in.vs.options());
-  // The (slice, chunk) shares of dW and dparams: the queries' chunks, then one per slice
-  // from the keys' pass.
-  torch::Tensor dWp = torch::empty({BH, Cq + 1, M, D}, f32), dpp = torch::empty({BH, Cq + 1, P}, f32);
-  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, 1, D}, f32);
+  // The (slice, chunk) shares of dW and dparams: the queries' chunks, then the keys'.
+  torch::Tensor dWp = torch::empty({BH, Cq + Ck, M, D}, f32),
+                dpp = torch::empty({BH, Cq + Ck, P}, f32);
+  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
   buf["dW"] = dWp.narrow(1, 0, Cq);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
   buf["dqscale"] = dqscale;
   run(launcher, qb, buf);
-  buf["dW"] = dWp.narrow(1, Cq, 1);
-  buf["dparams"] = dpp.narrow(1, Cq, 1);
+  if (Ck > 1) {
+    run(launcher, suffix, buf);
+    run(launcher, scan, {{"Rtp", Rtp}, {"rp", rp}, {"ep", ep}, {"Rt0", buf["Rt0"]},
+                         {"r0", buf["r0"]}, {"e0", buf["e0"]}});
+  } else {  // one chunk: it starts from the empty state
+    buf["Rt0"].zero_();
+    buf["r0"].zero_();
+    buf["e0"].fill_(-std::numeric_limits<float>::infinity());
+  }
+  buf["dW"] = dWp.narrow(1, Cq, Ck);
+  buf["dparams"] = dpp.narrow(1, Cq, Ck);
   buf["dkscale"] = dkscale;
   run(launcher, kb, buf);
   torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32),

@@ -46,7 +46,8 @@ inline const char *const kKernelKinds[] = {
     "kv_combine",       "readout",         "query_backward",
     "dsummary_combine", "key_backward",    "dweights_chunk_combine", "dweights_combine",
     "dparams_combine",  "moments_backward", "causal_prefix",
-    "causal_readout",   "causal_query_backward", "causal_key_backward"};
+    "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
+    "causal_key_backward"};
 
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
 /// the type the runtime computes them in).
@@ -194,8 +195,10 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
 FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInputs &in,
                                  int64_t features);
 /// The causal backward plan: causal_query_backward (per row chunk, from the carried
-/// states), causal_key_backward (per slice, last row to first), then the sums of the dW and
-/// dparams shares; returns what launchBackward returns.
+/// states), causal_suffix (each chunk's summary of the keys' suffix state) and
+/// causal_suffix_scan (the state carried into each chunk from the right), causal_key_backward
+/// (per row chunk, last row to first), then the sums of the dW and dparams shares; returns
+/// what launchBackward returns.
 std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                                                 const FusedInputs &in, const FusedForward &saved,
                                                 const torch::Tensor &gout, int64_t features);

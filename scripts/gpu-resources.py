@@ -28,7 +28,7 @@ PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
 KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
          "dweights_chunk_combine", "dweights_combine", "dparams_combine"]
 CAUSAL_KINDS = ["kv", "causal_prefix", "causal_readout", "causal_query_backward",
-                "causal_key_backward", "dweights_chunk_combine", "dweights_combine",
+                "causal_suffix", "causal_suffix_scan", "causal_key_backward", "dweights_chunk_combine", "dweights_combine",
                 "dparams_combine"]
 # The kernels whose work is contractions (the combine kernels only add partials).
 CONTRACTING = ("kv", "readout", "query_backward", "key_backward")
