@@ -216,10 +216,19 @@ TEST(FusedCausal, GpuScheduleRunOnTheCpuMatchesTheReference) {
   }
 }
 
+void expectCausal(const std::string &variant);
+
 TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {
-  FusedCpuAttention fused("posrf-orf", config(16, 8), /*causal=*/true);
+  // Every paper variant causal attention accepts (OPRF and SADERF are refused: statistics).
+  for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"})
+    expectCausal(std::string("posrf-") + weights);
+}
+
+void expectCausal(const std::string &variant) {
+  FusedCpuAttention fused(variant, config(variant == "posrf-sgq" ? 17 : 16, 8), /*causal=*/true);
   const Descriptor &desc = fused.descriptor();
   Weights w = WeightFactory(desc).draw(0, torch::kFloat32);
+  w.W = w.W.detach();  // FastFoodL's W is a function of its factors: fixed here
   const int64_t N = 100;
   for (double scale : {1.0, 10.0})
     for (int64_t cut : {0, 30, 31, 32, 63, 70}) {
@@ -239,8 +248,13 @@ TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {
       torch::Tensor before = run(a).index({Slice(), Slice(), Slice(0, cut + 1)});
       torch::Tensor after = run(mixed).index({Slice(), Slice(), Slice(0, cut + 1)});
       ASSERT_TRUE(torch::isfinite(after).all().item<bool>());
-      EXPECT_LT(rowError(after.to(torch::kFloat64), before.to(torch::kFloat64)), 1e-6)
-          << "scale " << scale << " cut " << cut;
+      // Values may not move; rounding may (the tile holding the cut references its keys to
+      // the tile's end, which later keys raise): 1e-6 at scale 1, 1e-5 at scale 10, where the
+      // kernel's own distance from float64 is ~4e-6 (CAUSAL-NOTES section 2). A leak moves
+      // rows by O(1) (3.3 with OPRF's whole-sequence statistics).
+      EXPECT_LT(rowError(after.to(torch::kFloat64), before.to(torch::kFloat64)),
+                scale > 1 ? 1e-5 : 1e-6)
+          << variant << " scale " << scale << " cut " << cut;
     }
   // Gradients: dL/dout = 0 after the cut leaves dq, dk, dv of later rows exactly 0.
   for (int64_t cut : {31, 32, 63}) {
@@ -252,7 +266,8 @@ TEST(FusedCausal, LaterTokensChangeNoEarlierOutputOrGradient) {
     g.index_put_({Slice(), Slice(), Slice(cut + 1)}, 0.0);
     fused.attention(q, k, v, w).backward(g);
     for (const torch::Tensor &grad : {q.grad(), k.grad(), v.grad()})
-      EXPECT_EQ(maxAbs(grad.index({Slice(), Slice(), Slice(cut + 1)})), 0.0) << "cut " << cut;
+      EXPECT_EQ(maxAbs(grad.index({Slice(), Slice(), Slice(cut + 1)})), 0.0)
+          << variant << " cut " << cut;
     EXPECT_GT(maxAbs(k.grad().index({Slice(), Slice(), Slice(0, cut + 1)})), 0.0);
   }
 }
