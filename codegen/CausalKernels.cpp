@@ -182,18 +182,23 @@ void rowReference(TileBuilder &tb, const Dims &s, CausalTiles &t) {
 }
 
 /// Whether the largest of `values` [T] over the valid rows exceeds kSplitGap (an i1).
-Value exceedsGap(TileBuilder &tb, const Dims &s, CausalTiles &t, Value values) {
+/// The largest of `values` [T] over the rows `mask` keeps (every row without one), as a
+/// scalar every thread of a GPU block reads alike; whether it exceeds `bound` (an i1).
+Value largestExceeds(TileBuilder &tb, const Dims &s, CausalTiles &t, Value values, Value mask,
+                     double bound) {
   tb.fill(t.flag, kNegInf);
   tb.forRange(tb.idx(0), tb.idx(s.T), [&](Value i) {
     Value v = tb.load(values, {i});
-    Value live = arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
-                                       tb.load(t.valid, {i}), tb.f32(0));
-    v = arith::SelectOp::create(tb.b, tb.loc, live, v, tb.f32(kNegInf));
+    if (mask) {
+      Value live = arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
+                                         tb.load(mask, {i}), tb.f32(0));
+      v = arith::SelectOp::create(tb.b, tb.loc, live, v, tb.f32(kNegInf));
+    }
     tb.store(arith::MaximumFOp::create(tb.b, tb.loc, tb.load(t.flag, {tb.idx(0)}), v), t.flag,
              {tb.idx(0)});
   });
   return arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
-                               tb.load(t.flag, {tb.idx(0)}), tb.f32(kSplitGap));
+                               tb.load(t.flag, {tb.idx(0)}), tb.f32(bound));
 }
 
 /// Whether a tile must run row by row: Delta_r = max_f (lq + c_end) - M_r > kSplitGap.
@@ -208,7 +213,7 @@ Value forwardSplit(TileBuilder &tb, const Dims &s, CausalTiles &t) {
   tb.elementwise({{t.M}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
     return one(arith::SubFOp::create(nb, l, a[1], a[0]));
   });
-  return exceedsGap(tb, s, t, t.delta);
+  return largestExceeds(tb, s, t, t.delta, t.valid, kSplitGap);
 }
 
 /// Moves the state's reference to ref (per feature, >= c): S, z (and zabs) times
@@ -330,14 +335,7 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
         Value neg = x.max(arith::NegFOp::create(nb, l, a[0]), arith::NegFOp::create(nb, l, a[1]));
         return one(x.max(a[2], neg));
       });
-    tb.fill(t.flag, 0);
-    tb.forRange(tb.idx(0), tb.idx(s.T), [&](Value i) {
-      tb.store(arith::MaximumFOp::create(tb.b, tb.loc, tb.load(t.flag, {tb.idx(0)}),
-                                         tb.load(t.delta, {i})),
-               t.flag, {tb.idx(0)});
-    });
-    Value negative = arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::OGT,
-                                           tb.load(t.flag, {tb.idx(0)}), tb.f32(0));
+    Value negative = largestExceeds(tb, s, t, t.delta, Value(), 0);
     auto branch = scf::IfOp::create(tb.b, tb.loc, negative, /*withElseRegion=*/true);
     {
       OpBuilder::InsertionGuard guard(tb.b);
@@ -396,6 +394,38 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   unlessSplit(tb, forwardSplit(tb, s, t), r0, rows, /*reversed=*/false, row, tile);
 }
 
+/// A carried state as the scans see it: its matrix (S [F, DV], features along rows, or Rt
+/// [DV, F], along columns), its per-feature sums (z, zabs or r) and its reference c.
+struct Summary {
+  Value matrix;
+  SmallVector<Value> sums;
+  Value c;
+};
+
+/// to = the merge of `from` and `part` (c = max, the rest rescaled by exp(c_part - c), 0 for a
+/// part no kept key reached); the reference and weights go through cNew, wOld, wNew [F].
+void mergeSummaries(TileBuilder &tb, const Summary &from, const Summary &part, const Summary &to,
+                    At features, Value cNew, Value wOld, Value wNew) {
+  tb.elementwise({{from.c}, {part.c}}, {cNew, wOld, wNew}, [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    Value m = x.max(a[0], a[1]);
+    auto weight = [&](Value v) {
+      Value live = x.cmp(arith::CmpFPredicate::OGT, v, x.c(kNegInf));
+      return x.select(live, x.exp(x.sub(v, m)), x.c(0));
+    };
+    return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
+  });
+  auto weighted = [](OpBuilder &nb, Location l, ValueRange a) {
+    Scalar x{nb, l};
+    return one(x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])));
+  };
+  tb.elementwise({{from.matrix}, {part.matrix}, {wOld, features}, {wNew, features}}, {to.matrix},
+                 weighted);
+  for (auto [f, p, t] : llvm::zip(from.sums, part.sums, to.sums))
+    tb.elementwise({{f}, {p}, {wOld}, {wNew}}, {t}, weighted);
+  tb.elementwise({{cNew}}, {to.c}, [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
+}
+
 void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                        const Types &t, StringRef name) {
   Kernel k = makeKernel(b, loc, name, "causal_prefix", "slices",
@@ -419,30 +449,12 @@ void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const 
   tb.fill(chunkOf(tb, c0, zero), kNegInf);
   tb.forRange(tb.idx(1), tb.dim(Sp, 0), [&](Value ch) {
     Value prev = arith::SubIOp::create(b, loc, ch, tb.idx(1));
-    tb.elementwise({{chunkOf(tb, c0, prev)}, {chunkOf(tb, cp, prev)}}, {cNew, wOld, wNew},
-                   [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     Value m = x.max(a[0], a[1]);
-                     auto weight = [&](Value from) {
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, from, x.c(kNegInf));
-                       return x.select(live, x.exp(x.sub(from, m)), x.c(0));
-                     };
-                     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
-                   });
-    tb.elementwise({{chunkOf(tb, S0, prev)}, {chunkOf(tb, Sp, prev)}, {wOld, At::Row},
-                    {wNew, At::Row}},
-                   {chunkOf(tb, S0, ch)}, [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     return one(x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])));
-                   });
-    tb.elementwise({{chunkOf(tb, z0, prev)}, {chunkOf(tb, zabs0, prev)}, {chunkOf(tb, zp, prev)},
-                    {chunkOf(tb, zabsp, prev)}, {wOld}, {wNew}, {cNew}},
-                   {chunkOf(tb, z0, ch), chunkOf(tb, zabs0, ch), chunkOf(tb, c0, ch)},
-                   [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     return SmallVector<Value>{x.add(x.mul(a[0], a[4]), x.mul(a[2], a[5])),
-                                               x.add(x.mul(a[1], a[4]), x.mul(a[3], a[5])), a[6]};
-                   });
+    auto at = [&](Value chunk, Value S, Value z, Value zabs, Value c) {
+      return Summary{chunkOf(tb, S, chunk), {chunkOf(tb, z, chunk), chunkOf(tb, zabs, chunk)},
+                     chunkOf(tb, c, chunk)};
+    };
+    mergeSummaries(tb, at(prev, S0, z0, zabs0, c0), at(prev, Sp, zp, zabsp, cp),
+                   at(ch, S0, z0, zabs0, c0), At::Row, cNew, wOld, wNew);
   });
   func::ReturnOp::create(b, loc);
 }
@@ -479,10 +491,10 @@ void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const
 // Backward
 //===----------------------------------------------------------------------===//
 
-/// M and 1/den per staged row from the forward's qstat (0 past the rows), and
-/// gdot = (dL/dout . out) / den.
-void loadRowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
-                  Value rows) {
+/// M and 1/den per staged row from the forward's qstat (0 past the rows),
+/// gdot = (dL/dout . out) / den and gn = dL/dout / den.
+void rowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
+              Value rows) {
   tb.fill(t.M, 0);
   tb.fill(t.rden, 0);
   tb.forRange(tb.idx(0), rows, [&](Value i) {
@@ -499,10 +511,15 @@ void loadRowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalAr
   tb.elementwise({{t.rden}}, {t.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
     return one(arith::MulFOp::create(nb, l, a[1], a[0]));
   });
-  // gn = dL/dout / den, and G[r, j] = gn_r . v_j - gdot_r for j <= r.
   tb.elementwise({{t.Gt}, {t.rden, At::Row}}, {t.GN}, [](OpBuilder &nb, Location l, ValueRange a) {
     return one(arith::MulFOp::create(nb, l, a[0], a[1]));
   });
+}
+
+/// rowStats, and G[r, j] = gn_r . v_j - gdot_r for j <= r (0 above the diagonal).
+void loadRowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
+                  Value rows) {
+  rowStats(tb, s, t, in, r0, rows);
   tb.fill(t.G, 0);
   tb.matmulTransposedB(t.GN, t.Vt, t.G);
   tb.elementwise({{t.gdot, At::Row}}, {t.G}, [](OpBuilder &nb, Location l, ValueRange a) {
@@ -683,11 +700,8 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
   };
   if (!row)
     return tile();
-  // Split on the keys' bound (the rows of t.kept, not the queries').
-  Value saved = t.valid;
-  t.valid = t.kept;
-  Value split = exceedsGap(tb, s, t, t.delta);
-  t.valid = saved;
+  // Split on the keys' bound, over the kept keys.
+  Value split = largestExceeds(tb, s, t, t.delta, t.kept, kSplitGap);
   unlessSplit(tb, split, r0, rows, /*reversed=*/true, row, tile);
 }
 
@@ -797,24 +811,7 @@ void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const 
     tb.stage(out, r0, rows, tt.Ot, s.DV);
     tb.stageMask(Value(), r0, rows, tt.valid);
     queryFeatures(tb, s, tt, in);
-    tb.fill(tt.M, 0);
-    tb.fill(tt.rden, 0);
-    tb.forRange(tb.idx(0), rows, [&](Value i) {
-      Value n = arith::AddIOp::create(b, loc, r0, i);
-      tb.store(tb.load(qstat, {n, tb.idx(0)}), tt.M, {i});
-      tb.store(arith::DivFOp::create(b, loc, tb.f32(1), tb.load(qstat, {n, tb.idx(1)})), tt.rden, {i});
-    });
-    tb.fill(tt.gdot, 0);
-    tb.reduceRows({{tt.Gt}, {tt.Ot}}, {tt.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
-      Scalar x{nb, l};
-      return one(x.add(a[2], x.mul(a[0], a[1])));
-    });
-    tb.elementwise({{tt.rden}}, {tt.gdot}, [](OpBuilder &nb, Location l, ValueRange a) {
-      return one(arith::MulFOp::create(nb, l, a[1], a[0]));
-    });
-    tb.elementwise({{tt.Gt}, {tt.rden, At::Row}}, {tt.GN}, [](OpBuilder &nb, Location l, ValueRange a) {
-      return one(arith::MulFOp::create(nb, l, a[0], a[1]));
-    });
+    rowStats(tb, s, tt, in, r0, rows);
     for (int64_t o = 0; o < s.K; ++o) {
       // lq - M (-inf past the rows), the new reference max(e, its column maxima).
       tb.elementwise({{tt.M, At::Row}, {tt.valid, At::Row}}, {tt.lq[o]},
@@ -870,28 +867,11 @@ void buildCausalSuffixScan(OpBuilder &b, Location loc, ComponentOp component, co
   tb.forRange(tb.idx(1), chunks, [&](Value i) {
     Value ch = arith::SubIOp::create(b, loc, last, i);
     Value next = arith::AddIOp::create(b, loc, ch, tb.idx(1));
-    tb.elementwise({{chunkOf(tb, e0, next)}, {chunkOf(tb, ep, next)}}, {eNew, wOld, wNew},
-                   [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     Value m = x.max(a[0], a[1]);
-                     auto weight = [&](Value from) {
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, from, x.c(kNegInf));
-                       return x.select(live, x.exp(x.sub(from, m)), x.c(0));
-                     };
-                     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
-                   });
-    tb.elementwise({{chunkOf(tb, Rt0, next)}, {chunkOf(tb, Rtp, next)}, {wOld, At::Col},
-                    {wNew, At::Col}},
-                   {chunkOf(tb, Rt0, ch)}, [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     return one(x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])));
-                   });
-    tb.elementwise({{chunkOf(tb, r0, next)}, {chunkOf(tb, rp, next)}, {wOld}, {wNew}, {eNew}},
-                   {chunkOf(tb, r0, ch), chunkOf(tb, e0, ch)},
-                   [](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     return SmallVector<Value>{x.add(x.mul(a[0], a[2]), x.mul(a[1], a[3])), a[4]};
-                   });
+    auto at = [&](Value chunk, Value Rt, Value r, Value e) {
+      return Summary{chunkOf(tb, Rt, chunk), {chunkOf(tb, r, chunk)}, chunkOf(tb, e, chunk)};
+    };
+    mergeSummaries(tb, at(next, Rt0, r0, e0), at(next, Rtp, rp, ep), at(ch, Rt0, r0, e0), At::Col,
+                   eNew, wOld, wNew);
   });
   func::ReturnOp::create(b, loc);
 }

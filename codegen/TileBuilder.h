@@ -123,26 +123,21 @@ public:
   }
   /// C[m, n] += sum_k A[m, k] B[k, n] (A read as A[k, m] when `transposeA`).
   void matmul(Value A, Value B, Value C, bool transposeA = false) {
-    MLIRContext *ctx = b.getContext();
     AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1), k = b.getAffineDimExpr(2);
-    SmallVector<AffineMap> maps = {
-        AffineMap::get(3, 0, transposeA ? ArrayRef<AffineExpr>{k, m} : ArrayRef<AffineExpr>{m, k}, ctx),
-        AffineMap::get(3, 0, {k, n}, ctx), AffineMap::get(3, 0, {m, n}, ctx)};
-    linalg::GenericOp::create(
-        b, loc, TypeRange{}, ValueRange{A, B}, ValueRange{C}, maps,
-        {utils::IteratorType::parallel, utils::IteratorType::parallel, utils::IteratorType::reduction},
-        "", "", [](OpBuilder &nb, Location l, ValueRange args) {
-          Value prod = arith::MulFOp::create(nb, l, args[0], args[1]);
-          linalg::YieldOp::create(nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod)});
-        });
+    contraction(A, B, C, transposeA ? SmallVector<AffineExpr>{k, m} : SmallVector<AffineExpr>{m, k},
+                {k, n});
   }
-
   /// C[m, n] += sum_k A[m, k] B[n, k] (both operands contiguous along k: the CPU schedule
   /// makes it dot products, the GPU schedule a thread nest like any contraction).
   void matmulTransposedB(Value A, Value B, Value C) {
-    MLIRContext *ctx = b.getContext();
     AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1), k = b.getAffineDimExpr(2);
-    SmallVector<AffineMap> maps = {AffineMap::get(3, 0, {m, k}, ctx), AffineMap::get(3, 0, {n, k}, ctx),
+    contraction(A, B, C, {m, k}, {n, k});
+  }
+  /// C[m, n] += A[a] B[b] summed over k, A and B indexed by `a` and `b` of (m, n, k).
+  void contraction(Value A, Value B, Value C, ArrayRef<AffineExpr> a, ArrayRef<AffineExpr> bIdx) {
+    MLIRContext *ctx = b.getContext();
+    AffineExpr m = b.getAffineDimExpr(0), n = b.getAffineDimExpr(1);
+    SmallVector<AffineMap> maps = {AffineMap::get(3, 0, a, ctx), AffineMap::get(3, 0, bIdx, ctx),
                                    AffineMap::get(3, 0, {m, n}, ctx)};
     linalg::GenericOp::create(
         b, loc, TypeRange{}, ValueRange{A, B}, ValueRange{C}, maps,
@@ -152,6 +147,7 @@ public:
           linalg::YieldOp::create(nb, l, ValueRange{arith::AddFOp::create(nb, l, args[2], prod)});
         });
   }
+
   /// X[i, j] = 0 where j > i: the causal mask of a [T, T] tile (row i a query, column j a
   /// key), stored (never multiplied) so that nothing above the diagonal (inf, NaN) leaks.
   void lowerTriangle(Value X) {

@@ -255,6 +255,25 @@ std::map<std::string, torch::Tensor> inputBuffers(const FusedInputs &in) {
   return buf;
 }
 
+/// The keys' summaries of every (slice, row chunk) by the `kv` kernel: S [BH, C, F, dv],
+/// z, zabs and c [BH, C, F], each relative to its chunk's per-feature constants.
+std::array<torch::Tensor, 4> keySummaries(const KernelLauncher &launcher, const KernelAbi &kv,
+                                          const std::map<std::string, torch::Tensor> &inputs,
+                                          int64_t C, int64_t F) {
+  const torch::Tensor &v = inputs.at("v");
+  const int64_t BH = v.size(0), dv = v.size(2);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(v.device());
+  std::array<torch::Tensor, 4> out = {torch::empty({BH, C, F, dv}, f32), torch::empty({BH, C, F}, f32),
+                                      torch::empty({BH, C, F}, f32), torch::empty({BH, C, F}, f32)};
+  std::map<std::string, torch::Tensor> buf = inputs;
+  buf["S"] = out[0];
+  buf["z"] = out[1];
+  buf["zabs"] = out[2];
+  buf["c"] = out[3];
+  run(launcher, kv, buf);
+  return out;
+}
+
 } // namespace
 
 KernelTimer::KernelTimer() {
@@ -320,14 +339,7 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
 
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   // The keys' split reduction: per (slice, chunk) partials, then the combine in chunk order.
-  torch::Tensor Sp = torch::empty({BH, C, F, dv}, f32), zp = torch::empty({BH, C, F}, f32),
-                zabsp = torch::empty({BH, C, F}, f32), cp = torch::empty({BH, C, F}, f32);
-  std::map<std::string, torch::Tensor> kvBuf = buf;
-  kvBuf["S"] = Sp;
-  kvBuf["z"] = zp;
-  kvBuf["zabs"] = zabsp;
-  kvBuf["c"] = cp;
-  run(launcher, kv, kvBuf);
+  auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
   FusedForward result;
   result.S = torch::empty({BH, F, dv}, f32);
   result.z = torch::empty({BH, F}, f32);
@@ -425,14 +437,7 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
               ") differ");
   const int64_t C = chunksOf(N, kv.chunkRows);
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
-  torch::Tensor Sp = torch::empty({BH, C, F, dv}, f32), zp = torch::empty({BH, C, F}, f32),
-                zabsp = torch::empty({BH, C, F}, f32), cp = torch::empty({BH, C, F}, f32);
-  std::map<std::string, torch::Tensor> kvBuf = buf;
-  kvBuf["S"] = Sp;
-  kvBuf["z"] = zp;
-  kvBuf["zabs"] = zabsp;
-  kvBuf["c"] = cp;
-  run(launcher, kv, kvBuf);
+  auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
   torch::Tensor S0 = torch::empty({BH, C, F, dv}, f32), z0 = torch::empty({BH, C, F}, f32),
                 zabs0 = torch::empty({BH, C, F}, f32), c0 = torch::empty({BH, C, F}, f32);
   run(launcher, prefix,
