@@ -158,6 +158,20 @@ extern "C" const char *spectra_compiler_version(void) {
   return version.c_str();
 }
 
+extern "C" const char *spectra_variant_names(void) {
+  static const std::string names = [] {
+    std::string text;
+    auto add = [&](const fe::Variant &v) { text += (text.empty() ? "" : ",") + v.name(); };
+    for (const fe::Variant &v : fe::paperVariants())
+      add(v);
+    for (const fe::Variant &v : fe::allVariants())
+      if (!v.isPaperVariant())
+        add(v);
+    return text;
+  }();
+  return names.c_str();
+}
+
 /// The module of a named variant with its options, or null and `why`.
 static OwningOpRef<ModuleOp> variantModule(Context &ctx, const char *api, const char *variant,
                                            int64_t m, int64_t d, int64_t seed, const char *options,

@@ -33,6 +33,10 @@ extern "C" {
 /* Version of the compiler build: part of every cache key. */
 SPECTRA_API const char *spectra_compiler_version(void);
 
+/* Every named variant `<component>-<weights>`, comma-separated, the paper's 18 first
+ * (Table 2's order), then the other combinations. */
+SPECTRA_API const char *spectra_variant_names(void);
+
 /* The JSON feature-map descriptor of a named variant `<component>-<weights>`.
  * `options` is "" or a comma-separated list NAME=VALUE (e.g. "a=-0.2"). */
 SPECTRA_API char *spectra_describe_variant(const char *variant, int64_t m, int64_t d, int64_t seed,

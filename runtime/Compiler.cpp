@@ -72,4 +72,15 @@ Descriptor describeIR(const std::string &ir, const std::string &sourceName,
 
 std::string compilerVersion() { return spectra_compiler_version(); }
 
+std::vector<std::string> variantNames() {
+  std::vector<std::string> names;
+  std::string text = spectra_variant_names();
+  for (size_t start = 0; start < text.size();) {
+    size_t end = std::min(text.find(',', start), text.size());
+    names.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return names;
+}
+
 } // namespace spectra

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 struct spectra_cpu_kernel;
 
@@ -46,6 +47,8 @@ std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
 
 /// The compiler build id (part of every cache key).
 std::string compilerVersion();
+/// Every named variant, the paper's 18 first (spectra_variant_names).
+std::vector<std::string> variantNames();
 
 /// A variant's component options as the C API takes them: "key=value,..." (17 digits).
 std::string variantOptionsText(const VariantConfig &config);

@@ -56,7 +56,14 @@ torch::Tensor SpectralAttentionImpl::forward(const torch::Tensor &q, const torch
                                              const torch::Tensor &v,
                                              const std::optional<torch::Tensor> &keyMask,
                                              const std::optional<torch::Tensor> &queryMask) {
-  Weights w = weights->weights();
+  return forwardWith(weights->weights(), q, k, v, keyMask, queryMask);
+}
+
+torch::Tensor SpectralAttentionImpl::forwardWith(const Weights &given, const torch::Tensor &q,
+                                                 const torch::Tensor &k, const torch::Tensor &v,
+                                                 const std::optional<torch::Tensor> &keyMask,
+                                                 const std::optional<torch::Tensor> &queryMask) {
+  Weights w = given;
   if (w.W.device() != q.device()) {
     // The weights follow the module's .to(); inputs elsewhere get a copy (differentiable).
     w.W = w.W.to(q.device());

@@ -69,6 +69,13 @@ public:
   torch::Tensor forward(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                         const std::optional<torch::Tensor> &keyMask = std::nullopt,
                         const std::optional<torch::Tensor> &queryMask = std::nullopt);
+  /// forward() with given weights (W [m, d], SGQ's row weights) in place of the module's own:
+  /// what a caller that holds the weights itself (the Python package's modules) runs.
+  /// Gradients reach `weights.W` when it requires grad.
+  torch::Tensor forwardWith(const Weights &weights, const torch::Tensor &q, const torch::Tensor &k,
+                            const torch::Tensor &v,
+                            const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                            const std::optional<torch::Tensor> &queryMask = std::nullopt);
 
   /// Recurrent decoding (causal modules): the state after a prompt's keys and values
   /// [B, H, N, .] (what a causal pass over them ends in), then one token per decode() call:
