@@ -242,10 +242,11 @@ torch::Tensor featureAttentionOp(const torch::Tensor &q, const torch::Tensor &k,
                                  const std::optional<torch::Tensor> &rowWeights,
                                  const std::optional<torch::Tensor> &keyMask,
                                  const std::optional<torch::Tensor> &queryMask,
-                                 std::string feature, std::string options, std::string mode,
-                                 bool causal) {
+                                 std::string feature, int64_t m, std::string options,
+                                 std::string mode, bool causal) {
   checkFeatureCall("spectra.feature_attention", q, k, v, W);
-  return moduleFor(feature, W.size(0), W.size(1), 0, mode, causal, options)
+  // m names the draw (SGQ's W has more rows than m); 0: W's rows.
+  return moduleFor(feature, m > 0 ? m : W.size(0), W.size(1), 0, mode, causal, options)
       ->forwardWith(givenWeights(W, rowWeights), q, k, v, keyMask, queryMask);
 }
 
@@ -256,11 +257,12 @@ torch::Tensor featureAttentionFwd(const torch::Tensor &q, const torch::Tensor &k
                                   const std::optional<torch::Tensor> &rowWeights,
                                   const std::optional<torch::Tensor> &keyMask,
                                   const std::optional<torch::Tensor> &queryMask,
-                                  std::string feature, std::string options, std::string mode,
-                                  bool causal) {
+                                  std::string feature, int64_t m, std::string options,
+                                  std::string mode, bool causal) {
   torch::NoGradGuard noGrad;
-  return featureAttentionOp(q, k, v, W, rowWeights, keyMask, queryMask, feature, options, mode,
-                            causal);
+  return featureAttentionOp(q, k, v, W, rowWeights, keyMask, queryMask, feature, m, options,
+                            mode, causal)
+      .contiguous();
 }
 
 /// dq, dk, dv, dW of feature_attention_fwd for `grad` (zeros where `needs` says no): the
@@ -271,7 +273,8 @@ featureAttentionBwd(const torch::Tensor &grad, const torch::Tensor &q, const tor
                     const std::optional<torch::Tensor> &rowWeights,
                     const std::optional<torch::Tensor> &keyMask,
                     const std::optional<torch::Tensor> &queryMask, std::string feature,
-                    std::string options, std::string mode, bool causal, std::array<bool, 4> needs) {
+                    int64_t m, std::string options, std::string mode, bool causal,
+                    std::array<bool, 4> needs) {
   // Kernels run below the autograd keys; this one records a graph again.
   c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
   c10::impl::ForceDispatchKeyGuard dispatch(
@@ -284,14 +287,15 @@ featureAttentionBwd(const torch::Tensor &grad, const torch::Tensor &q, const tor
     if (needs[i])
       wanted.push_back(in[i]);
   }
-  // Every result is defined (zeros where `needs` says no), as the fake kernel promises.
+  // Every result is defined (zeros where `needs` says no) and contiguous, as the fake kernel
+  // promises.
   std::array<torch::Tensor, 4> result;
   for (int i = 0; i < 4; ++i)
-    result[i] = torch::zeros_like(in[i]);
+    result[i] = torch::zeros(in[i].sizes(), in[i].options());
   if (wanted.empty())
     return {result[0], result[1], result[2], result[3]};
   torch::Tensor out = featureAttentionOp(in[0], in[1], in[2], in[3], rowWeights, keyMask,
-                                         queryMask, feature, options, mode, causal);
+                                         queryMask, feature, m, options, mode, causal);
   std::vector<torch::Tensor> grads = torch::autograd::grad({out}, wanted, {grad},
                                                            /*retain_graph=*/false,
                                                            /*create_graph=*/false,
@@ -299,7 +303,7 @@ featureAttentionBwd(const torch::Tensor &grad, const torch::Tensor &q, const tor
   for (int i = 0, j = 0; i < 4; ++i)
     if (needs[i]) {
       if (grads[j].defined())
-        result[i] = grads[j];
+        result[i] = grads[j].contiguous();
       ++j;
     }
   return {result[0], result[1], result[2], result[3]};
@@ -333,8 +337,8 @@ TORCH_LIBRARY(spectra, m) {
   m.def((std::string("rebuild_bwd(Tensor grad, ") + rebuildArgs + ") -> Tensor[]").c_str());
   const std::string featureArgs =
       "Tensor q, Tensor k, Tensor v, Tensor W, Tensor? row_weights=None, Tensor? key_mask=None, "
-      "Tensor? query_mask=None, str feature='posrf-mm', str options='', str mode='fused', "
-      "bool causal=False";
+      "Tensor? query_mask=None, str feature='posrf-mm', int m=0, str options='', "
+      "str mode='fused', bool causal=False";
   m.def(("feature_attention(" + featureArgs + ") -> Tensor").c_str(),
         &spectra::featureAttentionOp);
   m.def(("feature_attention_fwd(" + featureArgs + ") -> Tensor").c_str());

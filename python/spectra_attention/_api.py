@@ -69,5 +69,5 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str
     if W.device != q.device:
         W = W.to(q.device)
         rows = rows.to(q.device) if rows is not None else None
-    return _ops.feature_attention(q, k, v, W, rows, key_mask, query_mask, variant, opts, mode,
+    return _ops.feature_attention(q, k, v, W, rows, key_mask, query_mask, variant, m, opts, mode,
                                   causal)

@@ -111,7 +111,7 @@ class SpectralAttention(nn.Module):
                              f"{self.dim_head}, q's last dimension is {q.shape[-1]}")
         W, rows = self.weights()
         return _ops.feature_attention(q, k, v, W, rows, key_mask, query_mask, self.variant,
-                                      self._options, self.mode, self.causal)
+                                      self.m, self._options, self.mode, self.causal)
 
     def extra_repr(self) -> str:
         return (f"variant={self.variant!r}, dim_head={self.dim_head}, m={self.m}, "

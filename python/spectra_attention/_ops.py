@@ -21,21 +21,22 @@ _MODES = ("fused", "reference", "gpu-emulated")
 
 @torch.library.register_fake("spectra::feature_attention_fwd")
 def _feature_attention_fwd_fake(q, k, v, W, row_weights=None, key_mask=None, query_mask=None,
-                                feature="posrf-mm", options="", mode="fused", causal=False):
+                                feature="posrf-mm", m=0, options="", mode="fused", causal=False):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
 @torch.library.register_fake("spectra::feature_attention_bwd")
 def _feature_attention_bwd_fake(grad, q, k, v, W, row_weights=None, key_mask=None,
-                                query_mask=None, feature="posrf-mm", options="", mode="fused",
-                                causal=False, needs=(True, True, True, True)):
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(W))
+                                query_mask=None, feature="posrf-mm", m=0, options="",
+                                mode="fused", causal=False, needs=(True, True, True, True)):
+    # Contiguous, as the kernel returns them.
+    return tuple(t.new_empty(t.shape) for t in (q, k, v, W))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, W, row_weights, key_mask, query_mask, feature, options, mode, causal = inputs
+    q, k, v, W, row_weights, key_mask, query_mask, feature, m, options, mode, causal = inputs
     ctx.save_for_backward(q, k, v, W, row_weights, key_mask, query_mask)
-    ctx.arguments = (feature, options, mode, causal)
+    ctx.arguments = (feature, m, options, mode, causal)
 
 
 def _backward(ctx, grad):
@@ -44,7 +45,7 @@ def _backward(ctx, grad):
     grads = _spectra.feature_attention_bwd(grad, q, k, v, W, row_weights, key_mask, query_mask,
                                            *ctx.arguments, needs)
     return (*(g if n else None for g, n in zip(grads, needs)), None, None, None, None, None,
-            None, None)
+            None, None, None)
 
 
 torch.library.register_autograd("spectra::feature_attention_fwd", _backward,
@@ -157,13 +158,13 @@ def draw(feature: str, m: int, d: int, seed: int = 0, options: str = ""):
     return drawn
 
 
-def feature_attention(q, k, v, W, row_weights, key_mask, query_mask, feature: str, options: str,
-                      mode: str, causal: bool) -> torch.Tensor:
+def feature_attention(q, k, v, W, row_weights, key_mask, query_mask, feature: str, m: int,
+                      options: str, mode: str, causal: bool) -> torch.Tensor:
     """Attention with given weights. Eager calls run the fused kernels' own autograd node;
     under torch.compile / torch.export the opaque forward and its registered backward (which
     runs the forward again before the fused backward) stand in its place."""
     if torch.compiler.is_compiling():
         return _spectra.feature_attention_fwd(q, k, v, W, row_weights, key_mask, query_mask,
-                                              feature, options, mode, causal)
-    return _spectra.feature_attention(q, k, v, W, row_weights, key_mask, query_mask, feature,
+                                              feature, m, options, mode, causal)
+    return _spectra.feature_attention(q, k, v, W, row_weights, key_mask, query_mask, feature, m,
                                       options, mode, causal)
