@@ -87,6 +87,7 @@ torch::Tensor SpectralAttentionImpl::forwardWith(const Weights &given, const tor
     result = fusedCpu().attentionWithStats(q, k, v, w, keyMask, std::nullopt, queryMask);
   }
   torch::Tensor fired = result.guarded.sum().detach();
+  std::lock_guard<std::mutex> lock(guardMutex);
   guard.guarded = guard.guarded.defined() && guard.guarded.device() == fired.device()
                       ? guard.guarded + fired
                       : fired;

@@ -96,8 +96,14 @@ public:
     torch::Tensor guarded;
     int64_t queries = 0;
   };
-  GuardStats guardStats() const { return guard; }
-  void resetGuardStats() { guard = {}; }
+  GuardStats guardStats() const {
+    std::lock_guard<std::mutex> lock(guardMutex);
+    return guard;
+  }
+  void resetGuardStats() {
+    std::lock_guard<std::mutex> lock(guardMutex);
+    guard = {};
+  }
   void setMode(AttentionMode mode) { currentMode = mode; }
   AttentionMode mode() const { return currentMode; }
   bool causal() const { return options.causal; }
@@ -119,6 +125,7 @@ private:
   std::shared_ptr<FusedCudaAttention> fusedGpu;
   std::map<std::string, std::shared_ptr<FusedEmulatedAttention>> emulated;  // by dtype
   std::mutex compileMutex;  ///< first-use compilation from several threads
+  mutable std::mutex guardMutex;  ///< forward() from several threads (torch.ops callers)
   GuardStats guard;
 };
 TORCH_MODULE(SpectralAttention);

@@ -159,11 +159,14 @@ std::vector<std::string> declareOp(std::string ir, std::string source, std::stri
   return names;
 }
 
-/// A feature's weights for `seed`: W [m, d] f32, the row weights ([m], or empty when the
+/// A feature's weights for `seed`: W [m', d] f32 (m' = m but for SGQ, whose quadrature has its
+/// own count of points), the row weights ([m'], or empty when the
 /// recipe has none) and the learnable factors (empty for fixed recipes) with their names.
 std::tuple<torch::Tensor, torch::Tensor, std::vector<torch::Tensor>, std::vector<std::string>>
 drawOp(std::string feature, int64_t m, int64_t d, int64_t seed, std::string options) {
-  SpectralAttention module = moduleFor(feature, m, d, seed, "reference", false, options);
+  // One module per (feature, m, d, options) whatever the seed: its factory draws any seed, so
+  // redraws build nothing new.
+  SpectralAttention module = moduleFor(feature, m, d, 0, "reference", false, options);
   Weights w = module->weights->factory().draw(seed, torch::kFloat32);
   std::vector<torch::Tensor> factors;
   std::vector<std::string> names;
@@ -182,7 +185,7 @@ std::tuple<torch::Tensor, torch::Tensor> rebuildOp(std::string feature, int64_t 
                                                    std::vector<std::string> names) {
   TORCH_CHECK(factors.size() == names.size(), "spectra.rebuild: ", factors.size(),
               " factors but ", names.size(), " names");
-  SpectralAttention module = moduleFor(feature, m, d, seed, "reference", false, options);
+  SpectralAttention module = moduleFor(feature, m, d, 0, "reference", false, options);
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (size_t i = 0; i < factors.size(); ++i)
     named.emplace_back(names[i], factors[i]);

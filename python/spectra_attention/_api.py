@@ -34,6 +34,7 @@ def declare(ir: Union[str, os.PathLike], feature_map: Optional[str] = None) -> s
             text = f.read()
     names = _spectra.declare(text, source, feature_map or "")
     for name in names:
+        _ops.forget(name)  # a name declared again: its new recipe's weights
         if name not in _declared:
             _declared.append(name)
     return names[0]
@@ -60,14 +61,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, variant: str
     Returns:
         ``[B, H, Nq, dv]`` in q's dtype. Differentiable in q, k and v. The result equals
         ``torch.ops.spectra.attention``'s for the same variant, m and seed.
+
+    The weights of (variant, m, d, seed, options) are drawn on the first call and kept; a
+    function compiled with ``torch.compile(fullgraph=True)`` must make that first call eagerly
+    (or hold a :class:`SpectralAttention`, whose weights are drawn when it is built).
     """
     _ops.check_inputs(q, k, v, key_mask, query_mask, causal, mode)
     opts = _ops.options_text(options)
-    W, rows, factors, names = _ops.draw(variant, m, q.shape[-1], seed, opts)
+    d = q.shape[-1]
+    _, _, factors, names = _ops.draw(variant, m, d, seed, opts)
     if factors:  # learnable recipes: W from the drawn factors (a module would train them)
-        W, rows = _ops.rebuild(variant, m, q.shape[-1], seed, opts, factors, names)
-    if W.device != q.device:
-        W = W.to(q.device)
-        rows = rows.to(q.device) if rows is not None else None
+        W, rows = _ops.rebuild(variant, m, d, seed, opts, [f.to(q.device) for f in factors], names)
+    else:
+        W, rows = _ops.drawn_on(q.device, variant, m, d, seed, opts)
     return _ops.feature_attention(q, k, v, W, rows, key_mask, query_mask, variant, m, opts, mode,
                                   causal)

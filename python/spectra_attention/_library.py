@@ -55,6 +55,13 @@ def load() -> str:
         check_torch_version(_build_info.TORCH_VERSION, torch.__version__)
     if not os.path.exists(path):
         raise ImportError(f"spectra_attention: the compiled library {path} is missing")
-    torch.ops.load_library(path)
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        if "libc10_cuda" in str(e) or "libtorch_cuda" in str(e):
+            raise ImportError(
+                f"spectra_attention needs a CUDA-enabled torch build (the default torch wheel on "
+                f"Linux); this torch ({torch.__version__}) has no CUDA libraries: {e}") from None
+        raise
     _LOADED = path
     return path

@@ -4,7 +4,6 @@ FastAttention, same constructor and call, on Spectra's kernels)."""
 from __future__ import annotations
 
 import math
-import random
 from typing import Mapping, Optional
 
 import torch
@@ -18,7 +17,8 @@ _spectra = torch.ops.spectra
 class SpectralAttention(nn.Module):
     """Random-feature attention with its weights held by the module.
 
-    Fixed recipes keep ``W [m, d]`` (and SGQ's ``row_weights [m]``) as buffers, so
+    Fixed recipes keep ``W [m', d]`` (and SGQ's ``row_weights [m']``; m' = m except for SGQ,
+    whose quadrature sets its own count of points) as buffers, so
     ``state_dict`` saves the draw and ``.to(device)`` moves it; learnable recipes (FastFoodL)
     keep their factors as parameters, so optimisers train them and W is rebuilt from them on
     each call. ``redraw(seed)`` draws new weights; nothing is recompiled.
@@ -76,7 +76,7 @@ class SpectralAttention(nn.Module):
         return bool(self._factor_names)
 
     def weights(self):
-        """``(W [m, d], row_weights [m] or None)`` as the next forward uses them."""
+        """``(W [m', d], row_weights [m'] or None)`` as the next forward uses them."""
         if not self._factor_names:
             return self.W, self.row_weights
         return _ops.rebuild(self.variant, self.m, self.dim_head, self._seed, self._options,
@@ -84,9 +84,9 @@ class SpectralAttention(nn.Module):
 
     @torch.no_grad()
     def redraw(self, seed: Optional[int] = None) -> None:
-        """New weights from ``seed`` (default: a fresh random seed). For learnable recipes this
-        discards the trained factors."""
-        seed = random.randrange(2**31) if seed is None else int(seed)
+        """New weights from ``seed`` (default: one from torch's generator, so ``torch.manual_seed``
+        makes redraws reproducible). For learnable recipes this discards the trained factors."""
+        seed = int(torch.randint(0, 2**31 - 1, ())) if seed is None else int(seed)
         W, rows, factors, _ = self._draw(seed)
         self.seed.fill_(seed)
         self._seed = seed
@@ -144,6 +144,14 @@ class FastAttention(SpectralAttention):
                 "maps: SpectralAttention(variant=...) with one of spectra_attention.variants()")
         super().__init__("posrf-orf", dim_heads, nb_features, seed=seed, causal=causal, mode=mode)
         self.dim_heads, self.nb_features = int(dim_heads), int(nb_features)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # performer-pytorch's checkpoints name W projection_matrix (and hold no seed).
+        old = prefix + "projection_matrix"
+        if old in state_dict and prefix + "W" not in state_dict:
+            state_dict[prefix + "W"] = state_dict.pop(old)
+            state_dict.setdefault(prefix + "seed", self.seed.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def projection_matrix(self) -> torch.Tensor:

@@ -4,6 +4,7 @@ torch.compile and torch.export hold the op (fake kernels and a registered autogr
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Mapping, Optional, Sequence
 
 import torch
@@ -54,11 +55,12 @@ torch.library.register_autograd("spectra::feature_attention_fwd", _backward,
 
 @torch.library.register_fake("spectra::rebuild_fwd")
 def _rebuild_fwd_fake(feature, m, d, seed, options, factors, names):
-    # The row weights' shape is the eager draw's (modules draw before they are compiled).
-    drawn = _DRAWN.get((feature, int(m), int(d), int(seed), options))
-    rows = drawn[1].shape[0] if drawn is not None and drawn[1] is not None else 0
+    # The shapes are the real draw's (W has m' rows: SGQ's quadrature has its own count).
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        W, rows, _, _ = draw(feature, m, d, seed, options)
     like = factors[0]
-    return like.new_empty((m, d)), like.new_empty((rows,))
+    return like.new_empty(W.shape), like.new_empty((rows.shape[0] if rows is not None else 0,))
 
 
 @torch.library.register_fake("spectra::rebuild_bwd")
@@ -140,22 +142,50 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # --- the weights of named variants, drawn once --------------------------------------------------
 
 _draw_lock = threading.Lock()
-# (feature, m, d, seed, options) -> the draw. A plain dict, so that a compiled caller whose
-# weights were drawn before reads them as constants.
-_DRAWN: dict = {}
+# (feature, m, d, seed, options) -> the draw, and (that key, device) -> W and the row weights
+# there. Plain dicts, so that a compiled caller whose weights were drawn before reads them as
+# constants; bounded, so that periodic redraws (new seeds) do not accumulate.
+_DRAWN: "OrderedDict" = OrderedDict()
+_ON_DEVICE: "OrderedDict" = OrderedDict()
+_KEEP = 64
+
+
+def _remember(cache: "OrderedDict", key, value):
+    cache[key] = value
+    while len(cache) > _KEEP:
+        cache.popitem(last=False)
+    return value
 
 
 def draw(feature: str, m: int, d: int, seed: int = 0, options: str = ""):
-    """(W [m, d] float32, row weights [m] or None, learnable factors, their names), drawn once
-    per (feature, m, d, seed, options)."""
+    """(W [m', d] float32, row weights [m'] or None, learnable factors, their names), drawn once
+    per (feature, m, d, seed, options); m' = m except for SGQ (its quadrature's points)."""
     key = (feature, int(m), int(d), int(seed), options)
     drawn = _DRAWN.get(key)
     if drawn is None:
         with _draw_lock:
             W, rows, factors, names = _spectra.draw(feature, int(m), int(d), int(seed), options)
-        drawn = (W, rows if rows.numel() else None, tuple(factors), tuple(names))
-        _DRAWN[key] = drawn
+        drawn = _remember(_DRAWN, key, (W, rows if rows.numel() else None, tuple(factors),
+                                        tuple(names)))
     return drawn
+
+
+def drawn_on(device: torch.device, feature: str, m: int, d: int, seed: int, options: str):
+    """draw()'s W and row weights on `device`, copied there once."""
+    key = (feature, int(m), int(d), int(seed), options, str(device))
+    placed = _ON_DEVICE.get(key)
+    if placed is None:
+        W, rows, _, _ = draw(feature, m, d, seed, options)
+        placed = _remember(_ON_DEVICE, key, (W.to(device),
+                                             rows.to(device) if rows is not None else None))
+    return placed
+
+
+def forget(feature: str) -> None:
+    """Drops the cached draws of `feature` (a feature map declared again)."""
+    for cache in (_DRAWN, _ON_DEVICE):
+        for key in [k for k in cache if k[0] == feature]:
+            del cache[key]
 
 
 def feature_attention(q, k, v, W, row_weights, key_mask, query_mask, feature: str, m: int,

@@ -104,7 +104,8 @@ def test_learnable_factors_are_parameters_and_train():
     q, k, v = qkv()
     layer(q, k, v).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in params.values())
-    # The same gradient as the C++ module's own (LibTorch autograd through the rebuild).
+    # The fused kernels' gradient equals the eager reference's in float64 (both through the
+    # rebuild of W from the factors, LibTorch autograd).
     ref = sa.SpectralAttention("posrf-fastfoodl", dim_head=16, m=32, mode="reference")
     ref(q.double(), k.double(), v.double()).square().sum().backward()
     for (name, p), r in zip(params.items(), ref.parameters()):
@@ -212,5 +213,28 @@ def test_fast_attention_is_performers_with_the_same_weights():
     expected = torch.einsum("bhnf,bhnfv->bhnv", pq, S) / (pq * pk.cumsum(2)).sum(-1, keepdim=True)
     out = ours_c(q, k, v).double()
     assert ((out - expected).abs().max() / expected.abs().max()) < 1e-4
+    # A performer-pytorch state_dict loads (projection_matrix is W).
+    fresh = sa.FastAttention(dim_heads=64, nb_features=256, seed=9)
+    fresh.load_state_dict(theirs.state_dict())
+    torch.testing.assert_close(fresh.projection_matrix, theirs.projection_matrix, rtol=0, atol=0)
     with pytest.raises(NotImplementedError, match="generalized_attention"):
         sa.FastAttention(dim_heads=64, generalized_attention=True)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 3e-2), (torch.float16, 5e-3)])
+def test_half_precision_inputs_give_their_dtype(dtype, tol):
+    q, k, v = qkv()
+    exact = sa.attention(q, k, v, m=32)
+    half = sa.attention(q.to(dtype), k.to(dtype), v.to(dtype), m=32)
+    assert half.dtype == dtype
+    # Inputs rounded to the half type (8 or 11 significant bits), accumulation in f32.
+    assert (half.float() - exact).abs().max() < tol
+
+
+def test_redraw_follows_torch_manual_seed():
+    a, b = (sa.SpectralAttention("posrf-orf", dim_head=16, m=32) for _ in range(2))
+    torch.manual_seed(123)
+    a.redraw()
+    torch.manual_seed(123)
+    b.redraw()
+    assert a._seed == b._seed and torch.equal(a.W, b.W)

@@ -61,13 +61,16 @@ def test_compiled_graph_holds_the_opaque_op():
     assert any(t.startswith("spectra.feature_attention_fwd") for t in seen), seen
 
 
-def test_export_captures_the_model():
+@pytest.mark.parametrize("variant", ["oprf-mm", "posrf-fastfoodl"])
+def test_export_captures_the_model(variant):
     torch.manual_seed(1)
-    model = Block("oprf-mm")
+    model = Block(variant)
     x = torch.randn(2, 24, 32)
     exported = torch.export.export(model, (x,))
     targets = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
     assert "spectra.feature_attention_fwd.default" in targets
+    if variant.endswith("fastfoodl"):
+        assert "spectra.rebuild_fwd.default" in targets
     torch.testing.assert_close(exported.module()(x), model(x), rtol=0, atol=0)
 
 
@@ -77,3 +80,16 @@ def test_functional_api_compiles_after_its_first_call():
     eager = f(q, k, v)  # draws the weights
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(f, fullgraph=True)(q, k, v), eager, rtol=0, atol=0)
+
+
+def test_compiled_backward_for_some_inputs_only():
+    # Gradients for q alone (k, v and W need none): the registered backward's partial path.
+    layer = sa.SpectralAttention("saderf-orf", dim_head=16, m=32)
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    qe = q.clone().requires_grad_()
+    layer(qe, k, v).square().sum().backward()
+    torch._dynamo.reset()
+    qc = q.clone().requires_grad_()
+    torch.compile(layer, fullgraph=True)(qc, k, v).square().sum().backward()
+    torch.testing.assert_close(qc.grad, qe.grad, rtol=1e-4, atol=1e-6)
+    assert k.grad is None and v.grad is None
