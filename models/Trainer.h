@@ -57,8 +57,12 @@ struct TrainOptions {
   bool resume = false;
   bool progress = true;           ///< the progress bar (stderr)
   LraConfig model;                ///< vocab, classes, maxLength and dualEncoder are set from the task
-  /// Test hook: the process kills itself (SIGKILL) right after this step (0 = never).
-  int64_t killAfterStep = 0;
+  /// Data parallelism (under torchrun, srun or mpirun): how long a rank waits for the others
+  /// (the rendezvous, and every collective) before the run ends with an error naming them.
+  int64_t distTimeout = 300;
+  /// Test hook: the process of rank killRank kills itself (SIGKILL) right after this step
+  /// (0 = never).
+  int64_t killAfterStep = 0, killRank = 0;
 };
 
 /// The paper's settings for a task (batch, lr, warmup, eval interval and batches, length).
@@ -100,9 +104,16 @@ struct TrainReport {
   bool timeLimited = false;
   int64_t divergedAt = 0;     ///< the step a run was declared diverged (0 = it did not)
   int64_t skippedSteps = 0;   ///< updates skipped for a non-finite loss or gradients
+  int64_t worldSize = 1;      ///< data-parallel ranks
+  int64_t rank = 0;           ///< this process's rank (not in report.json: rank 0 writes it)
+  std::string backend = "none";  ///< their c10d backend: none, gloo or nccl
+  double collectiveSeconds = 0;  ///< rank 0's time in collectives (gradients, checks, evaluation)
 };
 
-/// Trains (or resumes) one run; progress goes to `log` (the bar and messages).
+/// Trains (or resumes) one run; progress goes to `log` (the bar and messages). Under a
+/// launcher's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT the run is one of WORLD_SIZE data-parallel
+/// ranks (models/Distributed.h): each computes its share of every global batch of options.batch,
+/// the gradients are averaged, and rank 0 writes the files.
 TrainReport train(const TrainOptions &options, std::ostream &log);
 
 /// Text from a language model's checkpoint (task lm): the prompt's bytes, then `tokens` more

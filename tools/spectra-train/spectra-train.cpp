@@ -114,6 +114,14 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --threads N                       CPU threads (default: torch's)
   --resume                          continue the run in --out from its last checkpoint
   --no-progress                     no progress bar
+  --dist-timeout S   300            data parallel: seconds a rank waits for the others (the
+                                    rendezvous and every collective) before the run ends
+
+data parallel (one model on K processes, Gloo on the CPU, NCCL on CUDA with one GPU per
+LOCAL_RANK): launch under torchrun, srun or mpirun, which set RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT, e.g.
+  torchrun --nproc-per-node 2 --no-python spectra-train train --task listops ...
+--batch is the global batch (a multiple of the ranks), split over them; rank 0 writes the files.
 
 outputs (in --out): metrics.jsonl, checkpoint.pt (every evaluation), best.pt, report.json,
 curves.png (loss and accuracy against steps and time)
@@ -196,7 +204,7 @@ const std::set<std::string> kValueOptions = {
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
     "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions",
-    "redraw-every", "option",      "parallel"};
+    "redraw-every", "option",      "parallel",     "dist-timeout", "kill-rank"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -281,7 +289,8 @@ TrainOptions optionsFrom(const Args &a) {
       {"seed", &o.seed},            {"features", &o.model.features}, {"embed", &o.model.embed},
       {"layers", &o.model.layers},  {"heads", &o.model.heads},    {"head-dim", &o.model.headDim},
       {"ffn", &o.model.ffn},        {"kill-after-step", &o.killAfterStep},
-      {"redraw-every", &o.redrawEvery}};
+      {"redraw-every", &o.redrawEvery}, {"dist-timeout", &o.distTimeout},
+      {"kill-rank", &o.killRank}};
   std::map<std::string, double *> doubles = {{"lr", &o.lr},
                                              {"clip", &o.clip},
                                              {"weight-decay", &o.weightDecay},
@@ -323,6 +332,8 @@ int trainCommand(int argc, char **argv, int first) {
       throw std::invalid_argument(std::string("--") + only + " belongs to 'spectra-train sweep'");
   TrainOptions o = optionsFrom(a);
   auto r = spectra::models::train(o, std::cerr);
+  if (r.rank != 0)
+    return 0;  // rank 0 reports for the ranks
   std::cout << std::fixed << std::setprecision(4) << "\n== " << o.task << " / " << o.attention
             << " ==\n"
             << "test accuracy     " << r.testAccuracy
@@ -337,7 +348,9 @@ int trainCommand(int argc, char **argv, int first) {
             << std::setprecision(2) << r.stepsPerSecond << " steps/s\n"
             << "training time     " << std::setprecision(1) << r.trainSeconds << " s\n"
             << "peak memory       " << gib(r.peakBytes) << " GiB (" << r.peakKind << ")\n"
-            << "device            " << r.device << ", " << r.precision << "\n"
+            << "device            " << r.device << ", " << r.precision
+            << (r.worldSize > 1 ? ", " + std::to_string(r.worldSize) + " ranks (" + r.backend + ")" : "")
+            << "\n"
             << "outputs           " << o.out << "/{metrics.jsonl,report.json,best.pt,checkpoint.pt}\n";
   drawCurves(o.out + "/curves.png", {o.out});
   std::cout << "curves            " << o.out << "/curves.png\n";
