@@ -119,10 +119,13 @@ void validate(TrainOptions &o) {
   if (o.out.empty())
     throw std::invalid_argument("a run needs an output directory (--out DIR)");
   if (o.batch < 1 || o.steps < 1 || o.evalEvery < 1 || o.logEvery < 1 || o.warmup < 0 || o.lr <= 0 ||
-      o.maxLength < 1 || o.patience < 1 || o.redrawEvery < 0 || o.distTimeout < 1)
-    throw std::invalid_argument("--batch, --steps, --eval-every, --log-every, --max-length, "
-                                "--patience and --dist-timeout must be positive, --warmup and "
-                                "--redraw-every non-negative, --lr > 0");
+      o.maxLength < 1 || o.patience < 1 || o.redrawEvery < 0)
+    throw std::invalid_argument("--batch, --steps, --eval-every, --log-every, --max-length and "
+                                "--patience must be positive, --warmup and --redraw-every "
+                                "non-negative, --lr > 0");
+  if (o.distTimeout < 1)
+    throw std::invalid_argument("--dist-timeout must be at least 1 second, got " +
+                                std::to_string(o.distTimeout));
   // Metric windows restart at every evaluation (the checkpoints), so a resumed run's windows
   // are the uninterrupted run's.
   o.logEvery = std::gcd(o.logEvery, o.evalEvery);
