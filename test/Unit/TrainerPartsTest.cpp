@@ -237,6 +237,67 @@ TEST(Distributed, ALoneRankEndsWithinTheTimeout) {
   EXPECT_LT(waited, 20.0);
 }
 
+TEST(Distributed, AHungRankEndsItsPeersCollectiveWithinTheTimeout) {
+  std::vector<std::string> errors(2);
+  std::vector<double> waited(2);
+  std::vector<std::thread> threads;
+  int64_t port = testPort(4);
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        DistributedEnvironment env{r, 2, r, "127.0.0.1", port};
+        auto group = Distributed::join(env, torch::kCPU, std::chrono::seconds(2));
+        if (r == 1) {  // hangs: never joins the collective, then leaves
+          std::this_thread::sleep_for(std::chrono::seconds(5));
+          return;
+        }
+        auto start = std::chrono::steady_clock::now();
+        errors[r] = errorOf([&] { group->sumInPlace({torch::ones({4})}, "the gradients of step 3"); });
+        waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } catch (const std::exception &e) {
+        errors[r] = std::string("join: ") + e.what();
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_EQ(errors[0].rfind("rank 0 of 2 (gloo): the gradients of step 3 failed (a peer rank died, "
+                            "hung past the 2 s timeout, or was stopped); resume the run from its last "
+                            "checkpoint with --resume: ", 0), 0u) << errors[0];
+  EXPECT_LT(waited[0], 4.9);  // the timeout ended it, not rank 1 leaving
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(Distributed, NcclAveragesOverTwoGpus) {
+  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2)
+    GTEST_SKIP() << "NCCL needs 2 CUDA devices, this machine has "
+                 << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
+                 << " (the NCCL path is compiled and runs where there are two)";
+  std::vector<torch::Tensor> averaged(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  int64_t port = testPort(5);
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        torch::Device gpu(torch::kCUDA, static_cast<c10::DeviceIndex>(r));
+        DistributedEnvironment env{r, 2, r, "127.0.0.1", port};
+        auto group = Distributed::join(env, gpu, std::chrono::seconds(60));
+        EXPECT_EQ(group->backend(), "nccl");
+        torch::Tensor t = torch::full({1000}, static_cast<float>(r + 1), torch::TensorOptions().device(gpu));
+        group->averageInPlace({t}, "the test's tensor");
+        averaged[r] = t.cpu();
+      } catch (const std::exception &e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "");
+    EXPECT_TRUE(averaged[r].defined() && torch::allclose(averaged[r], torch::full({1000}, 1.5f)));
+  }
+}
+
 TEST(Distributed, AGroupOfOneIsANoOp) {
   Distributed one;
   torch::Tensor t = torch::ones({3});
