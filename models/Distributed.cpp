@@ -9,6 +9,7 @@
 #endif
 
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 
 namespace spectra::models {
@@ -179,21 +180,34 @@ std::unique_ptr<Distributed> Distributed::join(const DistributedEnvironment &env
 }
 
 
-void Distributed::sumInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase) {
-  if (!active() || tensors.empty())
-    return;
+namespace {
+
+/// One collective per tensor, every one launched before the first wait; the time spent is added
+/// to `seconds`.
+void runCollectives(const Distributed::Group &group, const std::vector<torch::Tensor> &tensors,
+                    const std::string &phase, double &seconds,
+                    const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<torch::Tensor> &)> &launch) {
   auto start = Clock::now();
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   try {
     for (const torch::Tensor &t : tensors) {
       std::vector<torch::Tensor> one{t};
-      works.push_back(group_->backend->allreduce(one));
+      works.push_back(launch(one));
     }
   } catch (const std::exception &e) {
-    fail(*group_, phase, e.what());
+    fail(group, phase, e.what());
   }
-  wait(*group_, works, phase);
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  wait(group, works, phase);
+  seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+} // namespace
+
+void Distributed::sumInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase) {
+  if (!active() || tensors.empty())
+    return;
+  runCollectives(*group_, tensors, phase, seconds_,
+                 [&](std::vector<torch::Tensor> &one) { return group_->backend->allreduce(one); });
 }
 
 void Distributed::averageInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase) {
@@ -234,23 +248,6 @@ void Distributed::averageInPlace(const std::vector<torch::Tensor> &tensors, cons
   }
 }
 
-void Distributed::broadcastFromMain(const std::vector<torch::Tensor> &tensors, const std::string &phase) {
-  if (!active() || tensors.empty())
-    return;
-  auto start = Clock::now();
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  try {
-    for (const torch::Tensor &t : tensors) {
-      std::vector<torch::Tensor> one{t};
-      works.push_back(group_->backend->broadcast(one));
-    }
-  } catch (const std::exception &e) {
-    fail(*group_, phase, e.what());
-  }
-  wait(*group_, works, phase);
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 void Distributed::barrier(const std::string &phase) {
   if (!active())
     return;
@@ -272,20 +269,10 @@ void Distributed::checkIdentical(const std::vector<torch::Tensor> &tensors, cons
   }
   torch::Tensor local = torch::cat(sums);
   torch::Tensor high = local.clone(), low = local.neg();
-  auto start = Clock::now();
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   c10d::AllreduceOptions maxOp;
   maxOp.reduceOp = c10d::ReduceOp::MAX;
-  try {
-    for (torch::Tensor *t : {&high, &low}) {
-      std::vector<torch::Tensor> one{*t};
-      works.push_back(group_->backend->allreduce(one, maxOp));
-    }
-  } catch (const std::exception &e) {
-    fail(*group_, "comparing " + what, e.what());
-  }
-  wait(*group_, works, "comparing " + what);
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  runCollectives(*group_, {high, low}, "comparing " + what, seconds_,
+                 [&](std::vector<torch::Tensor> &one) { return group_->backend->allreduce(one, maxOp); });
   torch::Tensor differ = high.ne(low.neg());
   if (differ.any().item<bool>()) {
     int64_t first = differ.nonzero()[0].item<int64_t>() / 2;

@@ -74,8 +74,6 @@ public:
   void sumInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase);
   /// Each tensor averaged over the ranks, in place, in flat buckets (contiguous tensors).
   void averageInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase);
-  /// Rank 0's values into every rank's tensors.
-  void broadcastFromMain(const std::vector<torch::Tensor> &tensors, const std::string &phase);
   void barrier(const std::string &phase);
   /// Throws std::runtime_error when the ranks' tensors differ (compared through each tensor's
   /// sum and sum of squares in float64: two all-reduces of a few numbers).
