@@ -203,6 +203,7 @@ private:
   int64_t sessionStartStep = 0;
   double secondsBefore = 0;
   bool timeLimited = false, stopped = false, outOfTime = false;
+  bool timeUpOnMain = false;  // data parallel: rank 0 has trained --time-limit seconds
 };
 
 TrainingRun::TrainingRun(const TrainOptions &options, std::ostream &log) : o(options), log(log) {
@@ -388,7 +389,9 @@ void TrainingRun::trainSteps() {
     c.step = s + 1;
     c.trainSeconds = secondsBefore + sessionSeconds();
     double rate = (c.step - sessionStartStep) / std::max(1e-9, sessionSeconds());
-    outOfTime = o.timeLimit > 0 && c.trainSeconds >= o.timeLimit && c.step < o.steps;
+    // Several ranks stop together: on rank 0's clock, whose verdict the step's averaging carried.
+    outOfTime = (group->active() ? timeUpOnMain : o.timeLimit > 0 && c.trainSeconds >= o.timeLimit) &&
+                c.step < o.steps;
     bool windowEnd = c.step % o.logEvery == 0 || c.step == o.steps || outOfTime;
     if (windowEnd && endWindow(s))
       break;  // diverged
@@ -445,9 +448,12 @@ void TrainingRun::step(int64_t s) {
       averaged.push_back(p.mutable_grad());
     }
     auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    // --time-limit is decided on rank 0's clock and travels with the step's numbers.
+    bool timeUp = group->main() && o.timeLimit > 0 && secondsBefore + sessionSeconds() >= o.timeLimit;
     torch::Tensor stats = torch::stack(
         {loss.detach().to(torch::kFloat32), correct.to(torch::kFloat32),
-         inputsBad.defined() ? inputsBad.to(torch::kFloat32) : torch::zeros({}, f32)});
+         inputsBad.defined() ? inputsBad.to(torch::kFloat32) : torch::zeros({}, f32),
+         torch::full({}, timeUp ? 1.0f : 0.0f, f32)});
     averaged.push_back(stats);
     group->averageInPlace(averaged, "the gradients of step " + std::to_string(s + 1));
     const double ranks = static_cast<double>(group->size());
@@ -455,6 +461,8 @@ void TrainingRun::step(int64_t s) {
     correct = stats[1].mul(ranks).round().to(torch::kInt64);
     inputsBad = stats[2].gt(0);
     examples *= group->size();
+    if (o.timeLimit > 0)  // a read of the device (only with a time limit)
+      timeUpOnMain = stats[3].item<float>() > 0;
   }
   stepper->update(s, learningRate(o, s), o.clip, loss, correct, examples, inputsBad);
 }
