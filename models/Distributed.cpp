@@ -4,10 +4,12 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
 #ifdef SPECTRA_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
@@ -21,6 +23,9 @@ struct Distributed::Group {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> backend;
   std::string where;  // "rank R of K (gloo)"
+  // The gradients' averaging during the backward (attachReducer).
+  c10::intrusive_ptr<c10d::ProcessGroup> processGroup;
+  std::unique_ptr<c10d::Reducer> reducer;
 };
 
 namespace {
@@ -108,6 +113,52 @@ DistributedEnvironment readDistributedEnvironment(
 
 Distributed::Distributed() = default;
 Distributed::~Distributed() = default;
+
+void Distributed::attachReducer(const std::vector<torch::Tensor> &parameters) {
+  if (!active())
+    return;
+  Group &g = *group_;
+  try {
+    auto type = backend_ == "nccl" ? c10d::ProcessGroup::BackendType::NCCL
+                                   : c10d::ProcessGroup::BackendType::GLOO;
+    g.processGroup = c10::make_intrusive<c10d::ProcessGroup>(g.store, static_cast<int>(rank_),
+                                                             static_cast<int>(size_));
+    g.processGroup->setDefaultBackend(type);
+    g.processGroup->setBackend(backend_ == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU,
+                               type, g.backend);
+    // DDP's buckets: a small first one (the last parameters, whose gradients come first), then
+    // 25 MiB; the reducer reorders them by readiness after the first backward.
+    std::vector<bool> dense(parameters.size(), false);
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        parameters, {static_cast<size_t>(c10d::kDefaultFirstBucketBytes),
+                     static_cast<size_t>(c10d::kDefaultBucketBytesCap)},
+        dense);
+    std::reverse(buckets.begin(), buckets.end());
+    g.reducer = std::make_unique<c10d::Reducer>(
+        parameters, buckets, g.processGroup, dense, c10d::kDefaultBucketBytesCap,
+        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+        std::unordered_map<size_t, std::string>{}, c10d::kDefaultFirstBucketBytes,
+        /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+        std::vector<int64_t>{});
+  } catch (const std::exception &e) {
+    fail(g, "setting up the gradients' reducer", e.what());
+  }
+}
+
+bool Distributed::averagesDuringBackward() const { return active() && group_->reducer != nullptr; }
+
+void Distributed::backward(const torch::Tensor &loss, const std::string &phase) {
+  if (!active() || !group_->reducer) {
+    loss.backward();
+    return;
+  }
+  try {
+    group_->reducer->prepare_for_backward({loss});
+    loss.backward();
+  } catch (const std::exception &e) {
+    fail(*group_, phase, e.what());
+  }
+}
 
 std::unique_ptr<Distributed> Distributed::join(const DistributedEnvironment &env,
                                                const torch::Device &device,

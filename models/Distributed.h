@@ -70,6 +70,17 @@ public:
   /// "none", "gloo" or "nccl".
   const std::string &backend() const { return backend_; }
 
+  /// Averages the gradients of `parameters` during every later backward (c10d's Reducer, as
+  /// DistributedDataParallel does): their buckets' all-reduces start as soon as a bucket's
+  /// gradients are ready, overlapping the rest of the backward, and backward() returns with
+  /// the averages in place (through backward() below).
+  void attachReducer(const std::vector<torch::Tensor> &parameters);
+  /// loss.backward(), its gradients averaged by the reducer when one is attached; a collective
+  /// that fails in it is reported like every other (the rank, `phase`, the way on).
+  void backward(const torch::Tensor &loss, const std::string &phase);
+  /// Whether backward() averages the gradients (a reducer is attached).
+  bool averagesDuringBackward() const;
+
   /// Each tensor summed over the ranks, in place. `phase` names the call in errors.
   void sumInPlace(const std::vector<torch::Tensor> &tensors, const std::string &phase);
   /// Each tensor averaged over the ranks, in place, in flat buckets (contiguous tensors).
@@ -78,7 +89,8 @@ public:
   /// Throws std::runtime_error when the ranks' tensors differ (compared through each tensor's
   /// sum and sum of squares in float64: two all-reduces of a few numbers).
   void checkIdentical(const std::vector<torch::Tensor> &tensors, const std::string &what);
-  /// Seconds spent in collectives so far (their launch and wait).
+  /// Seconds spent in collectives so far (their launch and wait), the reducer's excepted: its
+  /// all-reduces run during the backward.
   double collectiveSeconds() const { return seconds_; }
 
   struct Group;  // the c10d store and process group (Distributed.cpp)

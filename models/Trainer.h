@@ -60,6 +60,9 @@ struct TrainOptions {
   /// Data parallelism (under torchrun, srun or mpirun): how long a rank waits for the others
   /// (the rendezvous, and every collective) before the run ends with an error naming them.
   int64_t distTimeout = 300;
+  /// Data parallelism: when the gradients are averaged: during the backward (overlap: c10d's
+  /// reducer), after it (after), or auto (overlap on CUDA, after on the CPU).
+  std::string gradSync = "auto";
   /// Test hook: the process of rank killRank kills itself (SIGKILL) right after this step
   /// (0 = never).
   int64_t killAfterStep = 0, killRank = 0;
@@ -107,7 +110,8 @@ struct TrainReport {
   int64_t worldSize = 1;      ///< data-parallel ranks
   int64_t rank = 0;           ///< this process's rank (not in report.json: rank 0 writes it)
   std::string backend = "none";  ///< their c10d backend: none, gloo or nccl
-  double collectiveSeconds = 0;  ///< rank 0's time in collectives (gradients, checks, evaluation)
+  double collectiveSeconds = 0;  ///< rank 0's time in collectives outside the backward
+  std::string gradSync = "none"; ///< overlap | after (none: one process)
 };
 
 /// Trains (or resumes) one run; progress goes to `log` (the bar and messages). Under a

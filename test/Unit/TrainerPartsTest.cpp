@@ -226,6 +226,43 @@ TEST(Distributed, TwoRanksAverageInBucketsAndCompare) {
                          "data-parallel ranks must start from the same options and checkpoint");
 }
 
+TEST(Distributed, TheReducerAveragesGradientsDuringTheBackward) {
+  // Each rank's loss over its own inputs; after backward() every rank holds the mean of the
+  // ranks' gradients (computed here without the group for comparison), over several buckets.
+  auto inputs = [](int64_t rank) {
+    torch::manual_seed(50 + rank);
+    return torch::randn({6, 300});
+  };
+  auto model = [] {
+    torch::manual_seed(7);
+    return torch::nn::Sequential(torch::nn::Linear(300, 900), torch::nn::Tanh(), torch::nn::Linear(900, 4));
+  };
+  std::vector<std::vector<torch::Tensor>> own(2), reduced(2);
+  for (int64_t r = 0; r < 2; ++r) {
+    auto m = model();
+    m->forward(inputs(r)).square().sum().backward();
+    for (auto &p : m->parameters())
+      own[r].push_back(p.grad().clone());
+  }
+  onTwoRanks(testPort(6), [&](int64_t rank, Distributed &group) {
+    auto m = model();
+    group.attachReducer(m->parameters());
+    for (int step = 0; step < 2; ++step) {  // the second backward runs on rebuilt buckets
+      for (auto &p : m->parameters())
+        p.mutable_grad() = torch::Tensor();
+      group.backward(m->forward(inputs(rank)).square().sum(), "the test's backward");
+    }
+    for (auto &p : m->parameters())
+      reduced[rank].push_back(p.grad().clone());
+  });
+  ASSERT_EQ(reduced[0].size(), own[0].size());
+  for (size_t i = 0; i < own[0].size(); ++i) {
+    torch::Tensor mean = (own[0][i] + own[1][i]) / 2;
+    EXPECT_TRUE(torch::allclose(reduced[0][i], mean, 1e-5, 1e-6)) << i;
+    EXPECT_TRUE(torch::equal(reduced[0][i], reduced[1][i])) << i;
+  }
+}
+
 TEST(Distributed, ALoneRankEndsWithinTheTimeout) {
   DistributedEnvironment env{0, 2, 0, "127.0.0.1", testPort(2)};
   auto start = std::chrono::steady_clock::now();

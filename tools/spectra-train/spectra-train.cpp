@@ -116,6 +116,9 @@ training options (defaults: the paper's setup for the task, REFERENCE-NOTES / Ta
   --no-progress                     no progress bar
   --dist-timeout S   300            data parallel: seconds a rank waits for the others (the
                                     rendezvous and every collective) before the run ends
+  --grad-sync auto|overlap|after    data parallel: average the gradients during the backward
+                                    (c10d's reducer) or after it; auto: overlap on CUDA, after
+                                    on the CPU
 
 data parallel (one model on K processes, Gloo on the CPU, NCCL on CUDA with one GPU per
 LOCAL_RANK): launch under torchrun, srun or mpirun, which set RANK, WORLD_SIZE, LOCAL_RANK,
@@ -204,7 +207,8 @@ const std::set<std::string> kValueOptions = {
     "log-every",   "limit-train",  "clip",         "weight-decay", "seed",   "features",
     "embed",       "layers",       "heads",        "head-dim", "ffn",      "dropout",
     "device",      "precision",    "time-limit",    "threads",      "kill-after-step", "attentions",
-    "redraw-every", "option",      "parallel",     "dist-timeout", "kill-rank"};
+    "redraw-every", "option",      "parallel",     "dist-timeout", "kill-rank",
+    "grad-sync"};
 const std::set<std::string> kFlags = {"resume", "no-progress"};
 
 /// --name value pairs and flags; an unknown or valueless option is an error naming it.
@@ -306,6 +310,8 @@ TrainOptions optionsFrom(const Args &a) {
     o.device = get("device");
   if (!get("precision").empty())
     o.precision = get("precision");
+  if (!get("grad-sync").empty())
+    o.gradSync = get("grad-sync");
   if (!get("threads").empty())
     torch::set_num_threads(static_cast<int>(toInt("threads", get("threads"))));
   for (const std::string &kv : a.variantOptions)
