@@ -453,37 +453,87 @@ std::string formatted(double x, int digits) {
 
 /// results.md (the paper's Table 2 layout: accuracy, time, memory per task and their average),
 /// results.csv (one line per run) and results.png (Figure 1: memory vs accuracy, colour = time).
+/// The reports of `task`'s runs under `out` (report.json of each run directory), by attention;
+/// the run directories go to `runDirs` (for the curves).
+std::map<std::string, json> reportsOf(const std::string &out, const std::string &task,
+                                      std::vector<std::string> &runDirs) {
+  std::map<std::string, json> byAttention;
+  std::string dir = out + "/" + task;
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return byAttention;
+  while (dirent *e = ::readdir(d)) {
+    std::string report = dir + "/" + e->d_name + "/report.json";
+    if (e->d_name[0] == '.' || !exists(report))
+      continue;
+    runDirs.push_back(dir + "/" + e->d_name);
+    std::ifstream in(report);
+    json j = json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("attention")) {
+      std::cerr << "spectra-train: warning: " << report << " is not a report; skipped\n";
+      continue;
+    }
+    byAttention[j["attention"].get<std::string>()] = j;
+  }
+  ::closedir(d);
+  return byAttention;
+}
+
+/// The language-modelling runs (task lm) under `out`: lm-results.md (test bits per byte,
+/// next-byte accuracy, steps, steps/s, time, memory) and lm/curves.png. Returns
+/// whether there were any.
+bool writeLmTable(const std::string &out) {
+  std::vector<std::string> dirs;
+  std::map<std::string, json> runs = reportsOf(out, "lm", dirs);
+  if (runs.empty())
+    return false;
+  std::vector<std::string> order;
+  for (auto &[a, j] : runs)
+    order.push_back(a);
+  std::stable_sort(order.begin(), order.end(), [](const std::string &x, const std::string &y) {
+    return std::make_pair(attentionRank(x), x) < std::make_pair(attentionRank(y), y);
+  });
+  std::ofstream md(out + "/lm-results.md");
+  md << "# Byte-level language modelling (spectra-train --task lm)\n\n"
+     << "Bits per byte and next-byte accuracy on the test windows with the best validation "
+        "checkpoint; training time, steps/s and peak memory (GB) of each run.\n\n"
+     << "| attention | test bits/byte | next-byte acc (%) | steps | steps/s | time (h) | mem (GB) |\n"
+     << "|---|---:|---:|---:|---:|---:|---:|\n";
+  for (auto &a : order) {
+    json &j = runs[a];
+    md << "| " << a << " | " << formatted(j.value("test_bits_per_byte", 0.0), 3) << " | "
+       << formatted(100 * j["test_accuracy"].get<double>(), 2) << " | " << j["steps"].get<int64_t>()
+       << " | " << formatted(j["steps_per_second"].get<double>(), 2) << " | "
+       << formatted(j["train_seconds"].get<double>() / 3600, 4) << " | "
+       << formatted(j["peak_bytes"].get<double>() / 1e9, 2) << " |\n";
+  }
+  md.close();
+  std::sort(dirs.begin(), dirs.end());
+  drawCurves(out + "/lm/curves.png", dirs);
+  std::cout << "wrote " << out << "/lm-results.md (" << order.size() << " language model(s))"
+            << std::endl;
+  return true;
+}
+
 int writeTable(const std::string &out) {
+  bool languageModels = writeLmTable(out);
   std::map<std::string, Row> rows;
   std::vector<std::string> tasks;
   std::map<std::string, std::vector<std::string>> runDirs;  // task -> its runs (for the curves)
   for (auto *task : kTasks) {
-    std::string dir = out + "/" + task;
-    DIR *d = ::opendir(dir.c_str());
-    if (!d)
-      continue;
-    bool any = false;
-    while (dirent *e = ::readdir(d)) {
-      std::string report = dir + "/" + e->d_name + "/report.json";
-      if (e->d_name[0] == '.' || !exists(report))
-        continue;
-      runDirs[task].push_back(dir + "/" + e->d_name);
-      std::ifstream in(report);
-      json j = json::parse(in, nullptr, false);
-      if (j.is_discarded() || !j.contains("attention")) {
-        std::cerr << "spectra-train: warning: " << report << " is not a report; skipped\n";
-        continue;
-      }
-      rows[j["attention"].get<std::string>()].byTask[task] = j;
-      any = true;
-    }
-    ::closedir(d);
-    if (any)
+    auto reports = reportsOf(out, task, runDirs[task]);
+    for (auto &[attention, j] : reports)
+      rows[attention].byTask[task] = j;
+    if (!reports.empty())
       tasks.push_back(task);
+    if (runDirs[task].empty())
+      runDirs.erase(task);
   }
   if (rows.empty()) {
+    if (languageModels)
+      return 0;
     std::cerr << "spectra-train: error: no finished runs (report.json) under " << out
-              << "/{listops,text,retrieval}/\n";
+              << "/{listops,text,retrieval,lm}/\n";
     return 1;
   }
   std::vector<std::string> order;
