@@ -453,6 +453,19 @@ std::string formatted(double x, int digits) {
 
 /// results.md (the paper's Table 2 layout: accuracy, time, memory per task and their average),
 /// results.csv (one line per run) and results.png (Figure 1: memory vs accuracy, colour = time).
+/// The attentions of a table (the keys of `byAttention`) in the table's order: softmax, then
+/// the paper's variants, then the rest.
+template <typename Map>
+std::vector<std::string> tableOrder(const Map &byAttention) {
+  std::vector<std::string> order;
+  for (auto &entry : byAttention)
+    order.push_back(entry.first);
+  std::stable_sort(order.begin(), order.end(), [](const std::string &x, const std::string &y) {
+    return std::make_pair(attentionRank(x), x) < std::make_pair(attentionRank(y), y);
+  });
+  return order;
+}
+
 /// The reports of `task`'s runs under `out` (report.json of each run directory), by attention;
 /// the run directories go to `runDirs` (for the curves).
 std::map<std::string, json> reportsOf(const std::string &out, const std::string &task,
@@ -487,12 +500,7 @@ bool writeLmTable(const std::string &out) {
   std::map<std::string, json> runs = reportsOf(out, "lm", dirs);
   if (runs.empty())
     return false;
-  std::vector<std::string> order;
-  for (auto &[a, j] : runs)
-    order.push_back(a);
-  std::stable_sort(order.begin(), order.end(), [](const std::string &x, const std::string &y) {
-    return std::make_pair(attentionRank(x), x) < std::make_pair(attentionRank(y), y);
-  });
+  std::vector<std::string> order = tableOrder(runs);
   std::ofstream md(out + "/lm-results.md");
   md << "# Byte-level language modelling (spectra-train --task lm)\n\n"
      << "Bits per byte and next-byte accuracy on the test windows with the best validation "
@@ -536,12 +544,7 @@ int writeTable(const std::string &out) {
               << "/{listops,text,retrieval,lm}/\n";
     return 1;
   }
-  std::vector<std::string> order;
-  for (auto &[a, r] : rows)
-    order.push_back(a);
-  std::stable_sort(order.begin(), order.end(), [](const std::string &x, const std::string &y) {
-    return std::make_pair(attentionRank(x), x) < std::make_pair(attentionRank(y), y);
-  });
+  std::vector<std::string> order = tableOrder(rows);
 
   std::ofstream csv(out + "/results.csv");
   csv << "task,attention,component,weights,test_accuracy,best_val_accuracy,train_seconds,"
