@@ -304,6 +304,40 @@ TEST(Distributed, AHungRankEndsItsPeersCollectiveWithinTheTimeout) {
   EXPECT_EQ(errors[1], "");
 }
 
+TEST(Distributed, AHungRankEndsItsPeersBackwardWithinTheTimeout) {
+  // --grad-sync overlap: the all-reduces run inside the backward; a peer that never joins
+  // them ends it within the timeout too, with the same message.
+  std::vector<std::string> errors(2);
+  double waited = 0;
+  std::vector<std::thread> threads;
+  int64_t port = testPort(7);
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        DistributedEnvironment env{r, 2, r, "127.0.0.1", port};
+        auto group = Distributed::join(env, torch::kCPU, std::chrono::seconds(2));
+        torch::manual_seed(1);
+        torch::nn::Linear layer(8, 3);
+        group->attachReducer(layer->parameters());
+        if (r == 1) {  // hangs: never runs its backward, then leaves
+          std::this_thread::sleep_for(std::chrono::seconds(6));
+          return;
+        }
+        auto start = std::chrono::steady_clock::now();
+        errors[r] = errorOf([&] { group->backward(layer->forward(torch::ones({2, 8})).sum(), "the backward of step 5"); });
+        waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } catch (const std::exception &e) {
+        errors[r] = std::string("setup: ") + e.what();
+      }
+    });
+  for (auto &t : threads)
+    t.join();
+  EXPECT_EQ(errors[0].rfind("rank 0 of 2 (gloo): the backward of step 5 failed (a peer rank died, "
+                            "hung past the 2 s timeout, or was stopped)", 0), 0u) << errors[0];
+  EXPECT_LT(waited, 5.9);
+  EXPECT_EQ(errors[1], "");
+}
+
 TEST(Distributed, NcclAveragesOverTwoGpus) {
   if (!torch::cuda::is_available() || torch::cuda::device_count() < 2)
     GTEST_SKIP() << "NCCL needs 2 CUDA devices, this machine has "
