@@ -237,20 +237,24 @@ TEST(Distributed, TheReducerAveragesGradientsDuringTheBackward) {
     torch::manual_seed(7);
     return torch::nn::Sequential(torch::nn::Linear(300, 900), torch::nn::Tanh(), torch::nn::Linear(900, 4));
   };
+  // Models and inputs are made here, not in the ranks' threads: torch's generator is global,
+  // and two threads drawing from it at once would interleave their draws.
   std::vector<std::vector<torch::Tensor>> own(2), reduced(2);
+  std::vector<torch::Tensor> x = {inputs(0), inputs(1)};
+  std::vector<torch::nn::Sequential> models = {model(), model()};
   for (int64_t r = 0; r < 2; ++r) {
     auto m = model();
-    m->forward(inputs(r)).square().sum().backward();
+    m->forward(x[r]).square().sum().backward();
     for (auto &p : m->parameters())
       own[r].push_back(p.grad().clone());
   }
   onTwoRanks(testPort(6), [&](int64_t rank, Distributed &group) {
-    auto m = model();
+    auto &m = models[rank];
     group.attachReducer(m->parameters());
     for (int step = 0; step < 2; ++step) {  // the second backward runs on rebuilt buckets
       for (auto &p : m->parameters())
         p.mutable_grad() = torch::Tensor();
-      group.backward(m->forward(inputs(rank)).square().sum(), "the test's backward");
+      group.backward(m->forward(x[rank]).square().sum(), "the test's backward");
     }
     for (auto &p : m->parameters())
       reduced[rank].push_back(p.grad().clone());
@@ -398,10 +402,13 @@ TEST(Evaluation, SharedOverTwoRanksGivesTheOneProcessFigures) {
   Distributed one;
   Evaluation whole = evaluate(model, split, 8, 0, false, torch::kCPU, torch::kFloat32, false, one);
   std::vector<Evaluation> shared(2);
-  onTwoRanks(testPort(3), [&](int64_t rank, Distributed &group) {
+  std::vector<LraModel> copies;  // made here: torch's generator is global (see above)
+  for (int r = 0; r < 2; ++r) {
     torch::manual_seed(3);
-    LraModel same(smallModel());
-    shared[rank] = evaluate(same, split, 8, 0, false, torch::kCPU, torch::kFloat32, false, group);
+    copies.emplace_back(smallModel());
+  }
+  onTwoRanks(testPort(3), [&](int64_t rank, Distributed &group) {
+    shared[rank] = evaluate(copies[rank], split, 8, 0, false, torch::kCPU, torch::kFloat32, false, group);
   });
   for (auto &e : shared) {
     EXPECT_NEAR(e.loss, whole.loss, 1e-12 * std::abs(whole.loss));
