@@ -2,6 +2,7 @@
 
 #include "models/Distributed.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
@@ -175,17 +176,27 @@ std::unique_ptr<Distributed> Distributed::join(const DistributedEnvironment &env
             d->backend_ + ")";
   const std::string master = "MASTER_ADDR=" + env.masterAddr + " MASTER_PORT=" +
                              std::to_string(env.masterPort);
+  // Under torchrun the launcher's agent already serves the store at MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE): every rank is its client, under a prefix per restart
+  // attempt, as torch.distributed does; otherwise rank 0 serves it.
+  const char *agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agentStore = agent && std::string(agent) == "True";
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env.masterPort);
-  so.isServer = env.rank == 0;
+  so.isServer = env.rank == 0 && !agentStore;
   so.numWorkers = static_cast<size_t>(env.worldSize);
   so.waitWorkers = true;
   so.timeout = timeout;
   try {
     g.store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, so);
+    if (agentStore) {
+      const char *attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+      g.store = c10::make_intrusive<c10d::PrefixStore>(
+          std::string("/worker/attempt_") + (attempt && *attempt ? attempt : "0"), g.store);
+    }
   } catch (const std::exception &e) {
     std::string what = std::string(e.what()).substr(0, 400);
-    if (env.rank == 0)
+    if (so.isServer)
       throw std::runtime_error(
           g.where + ": the rendezvous at " + master + " did not complete within " + seconds(timeout) +
           ": rank 0 serves it and waits for all WORLD_SIZE=" + std::to_string(env.worldSize) +
