@@ -18,6 +18,7 @@
 #include "models/Sweep.h"
 #include "runtime/Paths.h"
 #ifdef SPECTRA_TRAIN_WITH_TORCH
+#include "models/Distributed.h"
 #include "models/Trainer.h"
 #include "runtime/CudaDriver.h"
 #include <nlohmann/json.hpp>
@@ -694,6 +695,12 @@ int cpuCores() {
 
 int sweepCommand(int argc, char **argv) {
   Args a = parseArgs(argc, argv, 2);
+  // Under a launcher every rank would run the whole sweep, and each run would join the ranks.
+  if (int64_t ranks = spectra::models::readDistributedEnvironment().worldSize; ranks > 1)
+    throw std::invalid_argument("sweep is started once, not under torchrun, srun or mpirun (WORLD_SIZE=" +
+                                std::to_string(ranks) + " here): it runs independent runs side by side; "
+                                "for a sweep of data-parallel runs, launch each run with torchrun "
+                                "(README: Data parallel)");
   if (!a.values.count("task") || !a.values.count("data"))
     throw std::invalid_argument("sweep needs --task and --data (see spectra-train --help)");
   if (a.values.count("attention"))
