@@ -3,7 +3,9 @@
 #include "models/Distributed.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifdef SPECTRA_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #ifdef SPECTRA_HAVE_NCCL
@@ -216,6 +218,11 @@ std::unique_ptr<Distributed> Distributed::join(const DistributedEnvironment &env
                                "configured): train with --device cpu (Gloo), or rebuild with NCCL");
 #endif
     } else {
+#ifndef SPECTRA_HAVE_GLOO
+      throw std::runtime_error("this spectra-train was built without Gloo (no gloo/algorithm.h when "
+                               "it was configured): install Debian's libgloo-dev and rebuild, or "
+                               "train on CUDA (NCCL)");
+#else
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       // GLOO_SOCKET_IFNAME picks the interface, as in torch.distributed; a loopback master means
       // every rank is on this host.
@@ -226,6 +233,7 @@ std::unique_ptr<Distributed> Distributed::join(const DistributedEnvironment &env
       else
         options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       g.backend = c10::make_intrusive<c10d::ProcessGroupGloo>(g.store, env.rank, env.worldSize, options);
+#endif
     }
   } catch (const std::exception &e) {
     throw std::runtime_error(g.where + ": the process group did not form within " + seconds(timeout) +
