@@ -278,68 +278,67 @@ TEST(Distributed, ALoneRankEndsWithinTheTimeout) {
   EXPECT_LT(waited, 20.0);
 }
 
-TEST(Distributed, AHungRankEndsItsPeersCollectiveWithinTheTimeout) {
-  std::vector<std::string> errors(2);
-  std::vector<double> waited(2);
+struct HungPeer {
+  std::string error, peerError;  ///< rank 0's error from `call`, and rank 1's (none expected)
+  double waited = 0;             ///< how long `call` took on rank 0
+};
+
+/// Two ranks joined with a 2 s timeout; both run `prepare`, then rank 0 runs `call` while rank 1
+/// never takes part (it sleeps `hangSeconds`, then leaves).
+HungPeer againstAHungPeer(int64_t port, double hangSeconds,
+                          const std::function<void(int64_t, Distributed &)> &prepare,
+                          const std::function<void(Distributed &)> &call) {
+  HungPeer result;
   std::vector<std::thread> threads;
-  int64_t port = testPort(4);
   for (int64_t r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
+      std::string &error = r == 0 ? result.error : result.peerError;
       try {
         DistributedEnvironment env{r, 2, r, "127.0.0.1", port};
         auto group = Distributed::join(env, torch::kCPU, std::chrono::seconds(2));
-        if (r == 1) {  // hangs: never joins the collective, then leaves
-          std::this_thread::sleep_for(std::chrono::seconds(5));
+        prepare(r, *group);
+        if (r == 1) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(hangSeconds));
           return;
         }
         auto start = std::chrono::steady_clock::now();
-        errors[r] = errorOf([&] { group->sumInPlace({torch::ones({4})}, "the gradients of step 3"); });
-        waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        error = errorOf([&] { call(*group); });
+        result.waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       } catch (const std::exception &e) {
-        errors[r] = std::string("join: ") + e.what();
+        error = std::string("setup: ") + e.what();
       }
     });
   for (auto &t : threads)
     t.join();
-  EXPECT_EQ(errors[0].rfind("rank 0 of 2 (gloo): the gradients of step 3 failed (a peer rank died, "
-                            "hung past the 2 s timeout, or was stopped); resume the run from its last "
-                            "checkpoint with --resume: ", 0), 0u) << errors[0];
-  EXPECT_LT(waited[0], 4.9);  // the timeout ended it, not rank 1 leaving
-  EXPECT_EQ(errors[1], "");
+  return result;
+}
+
+TEST(Distributed, AHungRankEndsItsPeersCollectiveWithinTheTimeout) {
+  HungPeer r = againstAHungPeer(testPort(4), 5, [](int64_t, Distributed &) {}, [](Distributed &group) {
+    group.sumInPlace({torch::ones({4})}, "the gradients of step 3");
+  });
+  EXPECT_EQ(r.error.rfind("rank 0 of 2 (gloo): the gradients of step 3 failed (a peer rank died, "
+                          "hung past the 2 s timeout, or was stopped); resume the run from its last "
+                          "checkpoint with --resume: ", 0), 0u) << r.error;
+  EXPECT_LT(r.waited, 4.9);  // the timeout ended it, not rank 1 leaving
+  EXPECT_EQ(r.peerError, "");
 }
 
 TEST(Distributed, AHungRankEndsItsPeersBackwardWithinTheTimeout) {
   // --grad-sync overlap: the all-reduces run inside the backward; a peer that never joins
   // them ends it within the timeout too, with the same message.
-  std::vector<std::string> errors(2);
-  double waited = 0;
-  std::vector<std::thread> threads;
-  int64_t port = testPort(7);
-  for (int64_t r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        DistributedEnvironment env{r, 2, r, "127.0.0.1", port};
-        auto group = Distributed::join(env, torch::kCPU, std::chrono::seconds(2));
-        torch::manual_seed(1);
-        torch::nn::Linear layer(8, 3);
-        group->attachReducer(layer->parameters());
-        if (r == 1) {  // hangs: never runs its backward, then leaves
-          std::this_thread::sleep_for(std::chrono::seconds(6));
-          return;
-        }
-        auto start = std::chrono::steady_clock::now();
-        errors[r] = errorOf([&] { group->backward(layer->forward(torch::ones({2, 8})).sum(), "the backward of step 5"); });
-        waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      } catch (const std::exception &e) {
-        errors[r] = std::string("setup: ") + e.what();
-      }
-    });
-  for (auto &t : threads)
-    t.join();
-  EXPECT_EQ(errors[0].rfind("rank 0 of 2 (gloo): the backward of step 5 failed (a peer rank died, "
-                            "hung past the 2 s timeout, or was stopped)", 0), 0u) << errors[0];
-  EXPECT_LT(waited, 5.9);
-  EXPECT_EQ(errors[1], "");
+  torch::manual_seed(1);
+  std::vector<torch::nn::Linear> layers = {torch::nn::Linear(8, 3), torch::nn::Linear(8, 3)};
+  HungPeer r = againstAHungPeer(
+      testPort(7), 6,
+      [&](int64_t rank, Distributed &group) { group.attachReducer(layers[rank]->parameters()); },
+      [&](Distributed &group) {
+        group.backward(layers[0]->forward(torch::ones({2, 8})).sum(), "the backward of step 5");
+      });
+  EXPECT_EQ(r.error.rfind("rank 0 of 2 (gloo): the backward of step 5 failed (a peer rank died, "
+                          "hung past the 2 s timeout, or was stopped)", 0), 0u) << r.error;
+  EXPECT_LT(r.waited, 5.9);
+  EXPECT_EQ(r.peerError, "");
 }
 
 TEST(Distributed, NcclAveragesOverTwoGpus) {
