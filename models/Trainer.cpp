@@ -153,12 +153,6 @@ void keepValidationSubset(TaskData &data, int64_t evalBatches, int64_t batch) {
   data.valSource += ", a fixed random " + std::to_string(data.val.size()) + " of them";
 }
 
-/// Where the ranks other than 0 print (nothing: rank 0 speaks for the run).
-std::ostream &nowhere() {
-  static std::ostream sink(nullptr);
-  return sink;
-}
-
 /// One run: set up (device, group, data, model, resume), the steps with their metrics windows
 /// and evaluations, then the test of the best checkpoint and the report. Rank 0 writes every
 /// file; the other ranks compute the same steps on their share of each batch.
@@ -233,7 +227,7 @@ void TrainingRun::setUpDevice() {
   dtype = pickPrecision(o.precision, device);
   bool main = env.rank == 0;
   std::string label = o.task + " " + o.attention;
-  progress = std::make_unique<Progress>(main ? log : nowhere(), o.progress, label, o.steps, !main);
+  progress = std::make_unique<Progress>(log, o.progress, label, o.steps, /*silent=*/!main);
   if (env.worldSize > 1)
     progress->say("joining " + std::to_string(env.worldSize) + " ranks at " + env.masterAddr + ":" +
                   std::to_string(env.masterPort) + " (timeout " + std::to_string(o.distTimeout) + " s)");
