@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/MapTilesToGpu.h"
+#include "codegen/MapContractionsToMma.h"
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuLowering.h"
 #include "codegen/Passes.h"
@@ -107,6 +108,12 @@ bool mayWrite(Operation *op) {
 }
 
 bool isNest(Operation *op) { return op->hasAttr(kNestAttr); }
+
+/// A nest over warps (contractions on tensor cores, MapContractionsToMma.h).
+bool isWarpNest(scf::ForallOp nest) {
+  std::optional<ArrayAttr> mapping = nest.getMapping();
+  return mapping && mapping->size() == 1 && isa<gpu::GPUWarpMappingAttr>((*mapping)[0]);
+}
 
 /// `scf.forall (%t) in (n)` mapped to #gpu.thread<x>, marked as a thread nest.
 scf::ForallOp createNest(OpBuilder &b, Location loc, int64_t n) {
@@ -378,11 +385,27 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   fn->setAttr(kKernelChunkRowsAttr, b.getI64IntegerAttr(o.chunkRows));
 
   // Thread nests.
+  // Thread nests; the contractions the tensor cores take, warp nests.
+  Type mmaType;
+  bool split = o.mmaType == "bf16x3";
+  if (o.mmaType == "bf16" || split)
+    mmaType = b.getBF16Type();
+  else if (o.mmaType == "f16")
+    mmaType = b.getF16Type();
   SmallVector<linalg::LinalgOp> ops;
   blocks.getBody()->walk([&](linalg::LinalgOp op) { ops.push_back(op); });
-  for (linalg::LinalgOp op : ops)
+  for (linalg::LinalgOp op : ops) {
+    auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+    std::optional<MmaPlan> plan;
+    if (mmaType && generic && o.threads % 32 == 0)
+      plan = planMma(generic);
+    if (plan) {
+      mapContractionToWarps(generic, *plan, o.threads / 32, mmaType, split, kNestAttr);
+      continue;
+    }
     if (failed(distribute(op, o.threads)))
       return failure();
+  }
   if (failed(serialiseScalarWrites(*blocks.getBody())))
     return failure();
   tile.erase();
@@ -392,7 +415,13 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
 struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTilesToGpuPass> {
   using SpectraMapTilesToGpuBase::SpectraMapTilesToGpuBase;
   void runOnOperation() override {
-    MapTilesOptions o{threads, chunkRows, sharedLimit};
+    MapTilesOptions o{threads, chunkRows, sharedLimit, mmaType};
+    if (!o.mmaType.empty() && o.mmaType != "bf16" && o.mmaType != "bf16x3" && o.mmaType != "f16") {
+      getOperation().emitError() << "spectra-map-tiles-to-gpu: mma-type must be bf16, bf16x3, "
+                                    "f16 or empty (no tensor cores), got '"
+                                 << o.mmaType << "'";
+      return signalPassFailure();
+    }
     if (threads < 1 || threads > 1024 || chunkRows < 1) {
       getOperation().emitError() << "spectra-map-tiles-to-gpu: threads must be in [1, 1024] (the "
                                     "most a block may hold) and chunk-rows positive, got threads="
@@ -470,16 +499,34 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   for (scf::ForallOp nest : nests) {
     OpBuilder nb(nest);
     std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
-    if (!n || *n > threads)
+    // A warp nest: its induction variable is the warp (tid / 32), its contractions
+    // fragments and mma.sync on each warp's lanes.
+    bool warps = isWarpNest(nest);
+    int64_t width = warps ? 32 : 1;
+    if (!n || *n * width > threads)
       return nest.emitOpError("spectra-launch-mapped-kernels: a thread nest needs at most ")
              << threads << " threads";
     Block *inner = nest.getBody();
     inner->getTerminator()->erase();
-    nest.getInductionVar(0).replaceAllUsesWith(tid);
-    if (*n == threads) {
+    Value unit = tid;
+    if (warps) {
+      Value w = arith::ConstantIndexOp::create(nb, nest.getLoc(), 32);
+      unit = arith::DivUIOp::create(nb, nest.getLoc(), tid, w);
+      Value lane = arith::RemUIOp::create(nb, nest.getLoc(), tid, w);
+      SmallVector<linalg::GenericOp> tiles;
+      inner->walk([&](linalg::GenericOp g) {
+        if (g->hasAttr(kMmaAttr))
+          tiles.push_back(g);
+      });
+      for (linalg::GenericOp g : tiles)
+        if (failed(lowerWarpMma(g, lane)))
+          return failure();
+    }
+    nest.getInductionVar(0).replaceAllUsesWith(unit);
+    if (*n * width == threads) {
       nb.getInsertionBlock()->getOperations().splice(nest->getIterator(), inner->getOperations());
     } else {
-      Value live = arith::CmpIOp::create(nb, nest.getLoc(), arith::CmpIPredicate::ult, tid,
+      Value live = arith::CmpIOp::create(nb, nest.getLoc(), arith::CmpIPredicate::ult, unit,
                                          arith::ConstantIndexOp::create(nb, nest.getLoc(), *n));
       auto guard = scf::IfOp::create(nb, nest.getLoc(), live, /*withElseRegion=*/false);
       Block *then = guard.thenBlock();
@@ -623,6 +670,12 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   map.threads = o.threads;
   map.chunkRows = o.chunkRows;
   map.sharedLimit = staticSharedLimit(o.chip);
+  // 16-bit inputs: the contractions on tensor cores with bf16 operands, also for f16
+  // inputs, because the tiles they read include sums over the sequence (the summaries
+  // S, z and their gradients) that may exceed f16's range (65504). f32 inputs: FMA.
+  std::string dtype = o.dtype, mma = o.mma;
+  if (mma != "none" && (dtype == "bf16" || dtype == "f16"))
+    map.mmaType = mma;
   pm.addPass(createSpectraMapTilesToGpu(map));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -34,6 +34,8 @@ struct MapTilesOptions {
   int64_t threads = 256;
   int64_t chunkRows = 256;
   int64_t sharedLimit = 48 * 1024;
+  /// The operand type of the contractions on tensor cores (bf16 or f16); empty: none.
+  std::string mmaType;
 };
 
 /// Attributes a mapped kernel carries besides the ABI (TileKernels.h).
@@ -65,6 +67,13 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
   Option<bool> causal{*this, "causal",
                       llvm::cl::desc("the causal kernels (with at most 2 tile rows)"),
                       llvm::cl::init(false)};
+  Option<std::string> mma{
+      *this, "mma",
+      llvm::cl::desc("bf16/f16 inputs: the tile contractions on tensor cores (mma.sync, f32 "
+                     "sums): bf16x3 (default: each f32 tile operand split into two bf16 parts, "
+                     "three mma per step, products within 2^-16), bf16 (one mma, operands "
+                     "rounded to bf16) or none (FMA)"),
+      llvm::cl::init("bf16x3")};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};
   Option<int64_t> chunkRows{*this, "chunk-rows",

@@ -134,6 +134,10 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "rows of q or k per block">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"49152",
            "bytes of static shared memory a block may use">,
+    Option<"mmaType", "mma-type", "std::string", /*default=*/"\"\"",
+           "the contractions on tensor cores, as warp nests of 16 x 8 tiles "
+           "(MapContractionsToMma.h): bf16 or f16 (operands rounded), bf16x3 (operands "
+           "split in two bf16 parts, three mma); empty: every contraction a thread nest">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
@@ -167,7 +171,9 @@ def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::
     //   scf.if (%tx < 32) { ... }  gpu.barrier  ...
     ```
   }];
-  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect"];
+  let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
+                           "::mlir::NVVM::NVVMDialect", "::mlir::LLVM::LLVMDialect",
+                           "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect"];
 }
 
 def SpectraDescribeGpuKernels : Pass<"spectra-describe-gpu-kernels", "::mlir::ModuleOp"> {

@@ -96,7 +96,8 @@ def run_one(args, variant, workdir):
     path = os.path.join(workdir, name + ".json")
     compiled = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
                                str(args.d), "--target", args.chip, "--dtype", args.dtype,
-                               "--emit=artifact", "-o", path] + (["--causal"] if args.causal else []),
+                               "--emit=artifact", "--mma", args.mma, "-o", path]
+                              + (["--causal"] if args.causal else []),
                               capture_output=True, text=True)
     if compiled.returncode != 0:
         return False, [f"{name}: spectra-compile failed: {compiled.stderr.strip()[:2000]}"]
@@ -153,6 +154,8 @@ def run_one(args, variant, workdir):
         if kernel["kind"] in CONTRACTING:
             if args.require_mma and mma.get(entry, 0) == 0:
                 problems.append("no mma.sync")
+            if args.require_mma and sass is not None and sass.get(entry, {}).get("hmma", 0) == 0:
+                problems.append("no HMMA in the SASS")
             if blocks < args.min_blocks_per_sm:
                 problems.append(f"{blocks} blocks/SM < {args.min_blocks_per_sm}")
         if problems:
@@ -171,6 +174,8 @@ def main():
                    help="ptxas (default: $CUDA_HOME/bin/ptxas)")
     p.add_argument("--chip", default="sm_80", choices=["sm_80", "sm_90a"])
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16", "none"],
+                   help="bf16/f16: the contractions on tensor cores (spectra-compile --mma)")
     p.add_argument("--m", type=int, default=128)
     p.add_argument("--d", type=int, default=32)
     p.add_argument("--jobs", type=int, default=2)

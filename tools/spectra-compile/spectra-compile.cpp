@@ -92,6 +92,12 @@ static cl::opt<int64_t> tileRows("tile-rows",
                                  cl::desc("rows of q or k per tile (default 32 on the CPU, 4 on a "
                                           "GPU, where the tiles live in 48 KiB of shared memory)"),
                                  cl::init(0), cl::cat(category));
+static cl::opt<std::string> mma(
+    "mma",
+    cl::desc("GPU, bf16/f16: the contractions on tensor cores: bf16x3 (default: each operand "
+             "split in two bf16 parts, three mma.sync per step, f32-grade products), bf16 (one "
+             "mma.sync, operands rounded to bf16) or none (FMA)"),
+    cl::init("bf16x3"), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
                                              "with AVX2, 16 with AVX-512)"),
@@ -252,6 +258,9 @@ int main(int argc, char **argv) {
   gpuOptions.causal = causal;
   if (tileRows > 0)
     gpuOptions.tileRows = tileRows;
+  if (mma != "bf16x3" && mma != "bf16" && mma != "none")
+    return fail("--mma must be bf16x3, bf16 or none, got '" + mma + "'");
+  gpuOptions.mma = mma.getValue();
 
   if (!printLibrary) {
     PassManager pm(&context);

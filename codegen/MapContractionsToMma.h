@@ -1,0 +1,64 @@
+//===- MapContractionsToMma.h - tile contractions on tensor cores ---------===//
+//
+// The tensor-core part of the GPU schedule (MapTilesToGpu.h). A tile
+// contraction (C[m, n] += sum_k A B on f32 tiles, as TileBuilder::contraction
+// writes it) is mapped to warps instead of threads, in two steps:
+//
+//  mapped stage (spectra-map-tiles-to-gpu{mma-type=bf16}; runs on the CPU as
+//      gpu-emulated): a warp nest (scf.forall mapped to #gpu.warp<x>) whose
+//      warps take the contraction's 16 x 8 output tiles in turn. Each tile is
+//      the contraction on that tile's windows (edge tiles clipped), marked
+//      spectra.mma, its operands rounded to the mma type in its body: bf16
+//      products summed in f32, the tensor cores' math, so the emulation
+//      computes what the GPU does (in another summation order).
+//  launch stage (spectra-launch-mapped-kernels; GPU only): each marked tile
+//      becomes per-lane fragments and nvvm.mma.sync m16n8k16 (m16n8k8 when the
+//      reduction has at most 8 terms), the accumulator fragment held in
+//      registers across the k steps; elements outside the clipped window are
+//      read as 0 and not written.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H
+#define SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/IR/Builders.h"
+
+#include <optional>
+
+namespace mlir::spectra {
+
+/// The attribute marking a warp tile's contraction (a dictionary: the loop dims taken as
+/// the mma's m, n and k, the input read as its A operand, the k step and the operand type).
+inline constexpr llvm::StringLiteral kMmaAttr = "spectra.mma";
+
+/// Which loop dims of a contraction play the mma's m (16 rows), n (8 columns) and k, and
+/// which input is indexed by m (the A operand).
+struct MmaPlan {
+  unsigned mDim = 0, nDim = 1, kDim = 2;
+  unsigned aInput = 0;
+  int64_t kStep = 16;
+};
+
+/// The plan for `op` when it is a tile contraction the tensor cores should take: two f32
+/// inputs and one f32 output, each indexed by two of the three (static) loop dims, the
+/// body out + a * b, and at least a quarter of the padded 16 x 8 x k tiles useful (tiny
+/// contractions, such as the causal kernels' 2 x 2 products, stay on the FMA units).
+std::optional<MmaPlan> planMma(linalg::GenericOp op);
+
+/// Replaces `op` by a warp nest (at most `warps` warps, marked with `nestAttr`) over its
+/// 16 x 8 output tiles, each tile's contraction marked kMmaAttr with operands rounded to
+/// `mmaType`; `split`: each operand x as hi + lo (hi = x rounded, lo = the rest rounded)
+/// and the products as lo hi + hi lo + hi hi, three mma per step with nearly f32 products
+/// (2^-16 relative instead of bf16's 2^-8).
+void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t warps,
+                           Type mmaType, bool split, StringRef nestAttr);
+
+/// Lowers a tile contraction marked kMmaAttr (inside a warp, `lane` = thread id mod 32)
+/// to fragments and nvvm.mma.sync; fails on an op that is not one.
+LogicalResult lowerWarpMma(linalg::GenericOp op, Value lane);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H
