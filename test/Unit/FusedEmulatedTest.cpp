@@ -47,7 +47,7 @@ void expectMatches(const FusedEmulatedAttention &fused, const Case &c, double to
                    const std::string &what) {
   const Descriptor &desc = fused.descriptor();
   torch::ScalarType dtype = scalarTypeOf(fused.dtype());
-  torch::Tensor probe = torch::randn({2, 2, c.q.size(2), 5}, torch::kFloat64);
+  torch::Tensor probe = torch::randn({2, 2, c.q.size(2), c.v.size(3)}, torch::kFloat64);
   auto run = [&](bool useFused) {
     auto in = [&](const torch::Tensor &t) {
       torch::Tensor r = t.to(dtype).to(torch::kFloat64);
@@ -115,6 +115,33 @@ TEST(FusedEmulated, HalfPrecisionInputsAccumulateInF32) {
       expectMatches(fused, makeCase(0.8, 4), std::string(dtype) == "bf16" ? 2e-2 : 4e-3,
                     std::string(variant) + " " + dtype);
     }
+}
+
+/// The contractions on tensor cores (MapContractionsToMma.h): with 16-bit inputs the
+/// emulation runs the warp tiles, whose bodies round the operands as the mma does. Heads
+/// whose tiles fill the 16 x 8 mma exactly (m = 32, d = 16, dv = 8, and 33 rows of SGQ
+/// features padded) and ones that pad it (dv = 5) stay within the float32 tolerance the
+/// inputs' rounding leaves: the default bf16x3 split keeps the products at 2^-16.
+TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
+  for (int64_t dv : {8, 5})
+    for (const char *variant : {"posrf-orf", "oprf-mm", "saderf-sgq"}) {
+      VariantConfig config;
+      config.m = std::string(variant) == "saderf-sgq" ? 33 : 32;
+      config.d = 16;
+      FusedEmulatedAttention fused(variant, config, "f16");
+      EXPECT_NE(fused.kernelIR("mapped", dv).find("spectra.mma = {"), std::string::npos) << variant;
+      torch::manual_seed(11);
+      Case c{torch::randn({2, 2, 37, 16}, torch::kFloat64) * 0.6,
+             torch::randn({2, 2, 29, 16}, torch::kFloat64) * 0.6,
+             torch::randn({2, 2, 29, dv}, torch::kFloat64), torch::ones({2, 29}, torch::kBool)};
+      expectMatches(fused, c, 4e-3, std::string(variant) + " dv=" + std::to_string(dv));
+    }
+  // f32 inputs keep the FMA thread nests.
+  VariantConfig config;
+  config.m = 32;
+  config.d = 16;
+  FusedEmulatedAttention f32("posrf-orf", config);
+  EXPECT_EQ(f32.kernelIR("mapped").find("spectra.mma"), std::string::npos);
 }
 
 TEST(FusedEmulated, ScalesFromOneToAThousandStayFinite) {
