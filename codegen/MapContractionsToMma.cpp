@@ -20,6 +20,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
 using namespace mlir::spectra;
@@ -201,43 +202,148 @@ void mlir::spectra::mapContractionToWarps(linalg::GenericOp op, const MmaPlan &p
   op->erase();
 }
 
-LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
+namespace {
+
+/// One marked warp tile being lowered: its plan, operands and extents, and the lane maps
+/// (g = lane / 4, t = lane % 4) shared by the GPU lowering and the lane emulation.
+struct WarpTile {
+  mutable linalg::GenericOp op;
+  MmaPlan plan;
+  Type mmaType;
+  bool split = false;
+  Value A, B, C;
+  AffineMap mapA, mapB, mapC;
+  int64_t staticM = 0, staticN = 0, staticK = 0;
+  Value sizeM, sizeN;
+
+  /// Reads the spectra.mma attribute; the builder's insertion point must be at `op`.
+  static FailureOr<WarpTile> get(OpBuilder &b, linalg::GenericOp op, StringRef pass);
+
+  Value idx(OpBuilder &b, int64_t v) const {
+    return arith::ConstantIndexOp::create(b, op.getLoc(), v);
+  }
+  Value plus(OpBuilder &b, Value x, int64_t c) const {
+    return c ? arith::AddIOp::create(b, op.getLoc(), x, idx(b, c)).getResult() : x;
+  }
+  int64_t kRegsA() const { return plan.kStep / 4; }
+  int64_t kRegsB() const { return plan.kStep / 8; }
+
+  /// A (16 x k) register r, half h of the lane: (row, k - k0).
+  std::pair<Value, Value> aAt(OpBuilder &b, Value g, Value t2, int64_t r, int64_t h) const {
+    bool high = plan.kStep == 16 ? r % 2 : r;
+    int64_t kOff = plan.kStep == 16 ? 8 * (r / 2) : 0;
+    return {plus(b, g, high ? 8 : 0), plus(b, t2, kOff + h)};
+  }
+  /// B (k x 8) register r, half h of the lane: (k - k0, column).
+  std::pair<Value, Value> bAt(OpBuilder &b, Value g, Value t2, int64_t r, int64_t h) const {
+    return {plus(b, t2, 8 * r + h), g};
+  }
+  /// C/D element i of the lane: (row, column).
+  std::pair<Value, Value> cAt(OpBuilder &b, Value g, Value t2, int64_t i) const {
+    return {plus(b, g, 8 * (i / 2)), plus(b, t2, i % 2)};
+  }
+
+  /// `i < size`, or null where the window is statically the whole mma extent.
+  Value below(OpBuilder &b, Value i, Value size, int64_t staticSize, int64_t tile) const {
+    if (staticSize == tile)
+      return Value();
+    return arith::CmpIOp::create(b, op.getLoc(), arith::CmpIPredicate::ult, i, size);
+  }
+  Value both(OpBuilder &b, Value x, Value y) const {
+    if (!x)
+      return y;
+    if (!y)
+      return x;
+    return arith::AndIOp::create(b, op.getLoc(), x, y);
+  }
+  Value rowOk(OpBuilder &b, Value row) const { return below(b, row, sizeM, staticM, 16); }
+  Value colOk(OpBuilder &b, Value col) const { return below(b, col, sizeN, staticN, 8); }
+  /// The last k step reads past a reduction that is no multiple of it.
+  Value kOk(OpBuilder &b, Value k) const {
+    if (staticK % plan.kStep == 0)
+      return Value();
+    return arith::CmpIOp::create(b, op.getLoc(), arith::CmpIPredicate::ult, k, idx(b, staticK));
+  }
+
+  /// The element of `mem` (indexed by `map`) at (m, n, k), 0 where `ok` is false.
+  Value load(OpBuilder &b, Value mem, AffineMap map, Value m, Value n, Value k, Value ok) const {
+    Location loc = op.getLoc();
+    SmallVector<Value> at = coordinates(map, plan, m, n, k);
+    if (!ok)
+      return memref::LoadOp::create(b, loc, mem, at);
+    auto branch = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, ok, true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
+    b.setInsertionPointToStart(branch.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))});
+    return branch.getResult(0);
+  }
+  Value loadA(OpBuilder &b, Value row, Value k) const {
+    return load(b, A, mapA, row, Value(), k, both(b, rowOk(b, row), kOk(b, k)));
+  }
+  Value loadB(OpBuilder &b, Value k, Value col) const {
+    return load(b, B, mapB, Value(), col, k, both(b, colOk(b, col), kOk(b, k)));
+  }
+  Value loadC(OpBuilder &b, Value row, Value col) const {
+    return load(b, C, mapC, row, col, Value(), both(b, rowOk(b, row), colOk(b, col)));
+  }
+  void storeC(OpBuilder &b, Value value, Value row, Value col) const {
+    SmallVector<Value> at = coordinates(mapC, plan, row, col, Value());
+    Value ok = both(b, rowOk(b, row), colOk(b, col));
+    if (!ok) {
+      memref::StoreOp::create(b, op.getLoc(), value, C, at);
+      return;
+    }
+    auto branch = scf::IfOp::create(b, op.getLoc(), ok, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    memref::StoreOp::create(b, op.getLoc(), value, C, at);
+  }
+  /// x rounded to the operand type (part 0) or what that rounding left, rounded (part 1).
+  Value part(OpBuilder &b, Value x, int p) const {
+    Location loc = op.getLoc();
+    Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
+    if (p == 1) {
+      Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), narrow));
+      narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
+    }
+    return narrow;
+  }
+};
+
+FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef pass) {
   auto attr = op->getAttrOfType<DictionaryAttr>(kMmaAttr);
   auto get = [&](StringRef name) -> int64_t {
     auto v = attr ? attr.getAs<IntegerAttr>(name) : nullptr;
     return v ? v.getInt() : -1;
   };
   auto typeAttr = attr ? attr.getAs<TypeAttr>("type") : nullptr;
-  MmaPlan plan;
   int64_t m = get("m"), n = get("n"), k = get("k"), a = get("a"), ks = get("k_step");
   if (m < 0 || n < 0 || k < 0 || (a != 0 && a != 1) || (ks != 8 && ks != 16) || !typeAttr ||
       op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1)
-    return op.emitOpError("spectra-launch-mapped-kernels: a spectra.mma contraction needs m, n, "
-                          "k, a, k_step (8 or 16) and type");
-  Type mmaType = typeAttr.getValue();
-  auto splitAttr = attr.getAs<BoolAttr>("split");
-  bool split = splitAttr && splitAttr.getValue();
-  NVVM::MMATypes ptxType;
-  if (mmaType.isBF16())
-    ptxType = NVVM::MMATypes::bf16;
-  else if (mmaType.isF16())
-    ptxType = NVVM::MMATypes::f16;
-  else
-    return op.emitOpError("spectra-launch-mapped-kernels: mma operands must be bf16 or f16");
-  plan.mDim = m;
-  plan.nDim = n;
-  plan.kDim = k;
-  plan.aInput = a;
-  plan.kStep = ks;
-
-  Location loc = op.getLoc();
-  OpBuilder b(op);
-  Type f32 = b.getF32Type(), i32 = b.getI32Type(), i16 = b.getI16Type();
-  auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+    return op.emitOpError(pass) << ": a spectra.mma contraction needs m, n, k, a, k_step "
+                                   "(8 or 16) and type";
+  WarpTile w;
+  w.op = op;
+  w.mmaType = typeAttr.getValue();
+  if (!w.mmaType.isBF16() && !w.mmaType.isF16())
+    return op.emitOpError(pass) << ": mma operands must be bf16 or f16";
+  auto split = attr.getAs<BoolAttr>("split");
+  w.split = split && split.getValue();
+  w.plan.mDim = m;
+  w.plan.nDim = n;
+  w.plan.kDim = k;
+  w.plan.aInput = a;
+  w.plan.kStep = ks;
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
-  Value A = op.getDpsInputs()[a], B = op.getDpsInputs()[1 - a], C = op.getDpsInits()[0];
-  AffineMap mapA = maps[a], mapB = maps[1 - a], mapC = maps[2];
-  // The extent of loop dim `d` (a window's size, static unless clipped).
+  w.A = op.getDpsInputs()[a];
+  w.B = op.getDpsInputs()[1 - a];
+  w.C = op.getDpsInits()[0];
+  w.mapA = maps[a];
+  w.mapB = maps[1 - a];
+  w.mapC = maps[2];
+  // The extent of loop dim `d`: a window's size, static unless the tile is clipped.
   auto extent = [&](unsigned d) -> std::pair<Value, int64_t> {
     for (OpOperand &operand : op->getOpOperands()) {
       SmallVector<unsigned> dims = dimsOf(op.getMatchingIndexingMap(&operand));
@@ -247,143 +353,217 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
       unsigned pos = it - dims.begin();
       auto type = cast<MemRefType>(operand.get().getType());
       if (!type.isDynamicDim(pos))
-        return {idx(type.getDimSize(pos)), type.getDimSize(pos)};
-      return {memref::DimOp::create(b, loc, operand.get(), pos), ShapedType::kDynamic};
+        return {w.idx(b, type.getDimSize(pos)), type.getDimSize(pos)};
+      return {memref::DimOp::create(b, op.getLoc(), operand.get(), pos), ShapedType::kDynamic};
     }
     return {Value(), ShapedType::kDynamic};
   };
-  auto [sizeM, staticM] = extent(m);
-  auto [sizeN, staticN] = extent(n);
-  int64_t staticK = extent(k).second;
-  if (staticK == ShapedType::kDynamic || (staticM != ShapedType::kDynamic && staticM > 16) ||
-      (staticN != ShapedType::kDynamic && staticN > 8))
-    return op.emitOpError("spectra-launch-mapped-kernels: a spectra.mma tile is at most 16 x 8 "
-                          "with a static reduction");
-  // Bounds checks only where the window may be smaller than the mma tile.
-  auto below = [&](Value i, Value size, int64_t staticSize, int64_t tile) -> Value {
-    if (staticSize == tile)
-      return Value();
-    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, size);
-  };
-  auto both = [&](Value x, Value y) -> Value {
-    if (!x)
-      return y;
-    if (!y)
-      return x;
-    return arith::AndIOp::create(b, loc, x, y);
-  };
-  auto load = [&](Value mem, AffineMap map, Value mi, Value ni, Value ki, Value ok) -> Value {
-    SmallVector<Value> at = coordinates(map, plan, mi, ni, ki);
-    if (!ok)
-      return memref::LoadOp::create(b, loc, mem, at);
-    auto branch = scf::IfOp::create(b, loc, TypeRange{f32}, ok, /*withElseRegion=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(branch.thenBlock());
-      scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
-      b.setInsertionPointToStart(branch.elseBlock());
-      scf::YieldOp::create(b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))});
-    }
-    return branch.getResult(0);
-  };
-  // Two f32 elements as one register of the operand type, the first in the low half:
-  // rounded (part 0), or what the rounding left (part 1, the split's low parts).
-  auto pack = [&](Value first, Value second, int part) -> Value {
+  std::tie(w.sizeM, w.staticM) = extent(m);
+  std::tie(w.sizeN, w.staticN) = extent(n);
+  w.staticK = extent(k).second;
+  if (w.staticK == ShapedType::kDynamic || (w.staticM != ShapedType::kDynamic && w.staticM > 16) ||
+      (w.staticN != ShapedType::kDynamic && w.staticN > 8))
+    return op.emitOpError(pass) << ": a spectra.mma tile is at most 16 x 8 with a static "
+                                   "reduction";
+  return w;
+}
+
+} // namespace
+
+LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
+  OpBuilder b(op);
+  FailureOr<WarpTile> tile = WarpTile::get(b, op, "spectra-launch-mapped-kernels");
+  if (failed(tile))
+    return failure();
+  const WarpTile &w = *tile;
+  Location loc = op.getLoc();
+  Type f32 = b.getF32Type(), i32 = b.getI32Type(), i16 = b.getI16Type();
+  NVVM::MMATypes ptxType = w.mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  int64_t ks = w.plan.kStep;
+  // Two elements as one register, the first in the low half.
+  auto pack = [&](Value first, Value second, int p) -> Value {
     auto bits = [&](Value x) {
-      Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
-      if (part == 1) {
-        Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, f32, narrow));
-        narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
-      }
-      Value r = arith::BitcastOp::create(b, loc, i16, narrow);
+      Value r = arith::BitcastOp::create(b, loc, i16, w.part(b, x, p));
       return arith::ExtUIOp::create(b, loc, i32, r).getResult();
     };
     Value high = arith::ShLIOp::create(b, loc, bits(second),
                                        arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16)));
     return arith::OrIOp::create(b, loc, bits(first), high);
   };
-
-  Value g = arith::DivUIOp::create(b, loc, lane, idx(4));
-  Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, idx(4)), idx(2));
-  auto plus = [&](Value x, int64_t c) { return c ? arith::AddIOp::create(b, loc, x, idx(c)) : x; };
-  Value rowLo = g, rowHi = plus(g, 8);
-  Value okRowLo = below(rowLo, sizeM, staticM, 16), okRowHi = below(rowHi, sizeM, staticM, 16);
-  Value okColN = below(g, sizeN, staticN, 8);
-  // The accumulator fragment: element i at (g + 8 (i / 2), 2t + i % 2).
-  SmallVector<std::pair<Value, Value>> cAt;
-  SmallVector<Value> cOk, acc;
+  Value g = arith::DivUIOp::create(b, loc, lane, w.idx(b, 4));
+  Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, w.idx(b, 4)),
+                                   w.idx(b, 2));
+  SmallVector<Value> acc;
   for (int64_t i = 0; i < 4; ++i) {
-    Value row = i / 2 ? rowHi : rowLo, col = plus(t2, i % 2);
-    cAt.push_back({row, col});
-    cOk.push_back(both(i / 2 ? okRowHi : okRowLo, below(col, sizeN, staticN, 8)));
-    acc.push_back(load(C, mapC, row, col, Value(), cOk.back()));
+    auto [row, col] = w.cAt(b, g, t2, i);
+    acc.push_back(w.loadC(b, row, col));
   }
-  int64_t steps = ceilDiv(staticK, ks);
-  auto loop = scf::ForOp::create(b, loc, idx(0), idx(steps * ks), idx(ks), acc);
+  int64_t steps = ceilDiv(w.staticK, ks);
+  auto loop = scf::ForOp::create(b, loc, w.idx(b, 0), w.idx(b, steps * ks), w.idx(b, ks), acc);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value k0 = loop.getInductionVar();
-    ValueRange c = loop.getRegionIterArgs();
-    // The last k step reads past a reduction that is no multiple of it.
-    auto kOk = [&](Value kk) -> Value {
-      if (staticK % ks == 0)
-        return Value();
-      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, kk, idx(staticK));
-    };
-    // A: reg r = (row, k pair); B: reg r = (k pair, g).
     SmallVector<std::pair<Value, Value>> aPairs, bPairs;
-    for (int64_t r = 0; r < ks / 4; ++r) {
-      bool hi = ks == 16 ? r % 2 : r;
-      int64_t kOff = ks == 16 ? 8 * (r / 2) : 0;
-      Value row = hi ? rowHi : rowLo, okRow = hi ? okRowHi : okRowLo;
-      Value k0a = plus(arith::AddIOp::create(b, loc, k0, t2), kOff), k1a = plus(k0a, 1);
-      aPairs.push_back({load(A, mapA, row, Value(), k0a, both(okRow, kOk(k0a))),
-                        load(A, mapA, row, Value(), k1a, both(okRow, kOk(k1a)))});
+    for (int64_t r = 0; r < w.kRegsA(); ++r) {
+      Value x[2];
+      for (int64_t h = 0; h < 2; ++h) {
+        auto [row, k] = w.aAt(b, g, t2, r, h);
+        x[h] = w.loadA(b, row, arith::AddIOp::create(b, loc, k0, k));
+      }
+      aPairs.push_back({x[0], x[1]});
     }
-    for (int64_t r = 0; r < ks / 8; ++r) {
-      Value k0b = plus(arith::AddIOp::create(b, loc, k0, t2), 8 * r), k1b = plus(k0b, 1);
-      bPairs.push_back({load(B, mapB, Value(), g, k0b, both(okColN, kOk(k0b))),
-                        load(B, mapB, Value(), g, k1b, both(okColN, kOk(k1b)))});
+    for (int64_t r = 0; r < w.kRegsB(); ++r) {
+      Value x[2];
+      for (int64_t h = 0; h < 2; ++h) {
+        auto [k, col] = w.bAt(b, g, t2, r, h);
+        x[h] = w.loadB(b, arith::AddIOp::create(b, loc, k0, k), col);
+      }
+      bPairs.push_back({x[0], x[1]});
     }
-    auto regs = [&](ArrayRef<std::pair<Value, Value>> pairs, int part) {
+    auto regs = [&](ArrayRef<std::pair<Value, Value>> pairs, int p) {
       SmallVector<Value> r;
       for (auto [x, y] : pairs)
-        r.push_back(pack(x, y, part));
+        r.push_back(pack(x, y, p));
       return r;
     };
     Type accType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
-    SmallVector<Value> acc(c.begin(), c.end());
+    SmallVector<Value> c(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
     auto mma = [&](ArrayRef<Value> aRegs, ArrayRef<Value> bRegs) {
-      auto op = NVVM::MmaOp::create(b, loc, accType, aRegs, bRegs, acc,
+      auto op = NVVM::MmaOp::create(b, loc, accType, aRegs, bRegs, c,
                                     ArrayRef<int64_t>{16, 8, ks}, std::nullopt, std::nullopt,
                                     std::array<NVVM::MMATypes, 2>{ptxType, ptxType},
                                     std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
                                                                     NVVM::MMALayout::col});
       for (int64_t i = 0; i < 4; ++i)
-        acc[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
+        c[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
     };
     SmallVector<Value> aHigh = regs(aPairs, 0), bHigh = regs(bPairs, 0);
-    if (split) {
+    if (w.split) {
       // f32-grade products from 16-bit parts, small terms first: x = hi + lo with hi the
       // rounding of x and lo the rounding of what is left, then lo hi + hi lo + hi hi.
       mma(regs(aPairs, 1), bHigh);
       mma(aHigh, regs(bPairs, 1));
     }
     mma(aHigh, bHigh);
-    scf::YieldOp::create(b, loc, acc);
+    scf::YieldOp::create(b, loc, c);
   }
   for (int64_t i = 0; i < 4; ++i) {
-    SmallVector<Value> at = coordinates(mapC, plan, cAt[i].first, cAt[i].second, Value());
-    if (!cOk[i]) {
-      memref::StoreOp::create(b, loc, loop.getResult(i), C, at);
-      continue;
-    }
-    auto branch = scf::IfOp::create(b, loc, cOk[i], /*withElseRegion=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(branch.thenBlock()->getTerminator());
-    memref::StoreOp::create(b, loc, loop.getResult(i), C, at);
+    auto [row, col] = w.cAt(b, g, t2, i);
+    w.storeC(b, loop.getResult(i), row, col);
   }
+  op->erase();
+  return success();
+}
+
+LogicalResult mlir::spectra::emulateWarpMma(linalg::GenericOp op) {
+  OpBuilder b(op);
+  FailureOr<WarpTile> tile = WarpTile::get(b, op, "spectra-emulate-warp-mma");
+  if (failed(tile))
+    return failure();
+  const WarpTile &w = *tile;
+  Location loc = op.getLoc();
+  Type f32 = b.getF32Type();
+  int64_t ks = w.plan.kStep, parts = w.split ? 2 : 1;
+  // The warp's registers, one row per lane: A [part][lane][reg][half], B likewise, the
+  // accumulators [lane][element]; the operands hold their 16-bit parts widened to f32.
+  // At the function's entry: one register file per call, not a new one per tile.
+  auto alloc = [&](ArrayRef<int64_t> shape) {
+    OpBuilder::InsertionGuard guard(b);
+    if (auto fn = op->getParentOfType<FunctionOpInterface>())
+      b.setInsertionPointToStart(&fn.getFunctionBody().front());
+    return memref::AllocaOp::create(b, loc, MemRefType::get(shape, f32)).getResult();
+  };
+  Value regA = alloc({parts, 32, w.kRegsA(), 2}), regB = alloc({parts, 32, w.kRegsB(), 2});
+  Value regC = alloc({32, 4});
+  auto forRange = [&](Value lo, int64_t hi, int64_t step, function_ref<void(Value)> body) {
+    auto loop = scf::ForOp::create(b, loc, lo, w.idx(b, hi), w.idx(b, step));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    body(loop.getInductionVar());
+  };
+  auto zero = w.idx(b, 0);
+  // Each lane's share, through the same lane maps as the GPU lowering.
+  auto eachLane = [&](function_ref<void(Value, Value, Value)> body) {
+    forRange(zero, 32, 1, [&](Value lane) {
+      Value g = arith::DivUIOp::create(b, loc, lane, w.idx(b, 4));
+      Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, w.idx(b, 4)),
+                                       w.idx(b, 2));
+      body(lane, g, t2);
+    });
+  };
+  auto widen = [&](Value x, int p) { return arith::ExtFOp::create(b, loc, f32, w.part(b, x, p)); };
+  eachLane([&](Value lane, Value g, Value t2) {
+    for (int64_t i = 0; i < 4; ++i) {
+      auto [row, col] = w.cAt(b, g, t2, i);
+      memref::StoreOp::create(b, loc, w.loadC(b, row, col), regC, ValueRange{lane, w.idx(b, i)});
+    }
+  });
+  forRange(zero, ceilDiv(w.staticK, ks) * ks, ks, [&](Value k0) {
+    eachLane([&](Value lane, Value g, Value t2) {
+      for (int64_t r = 0; r < w.kRegsA(); ++r)
+        for (int64_t h = 0; h < 2; ++h) {
+          auto [row, k] = w.aAt(b, g, t2, r, h);
+          Value x = w.loadA(b, row, arith::AddIOp::create(b, loc, k0, k));
+          for (int64_t p = 0; p < parts; ++p)
+            memref::StoreOp::create(b, loc, widen(x, p), regA,
+                                    ValueRange{w.idx(b, p), lane, w.idx(b, r), w.idx(b, h)});
+        }
+      for (int64_t r = 0; r < w.kRegsB(); ++r)
+        for (int64_t h = 0; h < 2; ++h) {
+          auto [k, col] = w.bAt(b, g, t2, r, h);
+          Value x = w.loadB(b, arith::AddIOp::create(b, loc, k0, k), col);
+          for (int64_t p = 0; p < parts; ++p)
+            memref::StoreOp::create(b, loc, widen(x, p), regB,
+                                    ValueRange{w.idx(b, p), lane, w.idx(b, r), w.idx(b, h)});
+        }
+    });
+    // The warp's mma as the PTX ISA defines it, element by element, each operand element
+    // found in the register the ISA's fragment tables put it (written here from row and
+    // column, the inverse of the lane maps above): A (row, k): lane 4 (row % 8) + (k % 8) / 2,
+    // register (row / 8) + 2 (k / 8) for k16 (row / 8 for k8), half k % 2; B (k, col): lane
+    // 4 col + (k % 8) / 2, register k / 8, half k % 2; D (row, col): lane 4 (row % 8) + col / 2,
+    // element 2 (row / 8) + col % 2. Split: lo hi, hi lo, then hi hi, as the GPU runs them.
+    SmallVector<std::pair<int64_t, int64_t>> order = {{0, 0}};
+    if (w.split)
+      order = {{1, 0}, {0, 1}, {0, 0}};
+    auto c = [&](int64_t v) { return w.idx(b, v); };
+    auto div = [&](Value x, int64_t v) { return arith::DivUIOp::create(b, loc, x, c(v)).getResult(); };
+    auto rem = [&](Value x, int64_t v) { return arith::RemUIOp::create(b, loc, x, c(v)).getResult(); };
+    auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
+    auto mul = [&](Value x, int64_t v) { return arith::MulIOp::create(b, loc, x, c(v)).getResult(); };
+    for (auto [pa, pb] : order)
+      forRange(zero, 16, 1, [&](Value row) {
+        forRange(zero, 8, 1, [&](Value col) {
+          Value dLane = add(mul(rem(row, 8), 4), div(col, 2));
+          Value dElem = add(mul(div(row, 8), 2), rem(col, 2));
+          Value init = memref::LoadOp::create(b, loc, regC, ValueRange{dLane, dElem});
+          auto kLoop = scf::ForOp::create(b, loc, zero, c(ks), c(1), ValueRange{init});
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPointToStart(kLoop.getBody());
+            Value k = kLoop.getInductionVar();
+            Value aLane = add(mul(rem(row, 8), 4), div(rem(k, 8), 2));
+            Value aReg = ks == 16 ? add(div(row, 8), mul(div(k, 8), 2)) : div(row, 8);
+            Value a = memref::LoadOp::create(b, loc, regA,
+                                             ValueRange{c(pa), aLane, aReg, rem(k, 2)});
+            Value bLane = add(mul(col, 4), div(rem(k, 8), 2));
+            Value bv = memref::LoadOp::create(b, loc, regB,
+                                              ValueRange{c(pb), bLane, div(k, 8), rem(k, 2)});
+            Value sum = arith::AddFOp::create(b, loc, kLoop.getRegionIterArgs()[0],
+                                              arith::MulFOp::create(b, loc, a, bv));
+            scf::YieldOp::create(b, loc, ValueRange{sum});
+          }
+          memref::StoreOp::create(b, loc, kLoop.getResult(0), regC, ValueRange{dLane, dElem});
+        });
+      });
+  });
+  eachLane([&](Value lane, Value g, Value t2) {
+    for (int64_t i = 0; i < 4; ++i) {
+      auto [row, col] = w.cAt(b, g, t2, i);
+      w.storeC(b, memref::LoadOp::create(b, loc, regC, ValueRange{lane, w.idx(b, i)}), row, col);
+    }
+  });
   op->erase();
   return success();
 }

@@ -59,6 +59,13 @@ void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t wa
 /// to fragments and nvvm.mma.sync; fails on an op that is not one.
 LogicalResult lowerWarpMma(linalg::GenericOp op, Value lane);
 
+/// The same on the CPU (gpu-emulated, spectra-emulate-warp-mma): the 32 lanes' fragments,
+/// built by the lane maps lowerWarpMma uses, go to a per-warp register file in memory, and
+/// a model of mma.sync that reads each operand element where the PTX ISA's fragment tables
+/// put it (written independently, from row and column) multiplies them. A wrong lane map
+/// gives wrong numbers here, in every emulated test.
+LogicalResult emulateWarpMma(linalg::GenericOp op);
+
 } // namespace mlir::spectra
 
 #endif // SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H

@@ -54,6 +54,7 @@ namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAMAPTILESTOGPU
 #define GEN_PASS_DEF_SPECTRASTRIPWORKGROUPMEMORY
 #define GEN_PASS_DEF_SPECTRALAUNCHMAPPEDKERNELS
+#define GEN_PASS_DEF_SPECTRAEMULATEWARPMMA
 #define GEN_PASS_DEF_SPECTRADESCRIBEGPUKERNELS
 #include "codegen/Passes.h.inc"
 } // namespace mlir::spectra
@@ -454,6 +455,20 @@ struct StripWorkgroupMemoryPass : mlir::spectra::impl::SpectraStripWorkgroupMemo
   }
 };
 
+/// The tensor-core tiles lane by lane on the CPU (MapContractionsToMma.h).
+struct EmulateWarpMmaPass : mlir::spectra::impl::SpectraEmulateWarpMmaBase<EmulateWarpMmaPass> {
+  void runOnOperation() override {
+    SmallVector<linalg::GenericOp> tiles;
+    getOperation().walk([&](linalg::GenericOp g) {
+      if (g->hasAttr(kMmaAttr))
+        tiles.push_back(g);
+    });
+    for (linalg::GenericOp g : tiles)
+      if (failed(emulateWarpMma(g)))
+        return signalPassFailure();
+  }
+};
+
 /// The block forall of a mapped kernel as gpu.launch: blocks (x, y) = its bounds,
 /// `threads` threads, workgroup buffers as workgroup attributions; each thread nest
 /// `if (tid.x < n)`, then gpu.barrier.
@@ -682,6 +697,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
 }
 
 void mlir::spectra::buildGpuEmulationLowering(OpPassManager &pm) {
+  pm.addPass(createSpectraEmulateWarpMma());
   pm.addPass(createSpectraStripWorkgroupMemory());
   pm.addPass(createForallToForLoopPass());
   pm.addPass(createConvertLinalgToLoopsPass());

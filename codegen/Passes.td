@@ -156,6 +156,27 @@ def SpectraStripWorkgroupMemory : Pass<"spectra-strip-workgroup-memory", "::mlir
   }];
 }
 
+def SpectraEmulateWarpMma : Pass<"spectra-emulate-warp-mma", "::mlir::ModuleOp"> {
+  let summary = "the tensor-core tiles of the mapped kernels, lane by lane on the CPU";
+  let description = [{
+    Part of gpu-emulated: each contraction tile marked spectra.mma (a warp's
+    16 x 8 tile, MapContractionsToMma.h) becomes what the GPU lowering emits
+    for it, run lane by lane: the 32 lanes' A, B and accumulator fragments,
+    built by the same lane maps, stored in a per-warp register file in memory,
+    and a model of mma.sync (m16n8k16 or m16n8k8) that reads each operand
+    element from the lane and register the PTX ISA's fragment tables assign
+    it. Without this pass the tile runs as the linalg op it is (the same
+    numbers, when the lane maps are right).
+
+    ```mlir
+    // linalg.generic ... attrs = {spectra.mma = {..., k_step = 8, split = true, type = bf16}}
+    //   ->  scf.for %lane = 0 to 32 { fragments } ; the ISA's mma on the register file ; ...
+    ```
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::ModuleOp"> {
   let summary = "mapped kernels to gpu.launch: block ids, predicated thread nests, barriers";
   let description = [{
