@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A GPU performance model of the fused kernels, on paper: for a variant and shapes, each
 kernel's contraction flops, exponentials and global-memory bytes, its roofline time on an H100
-SXM (FP32 FMA today, and with bf16 tensor cores), which bound applies, and how much of the GPU
+SXM on the two paths the compiler has (f32 inputs: FP32 FMA; bf16/f16 inputs: the contractions
+on tensor cores, bf16x3 by default = 3 mma per step, --mma bf16 = 1), which bound applies, and how much of the GPU
 its grid can occupy (blocks per SM from the resource report: ptxas registers and shared bytes
 at the launch's block size). These are ESTIMATES from published peak rates, not measurements;
 measured GPU figures come only from GPU runs (spectra-bench --device cuda), with the device,
@@ -88,6 +89,8 @@ def main():
     p.add_argument("--variant", default="posrf-mm")
     p.add_argument("--dtype", default="bf16", choices=["f32", "bf16", "f16"])
     p.add_argument("--chip", default="sm_90a", choices=["sm_80", "sm_90a"])
+    p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16"],
+                   help="the tensor-core path's precision (spectra-compile --mma)")
     p.add_argument("--shapes", default="4x2x4096x32x128,1x16x65536x64x256,32x2x2000x32x128",
                    help="comma-separated BxHxNxdxm")
     args = p.parse_args()
@@ -104,10 +107,14 @@ def main():
             path = os.path.join(work, f"{shape}.json")
             out = subprocess.run([args.compiler, "--variant", args.variant, "--m", str(m), "--d",
                                   str(d), "--target", args.chip, "--dtype", args.dtype,
-                                  "--emit=artifact", "-o", path], capture_output=True, text=True)
+                                  "--emit=artifact", "--mma", args.mma, "-o", path],
+                                 capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"gpu-model: spectra-compile failed for {shape}: {out.stderr.strip()}")
             artifact = json.load(open(path))
+            bodies = artifact["ptx"].split(".visible .entry ")[1:]
+            with_mma = {b.split("(", 1)[0] for b in bodies if "mma.sync." in b}
+            passes = 3 if args.mma == "bf16x3" else 1
             ptx = os.path.join(work, f"{shape}.ptx")
             open(ptx, "w").write(artifact["ptx"])
             done = subprocess.run([args.ptxas, f"-arch={args.chip}", "-v", ptx, "-o", os.devnull],
@@ -125,8 +132,8 @@ def main():
                 sys.exit(f"gpu-model: ptxas failed for {shape}: {done.stderr.strip()[:2000]}")
             print(f"\nB={B} H={H} N={N} d={d} m={m}")
             print(f"  {'kernel':<23}{'GFLOP':>8}{'Mexp':>8}{'MB':>8}{'blocks':>8}{'/SM':>5}"
-                  f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound today"
-                  f" / with tensor cores")
+                  f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound f32 (FMA)"
+                  f" / bf16 (tensor cores)")
             total_now = total_tc = 0
             for k in artifact["kernels"]:
                 flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element,
@@ -142,21 +149,27 @@ def main():
                 # A grid smaller than the GPU's resident slots leaves SMs idle: the compute
                 # roofs scale with the share it fills.
                 t_fma = flops / (gpu["fp32_flops"] * fill)
-                t_tc = flops / (gpu["tensor_flops"] * fill)
+                # The tensor-core path: the kernels whose PTX has mma.sync (the combine
+                # kernels only add), at `passes` mma per k step.
+                has_mma = k["name"] in with_mma
+                t_tc = passes * flops / (gpu["tensor_flops"] * fill) if has_mma else t_fma
                 t_exp = exps / (gpu["exp_rate"] * fill)
                 # Memory: a block streams about its SM's share of HBM, so a grid of fewer blocks
                 # than SMs cannot reach the full bandwidth (e.g. a one-block combine).
                 t_mem = nbytes / (gpu["hbm_bytes"] * min(1.0, grid / gpu["sms"]))
                 now = {"FMA": t_fma, "exp": t_exp, "HBM": t_mem, "launch": gpu["launch_s"]}
-                tc = {"tensor": t_tc, "exp": t_exp, "HBM": t_mem, "launch": gpu["launch_s"]}
+                tc = {"tensor" if has_mma else "FMA": t_tc, "exp": t_exp, "HBM": t_mem,
+                      "launch": gpu["launch_s"]}
                 bound_now, bound_tc = max(now, key=now.get), max(tc, key=tc.get)
                 total_now += now[bound_now]
                 total_tc += tc[bound_tc]
                 print(f"  {k['kind']:<23}{flops / 1e9:>8.2f}{exps / 1e6:>8.1f}{nbytes / 1e6:>8.1f}"
                       f"{grid:>8}{per_sm:>5}{100 * fill:>5.0f}%{t_fma * 1e6:>9.1f}{t_tc * 1e6:>8.2f}"
                       f"{t_exp * 1e6:>8.1f}{t_mem * 1e6:>8.1f}  {bound_now} / {bound_tc}")
-            print(f"  forward+backward estimate: {total_now * 1e6:.0f} us today (FP32 FMA), "
-                  f"{total_tc * 1e6:.0f} us with tensor cores (sum of each kernel's bound)")
+            print(f"  forward+backward estimate: {total_now * 1e6:.0f} us f32 inputs (FP32 FMA), "
+                  f"{total_tc * 1e6:.0f} us bf16 inputs (tensor cores, {args.mma}: {passes} mma per "
+                  f"step) (sum of each kernel's bound; a roof: the tiles reach the mma through "
+                  f"scalar shared-memory loads, not counted)")
 
 
 if __name__ == "__main__":
