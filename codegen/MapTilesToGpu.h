@@ -9,7 +9,8 @@
 //   mapped    spectra-input-pipeline, spectra-build-tile-kernels{tile-rows,
 //             input-type}, spectra-keep-kernels, canonicalize, cse,
 //             spectra-map-tiles-to-gpu, canonicalize, cse
-//   emulated  + spectra-strip-workgroup-memory, scf-forall-to-for,
+//   emulated  + spectra-emulate-warp-mma (the tensor-core tiles lane by lane),
+//             spectra-strip-workgroup-memory, scf-forall-to-for,
 //             convert-linalg-to-loops, then the CPU pipeline's LLVM tail
 //   ptx       + spectra-launch-mapped-kernels, gpu-launch-sink-index-computations,
 //             gpu-kernel-outlining, spectra-describe-gpu-kernels (the launch

@@ -115,7 +115,9 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
     block's windows. Tile buffers move to workgroup memory; every linalg op
     becomes a thread nest (scf.forall mapped to #gpu.thread<x>: a
     block-stride loop over its parallel iterations, reductions sequential in a
-    thread) and scalar stores a one-thread nest. No atomics: row chunks write
+    thread) and scalar stores a one-thread nest. With `mma-type` the
+    contractions become warp nests (#gpu.warp<x>) of 16 x 8 tiles marked
+    spectra.mma instead (MapContractionsToMma.h). No atomics: row chunks write
     their own partials, which the combine kernels merge in chunk order.
     Kernels needing more workgroup memory than `shared-limit` are refused.
 
@@ -183,7 +185,9 @@ def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::
     The GPU path from the mapped IR: the block forall becomes gpu.launch
     (grid = its bounds, block = the kernel's threads, workgroup tiles as
     workgroup attributions, i.e. static shared memory); each thread nest runs
-    under `tid.x < n` and is followed by gpu.barrier.
+    under `tid.x < n` and is followed by gpu.barrier; a warp nest runs warp
+    `tid.x / 32` under `tid.x / 32 < n`, its spectra.mma tiles lowered to lane
+    fragments and nvvm.mma.sync.
 
     ```mlir
     // gpu.launch blocks(%bx, %by, %bz) in (%gx = %C, %gy = %BH, %gz = %c1)
