@@ -100,7 +100,9 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
     %e = math.exp %x : f32   // becomes arith.mulf/addf/... and a bitcast
     ```
   }];
-  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+  // The approximation of a vector exp builds vector constants (vector.broadcast).
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+                           "::mlir::vector::VectorDialect"];
 }
 
 def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> {
