@@ -25,6 +25,8 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     TileKernelOptions options;
     options.valueDim = valueDim;
     options.tileRows = tileRows;
+    options.maxTileRows = maxTileRows;
+    options.sharedLimit = sharedLimit;
     options.inputType = inputType;
     options.causal = causal;
     NamedAttrList missing;

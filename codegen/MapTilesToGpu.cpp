@@ -677,6 +677,15 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.tileRows = o.causal ? std::min<int64_t>(o.tileRows, 2) : o.tileRows;
   tiles.inputType = o.dtype;
   tiles.causal = o.causal;
+  // On tensor cores a 4-row tile pads the mma's 8-row n (or k) to twice its work: each
+  // bidirectional row kernel takes 16 rows per tile, or 8, where its tiles fit the block's
+  // shared memory (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
+  std::string dtype16 = o.dtype, mma16 = o.mma;
+  if (mma16 != "none" && (dtype16 == "bf16" || dtype16 == "f16") && !o.causal &&
+      o.maxTileRows > o.tileRows) {
+    tiles.maxTileRows = o.maxTileRows;
+    tiles.sharedLimit = staticSharedLimit(o.chip);
+  }
   pm.addPass(createSpectraBuildTileKernels(tiles));
   pm.addPass(createSpectraKeepKernels());
   pm.addPass(createCanonicalizerPass());

@@ -65,6 +65,12 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
   Option<int64_t> tileRows{*this, "tile-rows",
                            llvm::cl::desc("rows of q or k per tile (workgroup memory)"),
                            llvm::cl::init(4)};
+  Option<int64_t> maxTileRows{
+      *this, "max-tile-rows",
+      llvm::cl::desc("on tensor cores (bf16/f16): the bidirectional row kernels take up to this "
+                     "many rows per tile, halving to tile-rows where the tiles would not fit "
+                     "the shared memory (at most tile-rows: no growth)"),
+      llvm::cl::init(16)};
   Option<bool> causal{*this, "causal",
                       llvm::cl::desc("the causal kernels (with at most 2 tile rows)"),
                       llvm::cl::init(false)};

@@ -33,6 +33,11 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
     Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
            "value head dimension (0: the feature map's d)">,
     Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32", "rows of q or k per tile">,
+    Option<"maxTileRows", "max-tile-rows", "int64_t", /*default=*/"0",
+           "when larger than tile-rows: each bidirectional row kernel takes the most rows per "
+           "tile, halving from this to tile-rows, whose tiles fit shared-limit bytes">,
+    Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"0",
+           "bytes the tile buffers of one row kernel may take (with max-tile-rows)">,
     Option<"inputType", "input-type", "std::string", /*default=*/"\"f32\"",
            "element type of q, k, v, out and their gradients: f32, bf16 or f16">,
     Option<"causal", "causal", "bool", /*default=*/"false",

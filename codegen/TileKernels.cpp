@@ -581,12 +581,40 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
                      {t.scale, "sum", "slice"}, {t.scale, "cross", "slice"}});
     buildMomentsBackward(b, loc, component, s, t, (mapName + "_moments_backward").str());
   }
-  buildKv(b, loc, component, s, t, names[0], numParams);
+  // A row kernel of the bidirectional set takes the most rows per tile, from maxTileRows
+  // down by halves to tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's
+  // static shared memory): larger tiles fill the tensor cores' 8- and 16-row shapes.
+  auto withRows = [&](StringRef name, function_ref<void(const Dims &, const Types &)> build) {
+    int64_t rows = options.causal ? s.T : std::max(options.maxTileRows, s.T);
+    while (true) {
+      Dims sr = s;
+      sr.T = rows;
+      Types tr(ctx, sr, input);
+      build(sr, tr);
+      auto fn = module.lookupSymbol<func::FuncOp>(name);
+      int64_t bytes = 0;
+      if (fn)
+        fn.walk([&](memref::AllocaOp a) {
+          MemRefType type = a.getType();
+          if (type.hasStaticShape())
+            bytes += type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+        });
+      if (!fn || rows <= s.T || options.sharedLimit <= 0 || bytes <= options.sharedLimit)
+        return;
+      fn.erase();
+      rows = std::max(s.T, rows / 2);
+    }
+  };
+  withRows(names[0], [&](const Dims &sr, const Types &tr) {
+    buildKv(b, loc, component, sr, tr, names[0], numParams);
+  });
   if (options.causal) {
     buildCausalForward(b, loc, component, s, t, mapName, numParams);
   } else {
     buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
-    buildReadout(b, loc, component, s, t, names[1], numParams);
+    withRows(names[1], [&](const Dims &sr, const Types &tr) {
+      buildReadout(b, loc, component, sr, tr, names[1], numParams);
+    });
   }
   // The backward needs derivatives the compiler can derive; without them the
   // forward still works and the error says why the backward is missing.
@@ -612,12 +640,16 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   if (options.causal) {
     buildCausalBackward(b, loc, component, *partials, s, t, mapName, numParams);
   } else {
-    buildQueryBackward(b, loc, component, *partials, s, t, names[2], numParams);
+    withRows(names[2], [&](const Dims &sr, const Types &tr) {
+      buildQueryBackward(b, loc, component, *partials, sr, tr, names[2], numParams);
+    });
     buildSumCombine(b, loc, component, s, (mapName + "_dsummary_combine").str(),
                     "dsummary_combine", "slices",
                     {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
                      {t.f, "dz", "slice"}});
-    buildKeyBackward(b, loc, component, *partials, s, t, names[3], numParams);
+    withRows(names[3], [&](const Dims &sr, const Types &tr) {
+      buildKeyBackward(b, loc, component, *partials, sr, tr, names[3], numParams);
+    });
   }
   // dW in two stages: each slice's chunks (a block per slice), then the slices (one block),
   // so no single block reads every (slice, chunk) share.

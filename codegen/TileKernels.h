@@ -85,6 +85,11 @@ struct TileKernelOptions {
   int64_t valueDim = 0;
   /// Rows of q or k per tile.
   int64_t tileRows = 32;
+  /// When larger than tileRows: the bidirectional row kernels (kv, readout and the two
+  /// backward kernels) each take the most rows per tile, halving from this down to
+  /// tileRows, whose tile buffers fit `sharedLimit` bytes.
+  int64_t maxTileRows = 0;
+  int64_t sharedLimit = 0;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
   std::string inputType = "f32";
   /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal

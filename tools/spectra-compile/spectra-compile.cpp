@@ -89,8 +89,10 @@ static cl::opt<bool> causal("causal",
                                      "bidirectional ones"),
                             cl::init(false), cl::cat(category));
 static cl::opt<int64_t> tileRows("tile-rows",
-                                 cl::desc("rows of q or k per tile (default 32 on the CPU, 4 on a "
-                                          "GPU, where the tiles live in 48 KiB of shared memory)"),
+                                 cl::desc("rows of q or k per tile (default 32 on the CPU; on a GPU, "
+                                          "where the tiles live in 48 KiB of shared memory, 4, "
+                                          "and with bf16/f16 inputs up to 16 per kernel where "
+                                          "they fit)"),
                                  cl::init(0), cl::cat(category));
 static cl::opt<std::string> mma(
     "mma",
@@ -256,8 +258,11 @@ int main(int argc, char **argv) {
   gpuOptions.dtype = dtype.getValue();
   gpuOptions.valueDim = valueDim;
   gpuOptions.causal = causal;
-  if (tileRows > 0)
+  if (tileRows > 0) {
+    // Tiles of exactly the rows asked for (no growth on tensor cores).
     gpuOptions.tileRows = tileRows;
+    gpuOptions.maxTileRows = tileRows;
+  }
   if (mma != "bf16x3" && mma != "bf16" && mma != "none")
     return fail("--mma must be bf16x3, bf16 or none, got '" + mma + "'");
   gpuOptions.mma = mma.getValue();
