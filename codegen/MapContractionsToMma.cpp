@@ -225,6 +225,14 @@ struct WarpTile {
   Value plus(OpBuilder &b, Value x, int64_t c) const {
     return c ? arith::AddIOp::create(b, op.getLoc(), x, idx(b, c)).getResult() : x;
   }
+  /// The lane's group g = lane / 4 and 2t = 2 (lane % 4), the maps' two coordinates.
+  std::pair<Value, Value> group(OpBuilder &b, Value lane) const {
+    Location loc = op.getLoc();
+    Value g = arith::DivUIOp::create(b, loc, lane, idx(b, 4));
+    Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, idx(b, 4)),
+                                     idx(b, 2));
+    return {g, t2};
+  }
   int64_t kRegsA() const { return plan.kStep / 4; }
   int64_t kRegsB() const { return plan.kStep / 8; }
 
@@ -390,9 +398,7 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
                                        arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16)));
     return arith::OrIOp::create(b, loc, bits(first), high);
   };
-  Value g = arith::DivUIOp::create(b, loc, lane, w.idx(b, 4));
-  Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, w.idx(b, 4)),
-                                   w.idx(b, 2));
+  auto [g, t2] = w.group(b, lane);
   SmallVector<Value> acc;
   for (int64_t i = 0; i < 4; ++i) {
     auto [row, col] = w.cAt(b, g, t2, i);
@@ -486,9 +492,7 @@ LogicalResult mlir::spectra::emulateWarpMma(linalg::GenericOp op) {
   // Each lane's share, through the same lane maps as the GPU lowering.
   auto eachLane = [&](function_ref<void(Value, Value, Value)> body) {
     forRange(zero, 32, 1, [&](Value lane) {
-      Value g = arith::DivUIOp::create(b, loc, lane, w.idx(b, 4));
-      Value t2 = arith::MulIOp::create(b, loc, arith::RemUIOp::create(b, loc, lane, w.idx(b, 4)),
-                                       w.idx(b, 2));
+      auto [g, t2] = w.group(b, lane);
       body(lane, g, t2);
     });
   };
