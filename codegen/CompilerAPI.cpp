@@ -385,6 +385,21 @@ static spectra_cpu_kernel *failKernel(char **error, const std::string &message) 
 }
 
 
+extern "C" const char *spectra_gpu_mma_mode(void) {
+  const char *value = std::getenv("SPECTRA_MMA");
+  if (!value || !*value)
+    return "bf16x3";
+  for (const char *mode : {"bf16x3", "bf16", "none"})
+    if (std::strcmp(value, mode) == 0)
+      return mode;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    llvm::errs() << "spectra: ignoring SPECTRA_MMA='" << value
+                 << "' (takes bf16x3, bf16 or none); using bf16x3\n";
+  });
+  return "bf16x3";
+}
+
 extern "C" const char *spectra_cpu_host_target(void) {
   static const std::string target = llvm::sys::getProcessTriple() + "-" +
                                     llvm::sys::getHostCPUName().str() + "-vl" +
@@ -439,6 +454,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   emulated.causal = causal;
   if (emulatedDtype)
     emulated.dtype = emulatedDtype;
+  emulated.mma = spectra_gpu_mma_mode();
   using Stage = std::pair<std::function<void(OpPassManager &)>, const char *>;
   std::vector<Stage> stages;
   if (emulatedDtype) {
@@ -749,6 +765,7 @@ static char *compileGpu(Context &ctx, ModuleOp source, const char *featureMap, c
   options.dtype = dtype ? dtype : "f32";
   options.valueDim = dv;
   options.causal = causal;
+  options.mma = spectra_gpu_mma_mode();
   PassManager pm(&ctx.context);
   sp::buildGpuPipeline(pm, options);
   if (failed(pm.run(source)))

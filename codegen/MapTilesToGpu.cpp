@@ -750,6 +750,7 @@ llvm::Expected<std::string> mlir::spectra::gpuArtifact(ModuleOp module, StringRe
                               {"target", options.chip.getValue()},
                               {"dtype", options.dtype.getValue()},
                               {"dv", options.valueDim.getValue()},
+                              {"mma", options.mma.getValue()},
                               {"compiler", compilerVersion},
                               {"kernels", std::move(*kernels)},
                               {"ptx", ptx}};

@@ -86,6 +86,12 @@ SPECTRA_API const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
 /* What the JIT compiles for: triple, host CPU and vector width (part of cache keys). */
 SPECTRA_API const char *spectra_cpu_host_target(void);
+
+/* How the GPU kernels (and their emulation) compile contractions with bf16/f16 inputs, from
+ * the environment variable SPECTRA_MMA, read at each call: "bf16x3" (unset: the default,
+ * tensor cores with split operands), "bf16" (tensor cores, operands rounded once) or "none"
+ * (FMA). Another value is ignored with a warning on stderr (once). Cache keys include it. */
+SPECTRA_API const char *spectra_gpu_mma_mode(void);
 SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
 /* The kernel's relocatable object (owned by the kernel; *size bytes), for a
  * disk cache; and the kernels of `feature_map` loaded from such an object

@@ -4,6 +4,7 @@
 
 #include "runtime/CudaDriver.h"
 #include "runtime/KernelCache.h"
+#include "codegen/spectra_compiler.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -141,7 +142,9 @@ static FusedCudaAttention::Compile cached(const Descriptor &desc,
                           "|d=" + std::to_string(desc.d) + (causal ? "|causal" : "");
   return [canonical, name = desc.name, compile](const std::string &target,
                                                 const std::string &dtype, int64_t dv) {
-    return KernelCache::instance().gpu(canonical, name, target, dtype + "|dv=" + std::to_string(dv),
+    // SPECTRA_MMA changes the kernels: part of the key.
+    std::string options = dtype + "|dv=" + std::to_string(dv) + "|mma=" + spectra_gpu_mma_mode();
+    return KernelCache::instance().gpu(canonical, name, target, options,
                                        [&] { return compile(target, dtype, dv); });
   };
 }

@@ -144,6 +144,32 @@ TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
   EXPECT_EQ(f32.kernelIR("mapped").find("spectra.mma"), std::string::npos);
 }
 
+/// SPECTRA_MMA picks the tensor cores' precision for the GPU kernels and their emulation
+/// (a switch for a first run on a GPU): bf16 rounds the operands once, none keeps FMA thread
+/// nests; another value is ignored (the default, bf16x3).
+TEST(FusedEmulated, SpectraMmaPicksTheTensorCorePath) {
+  VariantConfig config;
+  config.m = 32;
+  config.d = 16;
+  auto mapped = [&](const char *mode) {
+    if (mode)
+      setenv("SPECTRA_MMA", mode, 1);
+    else
+      unsetenv("SPECTRA_MMA");
+    FusedEmulatedAttention fused("posrf-orf", config, "bf16");
+    unsetenv("SPECTRA_MMA");
+    return fused.kernelIR("mapped");
+  };
+  EXPECT_NE(mapped(nullptr).find("split = true"), std::string::npos);
+  EXPECT_NE(mapped("bf16").find("split = false"), std::string::npos);
+  EXPECT_EQ(mapped("none").find("spectra.mma"), std::string::npos);
+  EXPECT_NE(mapped("tf32").find("split = true"), std::string::npos);
+  setenv("SPECTRA_MMA", "none", 1);
+  EXPECT_STREQ(spectra_gpu_mma_mode(), "none");
+  unsetenv("SPECTRA_MMA");
+  EXPECT_STREQ(spectra_gpu_mma_mode(), "bf16x3");
+}
+
 TEST(FusedEmulated, ScalesFromOneToAThousandStayFinite) {
   FusedEmulatedAttention fused("posrf-orf", small("orf"));
   for (double scale : {1.0, 10.0, 100.0, 1000.0}) {
