@@ -7,7 +7,9 @@
 #                                 sources into .gpu/ (git-ignored; carry it)
 #   scripts/gpu-check.sh run      there: build the runtime, spectra-bench, spectra-train and the
 #                                 runtime tests against .gpu/ (build-gpu/), run the CUDA numerics
-#                                 tests and the GPU benchmark; logs go to $OUT (or ./gpu-results)
+#                                 tests (the half-precision ones again with each SPECTRA_MMA mode)
+#                                 and the GPU benchmark (bf16: tensor cores against FMA); logs go
+#                                 to $OUT (or ./gpu-results)
 #                                 (CTEST_REGEX picks the tests, SKIP_BENCH=1 skips the benchmark)
 #   scripts/gpu-check.sh train    there, after run: ListOps at the paper's settings (generated,
 #                                 NUM_TRAIN examples) for each of ATTENTIONS, each run cut at
@@ -57,10 +59,20 @@ run() {
   # A failing test must not hide the benchmark; the status is returned at the end.
   local rc=0
   (cd build-gpu && ctest -V -R "${CTEST_REGEX:-FusedCuda|SpectralAttention|KernelCache|LraModel|DeviceStep}" 2>&1) | tee "$out/ctest.log" || rc=1
+  # The tensor-core path never ran on a GPU before: bf16/f16 inputs again with each SPECTRA_MMA
+  # mode, so a wrong result can be told from the FMA path's.
+  for mode in bf16 none; do
+    say "CUDA half-precision tests with SPECTRA_MMA=$mode"
+    (cd build-gpu && SPECTRA_MMA=$mode ctest -V -R "FusedCuda" 2>&1) | tee "$out/ctest-mma-$mode.log" || rc=1
+  done
   [ -z "${SKIP_BENCH:-}" ] || return $rc
   say "GPU benchmark"
   build-gpu/bin/spectra-bench --device cuda --variant posrf-mm 2>&1 | tee "$out/bench-posrf-mm.txt" || true
   build-gpu/bin/spectra-bench --device cuda --variant saderf-orf 2>&1 | tee "$out/bench-saderf-orf.txt" || true
+  for mode in bf16x3 bf16 none; do
+    SPECTRA_MMA=$mode build-gpu/bin/spectra-bench --device cuda --variant posrf-mm --dtype bf16 2>&1 |
+      tee "$out/bench-posrf-mm-bf16-mma-$mode.txt" || true
+  done
   return $rc
 }
 
