@@ -681,8 +681,8 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // bidirectional row kernel takes 16 rows per tile, or 8, where its tiles fit the block's
   // shared memory (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
   std::string dtype16 = o.dtype, mma16 = o.mma;
-  if (mma16 != "none" && (dtype16 == "bf16" || dtype16 == "f16") && !o.causal &&
-      o.maxTileRows > o.tileRows) {
+  if (mma16 != "none" && (dtype16 == "bf16" || dtype16 == "f16") &&
+      o.maxTileRows > tiles.tileRows) {
     tiles.maxTileRows = o.maxTileRows;
     tiles.sharedLimit = staticSharedLimit(o.chip);
   }

@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 #include <limits>
 
@@ -581,38 +582,51 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
                      {t.scale, "sum", "slice"}, {t.scale, "cross", "slice"}});
     buildMomentsBackward(b, loc, component, s, t, (mapName + "_moments_backward").str());
   }
-  // A row kernel of the bidirectional set takes the most rows per tile, from maxTileRows
-  // down by halves to tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's
-  // static shared memory): larger tiles fill the tensor cores' 8- and 16-row shapes.
-  auto withRows = [&](StringRef name, function_ref<void(const Dims &, const Types &)> build) {
-    int64_t rows = options.causal ? s.T : std::max(options.maxTileRows, s.T);
+  // The row kernels take the most rows per tile, from maxTileRows down by halves to
+  // tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's static shared memory):
+  // larger tiles fill the tensor cores' 8- and 16-row shapes. `build` adds one kernel, or a
+  // group (the causal kernels) that shares the choice.
+  auto grow = [&](function_ref<void(const Dims &, const Types &)> build) {
+    int64_t rows = std::max(options.maxTileRows, s.T);
     while (true) {
+      llvm::SmallPtrSet<Operation *, 16> before;
+      for (func::FuncOp fn : module.getOps<func::FuncOp>())
+        before.insert(fn);
       Dims sr = s;
       sr.T = rows;
       Types tr(ctx, sr, input);
       build(sr, tr);
-      auto fn = module.lookupSymbol<func::FuncOp>(name);
-      int64_t bytes = 0;
-      if (fn)
+      SmallVector<func::FuncOp> added;
+      int64_t most = 0;
+      for (func::FuncOp fn : module.getOps<func::FuncOp>()) {
+        if (before.contains(fn))
+          continue;
+        added.push_back(fn);
+        int64_t bytes = 0;
         fn.walk([&](memref::AllocaOp a) {
           MemRefType type = a.getType();
           if (type.hasStaticShape())
             bytes += type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
         });
-      if (!fn || rows <= s.T || options.sharedLimit <= 0 || bytes <= options.sharedLimit)
+        most = std::max(most, bytes);
+      }
+      if (rows <= s.T || options.sharedLimit <= 0 || most <= options.sharedLimit)
         return;
-      fn.erase();
+      for (func::FuncOp fn : added)
+        fn.erase();
       rows = std::max(s.T, rows / 2);
     }
   };
-  withRows(names[0], [&](const Dims &sr, const Types &tr) {
+  grow([&](const Dims &sr, const Types &tr) {
     buildKv(b, loc, component, sr, tr, names[0], numParams);
   });
   if (options.causal) {
-    buildCausalForward(b, loc, component, s, t, mapName, numParams);
+    grow([&](const Dims &sr, const Types &tr) {
+      buildCausalForward(b, loc, component, sr, tr, mapName, numParams);
+    });
   } else {
     buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
-    withRows(names[1], [&](const Dims &sr, const Types &tr) {
+    grow([&](const Dims &sr, const Types &tr) {
       buildReadout(b, loc, component, sr, tr, names[1], numParams);
     });
   }
@@ -638,16 +652,18 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // is shared by the slices) and dparams (per slice: the runtime views one slice's shares,
   // or all of them for a parameter shared by the slices).
   if (options.causal) {
-    buildCausalBackward(b, loc, component, *partials, s, t, mapName, numParams);
+    grow([&](const Dims &sr, const Types &tr) {
+      buildCausalBackward(b, loc, component, *partials, sr, tr, mapName, numParams);
+    });
   } else {
-    withRows(names[2], [&](const Dims &sr, const Types &tr) {
+    grow([&](const Dims &sr, const Types &tr) {
       buildQueryBackward(b, loc, component, *partials, sr, tr, names[2], numParams);
     });
     buildSumCombine(b, loc, component, s, (mapName + "_dsummary_combine").str(),
                     "dsummary_combine", "slices",
                     {{t.Sp, "dSp", "slice"}, {t.fp, "dzp", "slice"}, {t.S, "dS", "slice"},
                      {t.f, "dz", "slice"}});
-    withRows(names[3], [&](const Dims &sr, const Types &tr) {
+    grow([&](const Dims &sr, const Types &tr) {
       buildKeyBackward(b, loc, component, *partials, sr, tr, names[3], numParams);
     });
   }

@@ -85,9 +85,9 @@ struct TileKernelOptions {
   int64_t valueDim = 0;
   /// Rows of q or k per tile.
   int64_t tileRows = 32;
-  /// When larger than tileRows: the bidirectional row kernels (kv, readout and the two
-  /// backward kernels) each take the most rows per tile, halving from this down to
-  /// tileRows, whose tile buffers fit `sharedLimit` bytes.
+  /// When larger than tileRows: the row kernels (kv, readout and the two backward kernels
+  /// each; the causal kernels as one group) take the most rows per tile, halving from this
+  /// down to tileRows, whose tile buffers fit `sharedLimit` bytes.
   int64_t maxTileRows = 0;
   int64_t sharedLimit = 0;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
