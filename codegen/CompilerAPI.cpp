@@ -389,13 +389,13 @@ extern "C" const char *spectra_gpu_mma_mode(void) {
   const char *value = std::getenv("SPECTRA_MMA");
   if (!value || !*value)
     return "bf16x3";
-  for (const char *mode : {"bf16x3", "bf16", "none"})
+  for (const char *mode : {"bf16x3", "bf16", "f16", "none"})
     if (std::strcmp(value, mode) == 0)
       return mode;
   static std::once_flag warned;
   std::call_once(warned, [&] {
     llvm::errs() << "spectra: ignoring SPECTRA_MMA='" << value
-                 << "' (takes bf16x3, bf16 or none); using bf16x3\n";
+                 << "' (takes bf16x3, bf16, f16 or none); using bf16x3\n";
   });
   return "bf16x3";
 }

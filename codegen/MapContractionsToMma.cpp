@@ -388,8 +388,18 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
   Type f32 = b.getF32Type(), i32 = b.getI32Type(), i16 = b.getI16Type();
   NVVM::MMATypes ptxType = w.mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   int64_t ks = w.plan.kStep;
-  // Two elements as one register, the first in the low half.
+  // Two elements as one register, the first in the low half: an i32 for bf16, a
+  // vector<2xf16> for f16 (what nvvm.mma.sync takes for each).
   auto pack = [&](Value first, Value second, int p) -> Value {
+    if (w.mmaType.isF16()) {
+      Type pair = VectorType::get({2}, w.mmaType);
+      Value v = LLVM::UndefOp::create(b, loc, pair);
+      for (auto [i, x] : llvm::enumerate(ValueRange{first, second})) {
+        Value at = LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(i));
+        v = LLVM::InsertElementOp::create(b, loc, v, w.part(b, x, p), at);
+      }
+      return v;
+    }
     auto bits = [&](Value x) {
       Value r = arith::BitcastOp::create(b, loc, i16, w.part(b, x, p));
       return arith::ExtUIOp::create(b, loc, i32, r).getResult();

@@ -79,7 +79,7 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
       llvm::cl::desc("bf16/f16 inputs: the tile contractions on tensor cores (mma.sync, f32 "
                      "sums): bf16x3 (default: each f32 tile operand split into two bf16 parts, "
                      "three mma per step, products within 2^-16), bf16 (one mma, operands "
-                     "rounded to bf16) or none (FMA)"),
+                     "rounded to bf16), f16 (one mma, operands rounded to f16) or none (FMA)"),
       llvm::cl::init("bf16x3")};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};

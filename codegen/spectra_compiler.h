@@ -89,8 +89,8 @@ SPECTRA_API const char *spectra_cpu_host_target(void);
 
 /* How the GPU kernels (and their emulation) compile contractions with bf16/f16 inputs, from
  * the environment variable SPECTRA_MMA, read at each call: "bf16x3" (unset: the default,
- * tensor cores with split operands), "bf16" (tensor cores, operands rounded once) or "none"
- * (FMA). Another value is ignored with a warning on stderr (once). Cache keys include it. */
+ * tensor cores with split operands), "bf16" (tensor cores, operands rounded once), "f16"
+ * (operands rounded to f16) or "none" (FMA). Another value is ignored with a warning on stderr (once). Cache keys include it. */
 SPECTRA_API const char *spectra_gpu_mma_mode(void);
 SPECTRA_API void spectra_cpu_kernel_free(spectra_cpu_kernel *kernel);
 /* The kernel's relocatable object (owned by the kernel; *size bytes), for a

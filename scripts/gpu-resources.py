@@ -174,7 +174,7 @@ def main():
                    help="ptxas (default: $CUDA_HOME/bin/ptxas)")
     p.add_argument("--chip", default="sm_80", choices=["sm_80", "sm_90a"])
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
-    p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16", "none"],
+    p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16", "f16", "none"],
                    help="bf16/f16: the contractions on tensor cores (spectra-compile --mma)")
     p.add_argument("--m", type=int, default=128)
     p.add_argument("--d", type=int, default=32)

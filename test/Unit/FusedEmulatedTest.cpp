@@ -145,8 +145,8 @@ TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
 }
 
 /// SPECTRA_MMA picks the tensor cores' precision for the GPU kernels and their emulation
-/// (a switch for a first run on a GPU): bf16 rounds the operands once, none keeps FMA thread
-/// nests; another value is ignored (the default, bf16x3).
+/// (a switch for a first run on a GPU): bf16 rounds the operands once, f16 rounds them to
+/// f16, none keeps FMA thread nests; another value is ignored (the default, bf16x3).
 TEST(FusedEmulated, SpectraMmaPicksTheTensorCorePath) {
   VariantConfig config;
   config.m = 32;
@@ -164,6 +164,17 @@ TEST(FusedEmulated, SpectraMmaPicksTheTensorCorePath) {
   EXPECT_NE(mapped("bf16").find("split = false"), std::string::npos);
   EXPECT_EQ(mapped("none").find("spectra.mma"), std::string::npos);
   EXPECT_NE(mapped("tf32").find("split = true"), std::string::npos);
+  EXPECT_NE(mapped("f16").find("type = f16"), std::string::npos);
+  // f16 operands, one rounding each, within the f16 inputs' tolerance (posrf's features and
+  // these short sums stay far inside f16's range).
+  setenv("SPECTRA_MMA", "f16", 1);
+  FusedEmulatedAttention f16("posrf-orf", config, "f16");
+  unsetenv("SPECTRA_MMA");
+  torch::manual_seed(12);
+  Case c{torch::randn({2, 2, 37, 16}, torch::kFloat64) * 0.6,
+         torch::randn({2, 2, 29, 16}, torch::kFloat64) * 0.6,
+         torch::randn({2, 2, 29, 8}, torch::kFloat64), torch::ones({2, 29}, torch::kBool)};
+  expectMatches(f16, c, 4e-3, "posrf-orf, f16 operands");
   setenv("SPECTRA_MMA", "none", 1);
   EXPECT_STREQ(spectra_gpu_mma_mode(), "none");
   unsetenv("SPECTRA_MMA");

@@ -98,7 +98,8 @@ static cl::opt<std::string> mma(
     "mma",
     cl::desc("GPU, bf16/f16: the contractions on tensor cores: bf16x3 (default: each operand "
              "split in two bf16 parts, three mma.sync per step, f32-grade products), bf16 (one "
-             "mma.sync, operands rounded to bf16) or none (FMA)"),
+             "mma.sync, operands rounded to bf16), f16 (one mma.sync, operands rounded to f16: "
+             "more precision, but intermediates past 65504 overflow) or none (FMA)"),
     cl::init("bf16x3"), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
@@ -263,8 +264,8 @@ int main(int argc, char **argv) {
     gpuOptions.tileRows = tileRows;
     gpuOptions.maxTileRows = tileRows;
   }
-  if (mma != "bf16x3" && mma != "bf16" && mma != "none")
-    return fail("--mma must be bf16x3, bf16 or none, got '" + mma + "'");
+  if (mma != "bf16x3" && mma != "bf16" && mma != "f16" && mma != "none")
+    return fail("--mma must be bf16x3, bf16, f16 or none, got '" + mma + "'");
   gpuOptions.mma = mma.getValue();
 
   if (!printLibrary) {
