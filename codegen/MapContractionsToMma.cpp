@@ -83,6 +83,8 @@ std::optional<MmaPlan> mlir::spectra::planMma(linalg::GenericOp op) {
   if (llvm::any_of(ranges, ShapedType::isDynamic))
     return std::nullopt;
   SmallVector<AffineMap> maps = op.getIndexingMapsArray();
+  if (!llvm::all_of(maps, [](AffineMap map) { return map.isProjectedPermutation(); }))
+    return std::nullopt;
   SmallVector<unsigned> parallel;
   unsigned k = 0;
   for (auto [d, it] : llvm::enumerate(op.getIteratorTypesArray())) {
