@@ -120,8 +120,8 @@ TEST(FusedEmulated, HalfPrecisionInputsAccumulateInF32) {
 /// The contractions on tensor cores (MapContractionsToMma.h): with 16-bit inputs the
 /// emulation runs the warp tiles, whose bodies round the operands as the mma does. Heads
 /// whose tiles fill the 16 x 8 mma exactly (m = 32, d = 16, dv = 8, and 33 rows of SGQ
-/// features padded) and ones that pad it (dv = 5) stay within the float32 tolerance the
-/// inputs' rounding leaves: the default bf16x3 split keeps the products at 2^-16.
+/// features padded), ones that pad it (dv = 5) and odd sizes in every dim stay within the
+/// f16 inputs' tolerance: the default bf16x3 split keeps the products at 2^-16.
 TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
   for (int64_t dv : {8, 5})
     for (const char *variant : {"posrf-orf", "oprf-mm", "saderf-sgq"}) {
@@ -136,6 +136,18 @@ TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
              torch::randn({2, 2, 29, dv}, torch::kFloat64), torch::ones({2, 29}, torch::kBool)};
       expectMatches(fused, c, 4e-3, std::string(variant) + " dv=" + std::to_string(dv));
     }
+  // Odd sizes in every dim (m = 17, d = 12, dv = 7): every tile clipped, k padded.
+  {
+    VariantConfig odd;
+    odd.m = 17;
+    odd.d = 12;
+    FusedEmulatedAttention fused("posrf-orf", odd, "f16");
+    torch::manual_seed(13);
+    Case c{torch::randn({2, 2, 23, 12}, torch::kFloat64) * 0.6,
+           torch::randn({2, 2, 19, 12}, torch::kFloat64) * 0.6,
+           torch::randn({2, 2, 19, 7}, torch::kFloat64), torch::ones({2, 19}, torch::kBool)};
+    expectMatches(fused, c, 4e-3, "posrf-orf m=17 d=12 dv=7");
+  }
   // f32 inputs keep the FMA thread nests.
   VariantConfig config;
   config.m = 32;
