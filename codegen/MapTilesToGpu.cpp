@@ -641,14 +641,16 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
         auto t = cast<MemRefType>(a.getType());
         shared += t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
       }
-      kernels.push_back(llvm::json::Object{
-          {"kind", kind.getValue()},
-          {"name", fn.getSymName()},
-          {"grid", gridRule.getValue()},
-          {"block", threadCount.getInt()},
-          {"chunk_rows", chunkRowCount.getInt()},
-          {"shared_bytes", shared},
-          {"args", std::move(args)}});
+      llvm::json::Object description{{"kind", kind.getValue()},
+                                     {"name", fn.getSymName()},
+                                     {"grid", gridRule.getValue()},
+                                     {"block", threadCount.getInt()},
+                                     {"chunk_rows", chunkRowCount.getInt()},
+                                     {"shared_bytes", shared},
+                                     {"args", std::move(args)}};
+      if (auto rows = fn->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr))
+        description.insert({"tile_rows", rows.getInt()});
+      kernels.push_back(std::move(description));
     }
     for (gpu::GPUModuleOp m : modules)
       m.erase();

@@ -610,8 +610,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         });
         most = std::max(most, bytes);
       }
-      if (rows <= s.T || options.sharedLimit <= 0 || most <= options.sharedLimit)
+      if (rows <= s.T || options.sharedLimit <= 0 || most <= options.sharedLimit) {
+        for (func::FuncOp fn : added)
+          fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
         return;
+      }
       for (func::FuncOp fn : added)
         fn.erase();
       rows = std::max(s.T, rows / 2);

@@ -104,6 +104,8 @@ inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
+/// The rows of q or k per tile of a row kernel (the launch description reports it).
+inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
 
 /// Every kernel kind, in launch order (forward, then backward). The statistics' kinds
 /// (moments, moments_combine, moments_backward) exist only for components that use

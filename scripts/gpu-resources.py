@@ -142,7 +142,8 @@ def run_one(args, variant, workdir):
         s = stats.get(entry, {"regs": 0, "spill": 0, "smem": 0})
         blocks, warps = occupancy(args.chip, s["regs"], s["smem"], kernel["block"])
         row = (f"{name:28s} {kernel['kind']:22s} regs {s['regs']:>3} spill {s['spill']:>3} B"
-               f" smem {s['smem']:>6} B  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
+               f" smem {s['smem']:>6} B  rows {kernel.get('tile_rows', '-'):>2}"
+               f"  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
                f" {100 * warps:>5.1f}% warps  mma {mma.get(entry, 0):>3}")
         if sass is not None and entry in sass:
             c = sass[entry]

@@ -19,7 +19,7 @@
 // CHECK-LABEL: func.func @posrf_orf_kv(
 // CHECK-SAME: memref<?x8xf32>, %{{.*}}: memref<?x8xf32>, %{{.*}}: memref<?xf32>, %{{.*}}: memref<8x16xf32>
 // CHECK-SAME: attributes {llvm.emit_c_interface, spectra.arg_names = ["k", "v", "keep", "Wt", "ww", "rowscale", "params", "S", "z", "zabs", "c", "kscale"]
-// CHECK-SAME: spectra.arg_roles = ["rows", "rows", "mask", "shared", "shared", "shared", "slice", "partial", "partial", "partial", "partial", "slice"], spectra.grid = "keys", spectra.kernel = "kv"}
+// CHECK-SAME: spectra.arg_roles = ["rows", "rows", "mask", "shared", "shared", "shared", "slice", "partial", "partial", "partial", "partial", "slice"], spectra.grid = "keys", spectra.kernel = "kv", spectra.tile_rows = 4 : i64}
 // CHECK-NOT: memref.alloc(
 // CHECK-NOT: memref.alloca(%
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
