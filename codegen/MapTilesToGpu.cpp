@@ -679,12 +679,15 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.tileRows = o.causal ? std::min<int64_t>(o.tileRows, 2) : o.tileRows;
   tiles.inputType = o.dtype;
   tiles.causal = o.causal;
-  // On tensor cores a 4-row tile pads the mma's 8-row n (or k) to twice its work: each
-  // bidirectional row kernel takes 16 rows per tile, or 8, where its tiles fit the block's
-  // shared memory (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
-  std::string dtype16 = o.dtype, mma16 = o.mma;
-  if (mma16 != "none" && (dtype16 == "bf16" || dtype16 == "f16") &&
-      o.maxTileRows > tiles.tileRows) {
+  // 16-bit inputs: the contractions on tensor cores (bf16 operands by default, also for f16
+  // inputs, because the tiles they read include sums over the sequence, the summaries S, z
+  // and their gradients, that may exceed f16's range, 65504). f32 inputs: FMA.
+  std::string dtype = o.dtype, mma = o.mma;
+  bool tensorCores = mma != "none" && (dtype == "bf16" || dtype == "f16");
+  // On tensor cores a 4-row tile pads the mma's 8-row n (or k) to twice its work: each row
+  // kernel takes 16 rows per tile, or 8, where its tiles fit the block's shared memory
+  // (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
+  if (tensorCores && o.maxTileRows > tiles.tileRows) {
     tiles.maxTileRows = o.maxTileRows;
     tiles.sharedLimit = staticSharedLimit(o.chip);
   }
@@ -696,11 +699,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   map.threads = o.threads;
   map.chunkRows = o.chunkRows;
   map.sharedLimit = staticSharedLimit(o.chip);
-  // 16-bit inputs: the contractions on tensor cores with bf16 operands, also for f16
-  // inputs, because the tiles they read include sums over the sequence (the summaries
-  // S, z and their gradients) that may exceed f16's range (65504). f32 inputs: FMA.
-  std::string dtype = o.dtype, mma = o.mma;
-  if (mma != "none" && (dtype == "bf16" || dtype == "f16"))
+  if (tensorCores)
     map.mmaType = mma;
   pm.addPass(createSpectraMapTilesToGpu(map));
   pm.addPass(createCanonicalizerPass());
