@@ -371,7 +371,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     MemRefType type = alloca.getType();
     if (!type.hasStaticShape())
       return alloca.emitOpError("spectra-map-tiles-to-gpu: a tile buffer must have a static shape");
-    sharedBytes += type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+    sharedBytes += bufferBytes(type);
     alloca.getResult().setType(MemRefType::get(type.getShape(), type.getElementType(),
                                                type.getLayout(), space));
   }
@@ -637,10 +637,8 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
           joined.getSymNameAttr(),
           ArrayRef<FlatSymbolRefAttr>{FlatSymbolRefAttr::get(moved.getNameAttr())}));
       int64_t shared = 0;
-      for (BlockArgument a : moved.getWorkgroupAttributions()) {
-        auto t = cast<MemRefType>(a.getType());
-        shared += t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
-      }
+      for (BlockArgument a : moved.getWorkgroupAttributions())
+        shared += bufferBytes(cast<MemRefType>(a.getType()));
       llvm::json::Object description{{"kind", kind.getValue()},
                                      {"name", fn.getSymName()},
                                      {"grid", gridRule.getValue()},

@@ -604,9 +604,8 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         added.push_back(fn);
         int64_t bytes = 0;
         fn.walk([&](memref::AllocaOp a) {
-          MemRefType type = a.getType();
-          if (type.hasStaticShape())
-            bytes += type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+          if (a.getType().hasStaticShape())
+            bytes += bufferBytes(a.getType());
         });
         most = std::max(most, bytes);
       }

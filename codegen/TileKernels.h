@@ -107,6 +107,11 @@ inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
 /// The rows of q or k per tile of a row kernel (the launch description reports it).
 inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
 
+/// The bytes a static buffer of `type` takes (a tile in a GPU block's shared memory).
+inline int64_t bufferBytes(MemRefType type) {
+  return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
 /// Every kernel kind, in launch order (forward, then backward). The statistics' kinds
 /// (moments, moments_combine, moments_backward) exist only for components that use
 /// statistics (usesStatistics); the causal_* kinds only in causal kernel sets, which have
