@@ -459,10 +459,13 @@ void buildCausalPrefix(OpBuilder &b, Location loc, ComponentOp component, const 
   func::ReturnOp::create(b, loc);
 }
 
+/// causal_readout, or with `s.T` = 1 causal_decode: the same step on one-row tiles (a row's
+/// Delta is 0, so it never splits), what a decoding step runs on a one-token sequence from
+/// the state it carries.
 void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
-                        const Types &t, StringRef name, unsigned numParams) {
+                        const Types &t, StringRef name, unsigned numParams, StringRef kind) {
   Kernel k = makeKernel(
-      b, loc, name, "causal_readout", "queries",
+      b, loc, name, kind, "queries",
       {{t.rows, "q", "rows"}, {t.rows, "k", "rows"}, {t.values, "v", "rows"},
        {t.mask, "keep", "mask"}, {t.Wt, "Wt", "shared"}, {t.ww, "ww", "shared"},
        {t.ww, "rowscale", "shared"}, {t.params, "params", "slice"}, {t.S, "S0", "partial"},
@@ -478,7 +481,15 @@ void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const
   CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(5), k.arg(6),
                 k.arg(14), k.arg(15), Value(), k.arg(12), k.arg(13), k.params};
   State st{k.arg(8), k.arg(9), k.arg(10), k.arg(11), Value()};
-  CausalTiles tiles(tb, s, false), rowTiles(rb, one, false);
+  CausalTiles tiles(tb, s, false);
+  if (s.T == 1) {
+    tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
+      forwardStep(tb, s, tiles, in, st, r0, rows, nullptr);
+    });
+    func::ReturnOp::create(b, loc);
+    return;
+  }
+  CausalTiles rowTiles(rb, one, false);
   tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
     forwardStep(tb, s, tiles, in, st, r0, rows, [&](Value r) {
       forwardStep(rb, one, rowTiles, in, st, r, rb.idx(1), nullptr);
@@ -882,7 +893,17 @@ void mlir::spectra::tiles::buildCausalForward(OpBuilder &b, Location loc, Compon
                                               const Dims &s, const Types &t, StringRef map,
                                               unsigned numParams) {
   buildCausalPrefix(b, loc, component, s, t, (map + "_causal_prefix").str());
-  buildCausalReadout(b, loc, component, s, t, (map + "_causal_readout").str(), numParams);
+  buildCausalReadout(b, loc, component, s, t, (map + "_causal_readout").str(), numParams,
+                     "causal_readout");
+}
+
+void mlir::spectra::tiles::buildCausalDecode(OpBuilder &b, Location loc, ComponentOp component,
+                                             const Dims &s, const Types &t, StringRef map,
+                                             unsigned numParams) {
+  Dims one = s;
+  one.T = 1;
+  buildCausalReadout(b, loc, component, one, t, (map + "_causal_decode").str(), numParams,
+                     "causal_decode");
 }
 
 void mlir::spectra::tiles::buildCausalBackward(OpBuilder &b, Location loc, ComponentOp component,

@@ -372,11 +372,11 @@ static bool isBackwardKind(llvm::StringRef kind) {
 static bool isStatisticsKind(llvm::StringRef kind) { return kind.starts_with("moments"); }
 
 /// A kind of the other kernel set: the causal kinds in a bidirectional set, the
-/// bidirectional forward's kv_combine and readout in a causal one (TileKernels.h).
+/// bidirectional readout in a causal one (TileKernels.h).
 static bool isOtherSetKind(llvm::StringRef kind, bool causal) {
   if (!causal)
     return kind.starts_with("causal_");
-  return kind == "kv_combine" || kind == "readout";
+  return kind == "readout";
 }
 
 static spectra_cpu_kernel *failKernel(char **error, const std::string &message) {

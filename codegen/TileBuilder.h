@@ -403,6 +403,10 @@ void sumChunks(TileBuilder &tb, Value parts, Value total);
 /// causal_query_backward and causal_key_backward.
 void buildCausalForward(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
                         const Types &t, StringRef map, unsigned numParams);
+/// causal_decode: causal_readout on one-row tiles (no split), for decoding one token at a
+/// time from a carried state (the runtime's prefill/decode).
+void buildCausalDecode(OpBuilder &b, Location loc, ComponentOp component, const Dims &s,
+                       const Types &t, StringRef map, unsigned numParams);
 void buildCausalBackward(OpBuilder &b, Location loc, ComponentOp component,
                          FeaturePartialsOp partials, const Dims &s, const Types &t, StringRef map,
                          unsigned numParams);

@@ -520,7 +520,7 @@ ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
       "dsummary_combine", "key_backward",     "dweights_chunk_combine", "dweights_combine",
       "dparams_combine",  "moments_backward", "causal_prefix",
       "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
-      "causal_key_backward"};
+      "causal_key_backward", "causal_decode"};
   return kinds;
 }
 
@@ -622,12 +622,17 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   grow([&](const Dims &sr, const Types &tr) {
     buildKv(b, loc, component, sr, tr, names[0], numParams);
   });
+  // kv_combine: the bidirectional summary, and under causal attention the state a prompt
+  // ends in (prefill).
+  buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
   if (options.causal) {
     grow([&](const Dims &sr, const Types &tr) {
       buildCausalForward(b, loc, component, sr, tr, mapName, numParams);
     });
+    buildCausalDecode(b, loc, component, s, t, mapName, numParams);
+    module.lookupSymbol<func::FuncOp>((mapName + "_causal_decode").str())
+        ->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(1));
   } else {
-    buildKvCombine(b, loc, component, s, t, (mapName + "_kv_combine").str());
     grow([&](const Dims &sr, const Types &tr) {
       buildReadout(b, loc, component, sr, tr, names[1], numParams);
     });

@@ -252,4 +252,22 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
   return result;
 }
 
+DecodeState FusedCpuAttention::prefill(const torch::Tensor &k, const torch::Tensor &v,
+                                       const Weights &weights,
+                                       const std::optional<torch::Tensor> &keyMask) const {
+  TORCH_CHECK(isCausal, "spectra fused CPU attention: prefill/decode need the causal kernels");
+  TORCH_CHECK(k.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
+              k.device());
+  return causalPrefill(reference, launcher(k, v.size(3)), torch::kFloat32, k, v, weights, keyMask);
+}
+
+torch::Tensor FusedCpuAttention::decode(const torch::Tensor &q, const torch::Tensor &k,
+                                        const torch::Tensor &v, const Weights &weights,
+                                        DecodeState &state) const {
+  TORCH_CHECK(isCausal, "spectra fused CPU attention: prefill/decode need the causal kernels");
+  TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
+              q.device());
+  return causalDecode(reference, launcher(q, v.size(3)), torch::kFloat32, q, k, v, weights, state);
+}
+
 } // namespace spectra

@@ -220,6 +220,14 @@ public:
                                      std::optional<double> scale = std::nullopt,
                                      const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
+  /// Causal decoding by the compiled kernels (a causal kernel set; KernelLaunch.h's
+  /// causalPrefill and causalDecode): the state a prompt k, v ends in, then one token per
+  /// decode() call, the state (float32) advanced in place.
+  DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                      const std::optional<torch::Tensor> &keyMask = std::nullopt) const;
+  torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       const Weights &weights, DecodeState &state) const;
+
   /// Runs the kernels on prepared inputs (see attention()); used by its autograd Function.
   FusedForward runForward(const FusedInputs &in) const;
   /// Gradients w.r.t. qs, ks, vs, W (summed over slices), params [B, H, P], qscale and kscale.

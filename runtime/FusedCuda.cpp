@@ -261,23 +261,54 @@ const KernelLauncher &FusedCudaAttention::launcher(const torch::Tensor &like, in
   return *kernelsFor(like, dv).launcher;
 }
 
+namespace {
+torch::ScalarType cudaInputType(const torch::Tensor &x) {
+  torch::ScalarType type = x.scalar_type();
+  return type == torch::kBFloat16 || type == torch::kHalf ? type : torch::kFloat32;
+}
+Weights weightsOnDevice(const Weights &weights, const torch::Device &device) {
+  Weights w = weights;
+  w.W = w.W.to(device);
+  if (w.rowWeights)
+    w.rowWeights = w.rowWeights->to(device);
+  return w;
+}
+} // namespace
+
 AttentionResult FusedCudaAttention::attentionWithStats(
     const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
     const Weights &weights, const std::optional<torch::Tensor> &keyMask,
     std::optional<double> scale, const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
               q.device());
-  torch::ScalarType type = q.scalar_type();
-  if (type != torch::kBFloat16 && type != torch::kHalf)
-    type = torch::kFloat32;
-  Weights w = weights;
-  w.W = w.W.to(q.device());
-  if (w.rowWeights)
-    w.rowWeights = w.rowWeights->to(q.device());
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, w, keyMask, scale, type, queryMask,
+  torch::ScalarType type = cudaInputType(q);
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, weightsOnDevice(weights, q.device()),
+                                      keyMask, scale, type, queryMask,
                                       &launcher(q.to(type), v.size(3)));
   auto out = FusedAttentionFunction<FusedCudaAttention>::run(in, this);
   return {out[0].to(q.scalar_type()), out[1]};
+}
+
+DecodeState FusedCudaAttention::prefill(const torch::Tensor &k, const torch::Tensor &v,
+                                        const Weights &weights,
+                                        const std::optional<torch::Tensor> &keyMask) const {
+  TORCH_CHECK(isCausal, "spectra fused CUDA attention: prefill/decode need the causal kernels");
+  TORCH_CHECK(k.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
+              k.device());
+  torch::ScalarType type = cudaInputType(k);
+  return causalPrefill(reference, launcher(k.to(type), v.size(3)), type, k, v,
+                       weightsOnDevice(weights, k.device()), keyMask);
+}
+
+torch::Tensor FusedCudaAttention::decode(const torch::Tensor &q, const torch::Tensor &k,
+                                         const torch::Tensor &v, const Weights &weights,
+                                         DecodeState &state) const {
+  TORCH_CHECK(isCausal, "spectra fused CUDA attention: prefill/decode need the causal kernels");
+  TORCH_CHECK(q.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
+              q.device());
+  torch::ScalarType type = cudaInputType(q);
+  return causalDecode(reference, launcher(q.to(type), v.size(3)), type, q, k, v,
+                      weightsOnDevice(weights, q.device()), state);
 }
 
 } // namespace spectra

@@ -106,6 +106,14 @@ public:
                                      std::optional<double> scale = std::nullopt,
                                      const std::optional<torch::Tensor> &queryMask = std::nullopt) const;
 
+  /// Causal decoding by the compiled kernels (a causal kernel set; KernelLaunch.h's
+  /// causalPrefill and causalDecode): the state a prompt k, v ends in, then one token per
+  /// decode() call, the state (float32) advanced in place.
+  DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                      const std::optional<torch::Tensor> &keyMask = std::nullopt) const;
+  torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       const Weights &weights, DecodeState &state) const;
+
   FusedForward runForward(const FusedInputs &in) const;
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,
                                          const torch::Tensor &gout) const;

@@ -56,6 +56,14 @@ public:
     return attentionWithStats(q, k, v, weights, keyMask, scale, queryMask).out;
   }
 
+  /// Causal decoding by the compiled kernels (a causal kernel set; KernelLaunch.h's
+  /// causalPrefill and causalDecode): the state a prompt k, v ends in, then one token per
+  /// decode() call, the state (float32) advanced in place.
+  DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                      const std::optional<torch::Tensor> &keyMask = std::nullopt) const;
+  torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                       const Weights &weights, DecodeState &state) const;
+
   /// The launch plan on prepared inputs (for FusedAttentionFunction).
   FusedForward runForward(const FusedInputs &in) const;
   std::vector<torch::Tensor> runBackward(const FusedInputs &in, const FusedForward &saved,

@@ -543,4 +543,85 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
           dkscale.sum(1).view({B, H, D}) / in.kscale};
 }
 
+DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
+                          torch::ScalarType inputType, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask, std::optional<double> scale) {
+  TORCH_CHECK(!reference.usesStatistics(), "spectra causal decoding: component '",
+              reference.descriptor().component.name, "' ", kCausalStatistics);
+  torch::NoGradGuard noGrad;
+  // The keys stand in for the queries: the prompt's state reads no query.
+  FusedInputs in = prepareFusedInputs(reference, k, k, v, weights, keyMask, scale, inputType,
+                                      std::nullopt, &launcher);
+  const int64_t B = k.size(0), H = k.size(1), N = k.size(2), dv = v.size(3), BH = B * H,
+                F = reference.descriptor().numFeatures();
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(k.device());
+  DecodeState st;
+  st.S = torch::zeros({B, H, F, dv}, f32);
+  st.z = torch::zeros({B, H, F}, f32);
+  st.zabs = torch::zeros({B, H, F}, f32);
+  st.c = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
+  st.length = N;
+  if (N == 0)
+    return st;
+  const KernelAbi &kv = launcher.abi("kv"), &combine = launcher.abi("kv_combine");
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, chunksOf(N, kv.chunkRows), F);
+  run(launcher, combine,
+      {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", st.S.view({BH, F, dv})},
+       {"z", st.z.view({BH, F})}, {"zabs", st.zabs.view({BH, F})}, {"c", st.c.view({BH, F})}});
+  return st;
+}
+
+torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
+                           torch::ScalarType inputType, const torch::Tensor &q,
+                           const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                           DecodeState &state, std::optional<double> scale) {
+  TORCH_CHECK(!reference.usesStatistics(), "spectra causal decoding: component '",
+              reference.descriptor().component.name, "' ", kCausalStatistics);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
+              "spectra causal decoding: one token per step, got q ", q.sizes(), " and k ",
+              k.sizes());
+  torch::NoGradGuard noGrad;
+  FusedInputs in = prepareFusedInputs(reference, q, k, v, weights, std::nullopt, scale, inputType,
+                                      std::nullopt, &launcher);
+  const int64_t B = q.size(0), H = q.size(1), dv = v.size(3), BH = B * H,
+                F = reference.descriptor().numFeatures();
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
+  if (!state.c.defined()) {  // the empty state
+    state.S = torch::zeros({B, H, F, dv}, f32);
+    state.z = torch::zeros({B, H, F}, f32);
+    state.zabs = torch::zeros({B, H, F}, f32);
+    state.c = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
+    state.length = 0;
+  }
+  auto check = [&](torch::Tensor &t, const char *name, std::vector<int64_t> shape) {
+    TORCH_CHECK(t.defined() && t.sizes() == torch::IntArrayRef(shape) &&
+                    t.scalar_type() == torch::kFloat32 && t.device() == q.device(),
+                "spectra causal decoding: the state's ", name, " is ",
+                t.defined() ? t.sizes() : torch::IntArrayRef{}, " ",
+                t.defined() ? t.scalar_type() : torch::kFloat32, " on ",
+                t.defined() ? t.device() : q.device(), "; the compiled kernels need ",
+                torch::IntArrayRef(shape), " float32 on ", q.device(),
+                " (a float64 state is the reference's: decode it with mode reference)");
+    if (!t.is_contiguous())
+      t = t.contiguous();  // advanced in place below
+  };
+  check(state.S, "S", {B, H, F, dv});
+  check(state.z, "z", {B, H, F});
+  check(state.zabs, "zabs", {B, H, F});
+  check(state.c, "c", {B, H, F});
+  // The state is the carried state of a one-chunk sequence; the kernel advances it in place.
+  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  buf["S0"] = state.S.view({BH, 1, F, dv});
+  buf["z0"] = state.z.view({BH, 1, F});
+  buf["zabs0"] = state.zabs.view({BH, 1, F});
+  buf["c0"] = state.c.view({BH, 1, F});
+  buf["out"] = torch::empty({BH, 1, dv}, in.qs.options());
+  buf["qstat"] = torch::empty({BH, 1, 3}, f32);
+  run(launcher, launcher.abi("causal_decode"), buf);
+  state.length += 1;
+  return buf["out"].view({B, H, 1, dv}).to(q.scalar_type());
+}
+
 } // namespace spectra

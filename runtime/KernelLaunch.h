@@ -47,7 +47,7 @@ inline const char *const kKernelKinds[] = {
     "dsummary_combine", "key_backward",    "dweights_chunk_combine", "dweights_combine",
     "dparams_combine",  "moments_backward", "causal_prefix",
     "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
-    "causal_key_backward"};
+    "causal_key_backward", "causal_decode"};
 
 /// The element name of a tensor type as kernels name it: "f32", "bf16", "f16" (others: "f32",
 /// the type the runtime computes them in).
@@ -202,6 +202,23 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
 std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                                                 const FusedInputs &in, const FusedForward &saved,
                                                 const torch::Tensor &gout, int64_t features);
+
+/// Causal decoding by the compiled kernels of any launcher (a causal kernel set): the state a
+/// prompt k, v [B, H, N, .] ends in (kv per row chunk, then kv_combine: the same S, z, zabs
+/// and running maxima c as ReferenceFeatureMap::prefill, in float32), computed from inputs
+/// of `inputType`.
+DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
+                          torch::ScalarType inputType, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask = std::nullopt,
+                          std::optional<double> scale = std::nullopt);
+/// One token (q, k [B, H, 1, d], v [B, H, 1, dv]) through causal_decode: the state (float32,
+/// empty or as prefill/decode left it) advances in place, and the output [B, H, 1, dv] in
+/// q's dtype is the causal attention at that position (ReferenceFeatureMap::decode's).
+torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
+                           torch::ScalarType inputType, const torch::Tensor &q,
+                           const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
+                           DecodeState &state, std::optional<double> scale = std::nullopt);
 
 } // namespace spectra
 

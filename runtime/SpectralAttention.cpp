@@ -134,13 +134,23 @@ Weights weightsOn(const Weights &w, const torch::Device &device) {
 DecodeState SpectralAttentionImpl::prefill(const torch::Tensor &k, const torch::Tensor &v,
                                            const std::optional<torch::Tensor> &keyMask) {
   TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
-  return reference.prefill(k, v, weightsOn(weights->weights(), k.device()), keyMask);
+  Weights w = weightsOn(weights->weights(), k.device());
+  if (currentMode == AttentionMode::Reference)
+    return reference.prefill(k, v, w, keyMask);
+  if (currentMode == AttentionMode::GpuEmulated)
+    return fusedEmulated(k.scalar_type()).prefill(k, v, w, keyMask);
+  return k.is_cuda() ? fusedCuda().prefill(k, v, w, keyMask) : fusedCpu().prefill(k, v, w, keyMask);
 }
 
 torch::Tensor SpectralAttentionImpl::decode(const torch::Tensor &q, const torch::Tensor &k,
                                             const torch::Tensor &v, DecodeState &state) {
   TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
-  return reference.decode(q, k, v, weightsOn(weights->weights(), q.device()), state);
+  Weights w = weightsOn(weights->weights(), q.device());
+  if (currentMode == AttentionMode::Reference)
+    return reference.decode(q, k, v, w, state);
+  if (currentMode == AttentionMode::GpuEmulated)
+    return fusedEmulated(q.scalar_type()).decode(q, k, v, w, state);
+  return q.is_cuda() ? fusedCuda().decode(q, k, v, w, state) : fusedCpu().decode(q, k, v, w, state);
 }
 
 } // namespace spectra

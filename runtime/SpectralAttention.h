@@ -80,7 +80,10 @@ public:
   /// Recurrent decoding (causal modules): the state after a prompt's keys and values
   /// [B, H, N, .] (what a causal pass over them ends in), then one token per decode() call:
   /// q, k [B, H, 1, d], v [B, H, 1, dv] -> [B, H, 1, dv], equal to forward() of the whole
-  /// sequence at that position, in O(m (d + dv)) work per token whatever the length.
+  /// sequence at that position, in O(m (d + dv)) work per token whatever the length. The
+  /// module's mode picks who runs them: the compiled kernels (kv + kv_combine for the prompt,
+  /// causal_decode per token; float32 state, advanced in place) in modes fused and
+  /// gpu-emulated, eager LibTorch in mode reference (float64 for float64 inputs).
   DecodeState prefill(const torch::Tensor &k, const torch::Tensor &v,
                       const std::optional<torch::Tensor> &keyMask = std::nullopt);
   torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,

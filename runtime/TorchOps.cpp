@@ -4,6 +4,7 @@
 //   out = torch.ops.spectra.attention(q, k, v, mask, "saderf-orf", 128, 0, "fused")
 //   out = torch.ops.spectra.attention(q, k, v, variant="posrf-orf", causal=True)
 //   y, state = torch.ops.spectra.decode(q_t, k_t, v_t, [], "posrf-orf")   # then pass state on
+//                                     (mode="reference": eager ops in place of the kernel)
 //   W = torch.ops.spectra.weights("saderf-orf", 128, d, 0)   # the same draw, [m, d]
 // The op keeps one SpectralAttention module per (variant, m, d, seed, mode);
 // its kernels come from the KernelCache. Registered as a composite op, so
@@ -117,18 +118,20 @@ torch::Tensor weightsOp(std::string variant, int64_t m, int64_t d, int64_t seed)
 }
 
 /// One token of causal decoding: `state` is [] (empty) or [S, z, zabs, c] as returned by the
-/// previous step; returns the output [B, H, 1, dv] and the new state.
+/// previous step (left unchanged: the op is functional); returns the output [B, H, 1, dv]
+/// and the new state. Mode fused runs the compiled causal_decode kernel, reference eager ops.
 std::tuple<torch::Tensor, std::vector<torch::Tensor>>
 decodeOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
-         std::vector<torch::Tensor> state, std::string variant, int64_t m, int64_t seed) {
+         std::vector<torch::Tensor> state, std::string variant, int64_t m, int64_t seed,
+         std::string mode) {
   TORCH_CHECK(q.dim() == 4, "spectra.decode: q must be [B, H, 1, d], got ", q.sizes());
   TORCH_CHECK(state.empty() || state.size() == 4, "spectra.decode: the state is [] or the ",
               "[S, z, zabs, c] of the previous step, got ", state.size(), " tensors");
   DecodeState st;
-  if (!state.empty())
-    st = {state[0], state[1], state[2], state[3], 0};
+  if (!state.empty())  // the compiled kernel advances a state in place: a copy of the caller's
+    st = {state[0].clone(), state[1].clone(), state[2].clone(), state[3].clone(), 0};
   torch::Tensor out =
-      moduleFor(variant, m, q.size(3), seed, "reference", /*causal=*/true)->decode(q, k, v, st);
+      moduleFor(variant, m, q.size(3), seed, mode, /*causal=*/true)->decode(q, k, v, st);
   return {out, {st.S, st.z, st.zabs, st.c}};
 }
 
@@ -322,7 +325,7 @@ TORCH_LIBRARY(spectra, m) {
   m.def("weights(str variant='posrf-mm', int m=128, int d=32, int seed=0) -> Tensor",
         &spectra::weightsOp);
   m.def("decode(Tensor q, Tensor k, Tensor v, Tensor[] state, str variant='posrf-mm', int m=128, "
-        "int seed=0) -> (Tensor, Tensor[])",
+        "int seed=0, str mode='fused') -> (Tensor, Tensor[])",
         &spectra::decodeOp);
   m.def("cache_stats() -> int[]", &spectra::cacheStats);
   // The Python package's ops (python/spectra_attention): weights held by the caller.

@@ -280,46 +280,86 @@ namespace {
 
 TEST(CausalDecode, EqualsFullCausalAttentionAtEveryPosition) {
   // A prompt of 40 tokens through prefill, then 60 decoded tokens (past the CPU kernels' tile
-  // boundaries), at an input scale where the running maxima keep rising (rescales).
-  for (double scale : {1.0, 4.0}) {
-    SpectralAttentionOptions opts;
-    opts.variant = "posrf-orf";
-    opts.config = config(16, 8);
-    opts.causal = true;
-    SpectralAttention attn(opts);
-    Inputs in = inputs(2, 2, 100, 8, 8, scale, 11);
-    torch::Tensor q = in.q.to(torch::kFloat32), k = in.k.to(torch::kFloat32),
-                  v = in.v.to(torch::kFloat32);
-    torch::Tensor full;
-    {
-      torch::NoGradGuard noGrad;
-      full = attn->forward(q, k, v);
+  // boundaries), at an input scale where the running maxima keep rising (rescales); in every
+  // mode: the compiled kernels (kv + kv_combine, causal_decode), the GPU kernels run on the
+  // CPU (bf16 too), and the eager reference.
+  struct Case {
+    AttentionMode mode;
+    torch::ScalarType type;
+    double tolerance;  // at scale 1; 50x at scale 4
+  };
+  for (Case c : {Case{AttentionMode::Fused, torch::kFloat32, 2e-6},
+                 Case{AttentionMode::Reference, torch::kFloat32, 2e-6},
+                 Case{AttentionMode::GpuEmulated, torch::kFloat32, 2e-6},
+                 Case{AttentionMode::GpuEmulated, torch::kBFloat16, 2e-2}})
+    for (double scale : {1.0, 4.0}) {
+      std::string where = attentionModeName(c.mode) + " " + std::string(c10::toString(c.type)) +
+                          " scale " + std::to_string(scale);
+      SpectralAttentionOptions opts;
+      opts.variant = "posrf-orf";
+      opts.config = config(16, 8);
+      opts.causal = true;
+      opts.mode = c.mode;
+      SpectralAttention attn(opts);
+      Inputs in = inputs(2, 2, 100, 8, 8, scale, 11);
+      torch::Tensor q = in.q.to(c.type), k = in.k.to(c.type), v = in.v.to(c.type);
+      torch::Tensor full;
+      {
+        torch::NoGradGuard noGrad;
+        full = attn->forward(q, k, v).to(torch::kFloat64);
+      }
+      DecodeState st = attn->prefill(k.narrow(2, 0, 40), v.narrow(2, 0, 40));
+      EXPECT_EQ(st.length, 40) << where;
+      double worst = 0;
+      for (int64_t t = 40; t < 100; ++t) {
+        torch::Tensor y = attn->decode(q.narrow(2, t, 1), k.narrow(2, t, 1), v.narrow(2, t, 1), st);
+        EXPECT_EQ(y.scalar_type(), c.type) << where;
+        worst = std::max(worst, rowError(y.to(torch::kFloat64), full.narrow(2, t, 1)));
+      }
+      EXPECT_EQ(st.length, 100) << where;
+      EXPECT_LT(worst, scale > 1 ? 50 * c.tolerance : c.tolerance) << where;
     }
-    DecodeState st = attn->prefill(k.narrow(2, 0, 40), v.narrow(2, 0, 40));
-    EXPECT_EQ(st.length, 40);
-    double worst = 0;
-    for (int64_t t = 40; t < 100; ++t) {
-      torch::Tensor y = attn->decode(q.narrow(2, t, 1), k.narrow(2, t, 1), v.narrow(2, t, 1), st);
-      worst = std::max(worst, rowError(y.to(torch::kFloat64), full.narrow(2, t, 1).to(torch::kFloat64)));
-    }
-    EXPECT_EQ(st.length, 100);
-    EXPECT_LT(worst, scale > 1 ? 1e-4 : 2e-6) << "scale " << scale;
-    // From the empty state, token by token, against the float64 reference.
-    Descriptor desc = attn->descriptor();
-    Weights w64 = attn->weights->weights();
-    w64.W = w64.W.detach().to(torch::kFloat64);
-    torch::Tensor truth = ReferenceFeatureMap(desc).attention(in.q, in.k, in.v, w64, std::nullopt,
-                                                              causalOptions());
-    DecodeState empty;
-    ReferenceFeatureMap ref(desc);
-    double worst64 = 0;
-    for (int64_t t = 0; t < 100; ++t) {
-      torch::Tensor y = ref.decode(in.q.narrow(2, t, 1), in.k.narrow(2, t, 1), in.v.narrow(2, t, 1),
-                                   w64, empty);
-      worst64 = std::max(worst64, rowError(y, truth.narrow(2, t, 1)));
-    }
-    EXPECT_LT(worst64, 1e-12) << "scale " << scale;
-  }
+}
+
+TEST(CausalDecode, CompiledStateEqualsTheReferenceState) {
+  // The compiled prefill (kv per chunk + kv_combine) of a prompt longer than a CPU row chunk,
+  // with masked keys, against the eager state: the same running maxima, S, z and zabs; then
+  // one decoded token from either state gives the same output, and the kernel's state
+  // advances in place (the reference's is replaced).
+  SpectralAttentionOptions opts;
+  opts.variant = "posrf-orf";
+  opts.config = config(16, 8);
+  opts.causal = true;
+  SpectralAttention attn(opts);
+  auto prefill = [&](AttentionMode mode, const torch::Tensor &k, const torch::Tensor &v,
+                     const torch::Tensor &mask) {
+    attn->setMode(mode);
+    return attn->prefill(k, v, mask);
+  };
+  auto decode = [&](AttentionMode mode, const torch::Tensor &q, const torch::Tensor &k,
+                    const torch::Tensor &v, DecodeState &st) {
+    attn->setMode(mode);
+    return attn->decode(q, k, v, st);
+  };
+  const int64_t N = FusedCpuAttention::kChunkRows + 300;
+  Inputs in = inputs(1, 2, N + 1, 8, 8, 2.0, 5);
+  torch::Tensor q = in.q.to(torch::kFloat32), k = in.k.to(torch::kFloat32),
+                v = in.v.to(torch::kFloat32);
+  torch::Tensor mask = torch::rand({1, N}, torch::TensorOptions().dtype(torch::kFloat64)) > 0.3;
+  torch::Tensor kp = k.narrow(2, 0, N), vp = v.narrow(2, 0, N);
+  DecodeState a = prefill(AttentionMode::Fused, kp, vp, mask),
+              b = prefill(AttentionMode::Reference, kp, vp, mask);
+  EXPECT_EQ(a.length, N);
+  EXPECT_TRUE(torch::allclose(a.c, b.c, 1e-6, 1e-6));
+  for (auto [x, y, name] : {std::tuple{a.S, b.S, "S"}, {a.z, b.z, "z"}, {a.zabs, b.zabs, "zabs"}})
+    EXPECT_LT(rowError(x.to(torch::kFloat64), y.to(torch::kFloat64)), 2e-6) << name;
+  torch::Tensor S = a.S;
+  torch::Tensor qt = q.narrow(2, N, 1), kt = k.narrow(2, N, 1), vt = v.narrow(2, N, 1);
+  torch::Tensor ya = decode(AttentionMode::Fused, qt, kt, vt, a);
+  torch::Tensor yb = decode(AttentionMode::Reference, qt, kt, vt, b);
+  EXPECT_LT(rowError(ya.to(torch::kFloat64), yb.to(torch::kFloat64)), 2e-6);
+  EXPECT_EQ(a.S.data_ptr(), S.data_ptr());
+  EXPECT_LT(rowError(a.S.to(torch::kFloat64), b.S.to(torch::kFloat64)), 2e-6);
 }
 
 TEST(CausalDecode, RefusesWhatItCannotDo) {
@@ -338,6 +378,21 @@ TEST(CausalDecode, RefusesWhatItCannotDo) {
     FAIL();
   } catch (const c10::Error &e) {
     EXPECT_NE(std::string(e.what()).find("one token per step"), std::string::npos) << e.what();
+  }
+  // A float64 state (the reference's, for float64 inputs) is not the kernels' float32 one.
+  opts.mode = AttentionMode::Reference;
+  SpectralAttention reference(opts);
+  torch::Tensor x64 = torch::randn({1, 1, 1, 8}, torch::kFloat64);
+  DecodeState st64;
+  reference->decode(x64, x64, x64, st64);
+  try {
+    causal->decode(x, x, x, st64);
+    FAIL();
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("the state's S is [1, 1, 16, 8] Double on cpu; the "
+                                         "compiled kernels need [1, 1, 16, 8] float32"),
+              std::string::npos)
+        << e.what();
   }
 }
 

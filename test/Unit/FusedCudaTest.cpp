@@ -239,4 +239,35 @@ TEST(FusedCuda, HalfPrecisionInputsAccumulateInFloat32) {
     expectCudaMatchesReference(variant, torch::kHalf, 2e-2);
 }
 
+TEST(FusedCuda, CausalDecodingEqualsTheCausalForward) {
+  // A 300-token prompt through prefill (kv + kv_combine), then 40 tokens through causal_decode,
+  // each equal to the causal forward of the whole sequence at its position.
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    SpectralAttentionOptions o;
+    o.variant = "posrf-orf";
+    o.config = config(64, 32);
+    o.causal = true;
+    o.mode = onGpu() ? AttentionMode::Fused : AttentionMode::GpuEmulated;
+    SpectralAttention attn(o);
+    const torch::Device device = onGpu() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    attn->to(device);
+    torch::manual_seed(3);
+    auto make = [&] { return (torch::randn({2, 2, 340, 32}) * 0.8).to(device, dtype); };
+    torch::Tensor q = make(), k = make(), v = make();
+    torch::NoGradGuard noGrad;
+    torch::Tensor full = attn->forward(q, k, v).to(torch::kFloat64).cpu();
+    DecodeState st = attn->prefill(k.narrow(2, 0, 300), v.narrow(2, 0, 300));
+    double worst = 0;
+    for (int64_t t = 300; t < 340; ++t) {
+      torch::Tensor y = attn->decode(q.narrow(2, t, 1), k.narrow(2, t, 1), v.narrow(2, t, 1), st);
+      worst = std::max(worst, maxAbs(y.to(torch::kFloat64).cpu() - full.narrow(2, t, 1)) /
+                                  maxAbs(full.narrow(2, t, 1)));
+    }
+    std::cout << (onGpu() ? "[cuda " : "[gpu-emulated ") << torch::toString(dtype)
+              << "] decoding against the causal forward: worst relative error " << worst << "\n";
+    EXPECT_EQ(st.length, 340);
+    EXPECT_LT(worst, dtype == torch::kFloat32 ? 1e-5 : 2e-2) << torch::toString(dtype);
+  }
+}
+
 } // namespace

@@ -72,12 +72,19 @@ for name, a, b in zip(("out", "dq", "dk", "dv"), causal["fused"], causal["refere
     err = (a - b).abs().max().item() / (b.abs().max().item() + 1e-12)
     check(f"causal fused {name} matches reference", err < 2e-3, f"relative error {err:.2e}")
 full = causal["fused"][0]
-state, worst = [], 0.0
-for t in range(N):
-    y, state = torch.ops.spectra.decode(q[:, :, t:t + 1].detach(), k[:, :, t:t + 1].detach(),
-                                        v[:, :, t:t + 1].detach(), state, "posrf-orf", 32, 7)
-    worst = max(worst, ((y - full[:, :, t:t + 1]).abs().max() / full.abs().max()).item())
-check("decoding equals causal attention at every position", worst < 1e-5, f"worst {worst:.2e}")
+for mode in ("fused", "reference"):
+    state, worst, kept = [], 0.0, True
+    for t in range(N):
+        before = [s.clone() for s in state]
+        y, after = torch.ops.spectra.decode(q[:, :, t:t + 1].detach(), k[:, :, t:t + 1].detach(),
+                                            v[:, :, t:t + 1].detach(), state, "posrf-orf", 32, 7,
+                                            mode)
+        kept = kept and all(torch.equal(a, b) for a, b in zip(before, state))
+        state = after
+        worst = max(worst, ((y - full[:, :, t:t + 1]).abs().max() / full.abs().max()).item())
+    check(f"decoding ({mode}) equals causal attention at every position", worst < 1e-5,
+          f"worst {worst:.2e}")
+    check(f"decoding ({mode}) leaves the state it was given unchanged", kept)
 earlier = torch.ops.spectra.attention(q.detach(), k.detach(), v.detach(), None, "posrf-orf", 32, 7,
                                       "fused", causal=True)
 k2 = k.detach().clone()
