@@ -11,7 +11,8 @@
 //  - contractions C[m, n] += A[m, k] B[n, k] (both operands contiguous along
 //    k: the causal kernels' q k^T products) become dot products: per
 //    (row, column) pair of a register tile a vector accumulator along k,
-//    reduced horizontally once, so no transposed copy of B is made;
+//    the tile's accumulators reduced horizontally together (folded in pairs
+//    by shuffles), so no transposed copy of B is made;
 //  - elementwise generics (the component's features region, the stabiliser
 //    and guard arithmetic) run along their innermost dimension in vectors:
 //    operands indexed by it are loaded as vectors, the others broadcast, and
@@ -428,11 +429,61 @@ private:
     return success();
   }
 
-  /// C[m, n] += sum_k A[m, k] B[n, k]: register tiles of `register-rows` rows x 2 columns,
-  /// each (row, column) pair a vector accumulator along k (full vectors in a loop, the tail
-  /// narrower), reduced horizontally into C once.
+  /// The lane sums of `vs` (vectors of `width` lanes, a power of two), computed together: the
+  /// vectors are folded in pairs, each half of a block of lanes from either vector (two
+  /// shuffles and one add per pair), until every lane holds one vector's whole sum. n vectors
+  /// take about n - 1 folds, where n separate reductions take n log2(width) shuffle-adds.
+  SmallVector<Value> sumLanes(ArrayRef<Value> vs, int64_t width) {
+    if (vs.size() == 1 || !llvm::isPowerOf2_64(width)) {
+      SmallVector<Value> sums;
+      for (Value v : vs)
+        sums.push_back(vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, v));
+      return sums;
+    }
+    // A folded vector: blocks of `w` lanes, block j partial sums of vs[ids[j]] (-1: none).
+    struct Part {
+      Value v;
+      SmallVector<int64_t> ids;
+    };
+    SmallVector<Part> parts;
+    for (auto [i, v] : llvm::enumerate(vs))
+      parts.push_back({v, {static_cast<int64_t>(i)}});
+    for (int64_t w = width; w > 1; w /= 2) {
+      const int64_t h = w / 2;
+      SmallVector<Part> next;
+      for (size_t i = 0; i < parts.size(); i += 2) {
+        // An odd one out folds with itself; the copy's blocks are marked unused.
+        const Part &x = parts[i];
+        Part y = i + 1 < parts.size() ? parts[i + 1]
+                                      : Part{x.v, SmallVector<int64_t>(x.ids.size(), -1)};
+        SmallVector<int64_t> lo, hi, ids;
+        for (size_t j = 0; j < x.ids.size(); ++j) {
+          for (int64_t l = 0; l < h; ++l)
+            lo.push_back(j * w + l), hi.push_back(j * w + h + l);
+          for (int64_t l = 0; l < h; ++l)
+            lo.push_back(width + j * w + l), hi.push_back(width + j * w + h + l);
+          ids.append({x.ids[j], y.ids[j]});
+        }
+        Value sum = arith::AddFOp::create(b, loc, vector::ShuffleOp::create(b, loc, x.v, y.v, lo),
+                                          vector::ShuffleOp::create(b, loc, x.v, y.v, hi));
+        next.push_back({sum, ids});
+      }
+      parts = std::move(next);
+    }
+    SmallVector<Value> sums(vs.size());
+    for (const Part &part : parts)
+      for (auto [lane, id] : llvm::enumerate(part.ids))
+        if (id >= 0)
+          sums[id] = vector::ExtractOp::create(b, loc, part.v, ArrayRef<int64_t>{int64_t(lane)});
+    return sums;
+  }
+
+  /// C[m, n] += sum_k A[m, k] B[n, k]: register tiles of `register-rows` rows x 2 columns
+  /// (4 at 16 lanes, with 32 vector registers), each (row, column) pair a vector accumulator
+  /// along k (full vectors in a loop, the tail narrower), their lane sums taken together
+  /// (sumLanes) and added into C once.
   LogicalResult lowerDotContraction(Value A, Value B, Value C, int64_t M, int64_t N, int64_t K) {
-    const int64_t NC = 2, full = K - K % VL;
+    const int64_t NC = VL >= 16 ? 4 : 2, full = K - K % VL;
     Type f32 = b.getF32Type();
     auto zero = [&](int64_t w) {
       return splat(arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0)).getResult(), w);
@@ -459,15 +510,13 @@ private:
       if (full > 0) {
         SmallVector<Value> acc = loop(0, full, VL, SmallVector<Value>(rows * cols, zero(VL)),
                                       [&](Value kk, ValueRange carried) { return step(kk, VL, carried); });
-        for (size_t i = 0; i < acc.size(); ++i)
-          sums[i] = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc[i]);
+        sums = sumLanes(acc, VL);
       }
       if (K % VL) {
         SmallVector<Value> acc = step(idx(full), K % VL, SmallVector<Value>(rows * cols, zero(K % VL)));
-        for (size_t i = 0; i < acc.size(); ++i) {
-          Value t = vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, acc[i]);
-          sums[i] = sums[i] ? arith::AddFOp::create(b, loc, sums[i], t).getResult() : t;
-        }
+        SmallVector<Value> tail = sumLanes(acc, K % VL);
+        for (size_t i = 0; i < acc.size(); ++i)
+          sums[i] = sums[i] ? arith::AddFOp::create(b, loc, sums[i], tail[i]).getResult() : tail[i];
       }
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {

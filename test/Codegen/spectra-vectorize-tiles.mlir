@@ -120,3 +120,35 @@ func.func @reductions(%x: memref<4x16xf32>, %rows: memref<4xf32>, %cols: memref<
   return
 }
 
+
+// -----
+
+// Tests the dot-product form C[m, n] += A[m, k] B[n, k] (the causal kernels' q k^T): a
+// vector accumulator per (row, column) of a 2 x 2 register tile, and their lane sums taken
+// together: the four vector<8> accumulators folded in pairs (8 -> 4 -> 2 -> 1 lanes per sum,
+// two shuffles and one add per fold: 2 + 1 + 1 folds), no per-accumulator reduction.
+#a = affine_map<(m, n, k) -> (m, k)>
+#bt = affine_map<(m, n, k) -> (n, k)>
+#c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @dot(
+// CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CHECK-COUNT-4: vector.fma
+// CHECK-NOT: vector.reduction
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [4, 5, 6, 7, 12, 13, 14, 15]
+// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK-COUNT-4: vector.shuffle
+// CHECK: %[[LAST:.*]] = vector.shuffle %[[X:.*]], %[[X]] [1, 9, 3, 11, 5, 13, 7, 15]
+// CHECK-NEXT: vector.shuffle %[[X]], %[[X]] [0, 8, 2, 10, 4, 12, 6, 14]
+// CHECK-NOT: vector.shuffle
+// CHECK-COUNT-4: vector.extract
+// CHECK-NOT: vector.reduction
+func.func @dot(%A: memref<4x16xf32>, %B: memref<6x16xf32>, %C: memref<4x6xf32>) {
+  linalg.generic {indexing_maps = [#a, #bt, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x16xf32>, memref<6x16xf32>) outs(%C : memref<4x6xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
