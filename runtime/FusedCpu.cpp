@@ -52,6 +52,11 @@ struct CpuLauncher : KernelLauncher {
     return kernelOfKind(kernels, kind, "spectra fused CPU attention", name, backwardError);
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).batched; }
+  // The intra-op threads are kept busy by the slices alone: one task per slice does no
+  // chunk summaries and no prefix scan.
+  bool wholeSequencePerSlice(int64_t slices) const override {
+    return slices >= at::get_num_threads();
+  }
   bool has(const std::string &kind) const override { return kernels.count(kind) != 0; }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     const Kernel &k = get(abi.kind);

@@ -430,19 +430,29 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   TORCH_CHECK(in.ks.size(2) == N, "spectra causal attention: q and k must have one length, got ",
               N, " queries and ", in.ks.size(2), " keys");
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
-  const KernelAbi &kv = launcher.abi("kv"), &prefix = launcher.abi("causal_prefix"),
-                  &readout = launcher.abi("causal_readout");
-  TORCH_CHECK(kv.chunkRows == readout.chunkRows, "spectra causal attention: internal error: the ",
-              "keys' chunks (", kv.chunkRows, " rows) and the readout's (", readout.chunkRows,
-              ") differ");
-  const int64_t C = chunksOf(N, kv.chunkRows);
+  KernelAbi readout = launcher.abi("causal_readout");
+  if (launcher.wholeSequencePerSlice(BH))
+    readout.chunkRows = std::max<int64_t>(N, 1);
+  const int64_t C = chunksOf(N, readout.chunkRows);
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
-  auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
-  torch::Tensor S0 = torch::empty({BH, C, F, dv}, f32), z0 = torch::empty({BH, C, F}, f32),
-                zabs0 = torch::empty({BH, C, F}, f32), c0 = torch::empty({BH, C, F}, f32);
-  run(launcher, prefix,
-      {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S0", S0}, {"z0", z0},
-       {"zabs0", zabs0}, {"c0", c0}});
+  torch::Tensor S0, z0, zabs0, c0;
+  if (C <= 1) {  // one chunk: it starts from the empty state
+    S0 = torch::zeros({BH, 1, F, dv}, f32);
+    z0 = torch::zeros({BH, 1, F}, f32);
+    zabs0 = torch::zeros({BH, 1, F}, f32);
+    c0 = torch::full({BH, 1, F}, -std::numeric_limits<float>::infinity(), f32);
+  } else {
+    const KernelAbi &kv = launcher.abi("kv"), &prefix = launcher.abi("causal_prefix");
+    TORCH_CHECK(kv.chunkRows == readout.chunkRows, "spectra causal attention: internal error: ",
+                "the keys' chunks (", kv.chunkRows, " rows) and the readout's (",
+                readout.chunkRows, ") differ");
+    auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
+    S0 = torch::empty({BH, C, F, dv}, f32), z0 = torch::empty({BH, C, F}, f32),
+    zabs0 = torch::empty({BH, C, F}, f32), c0 = torch::empty({BH, C, F}, f32);
+    run(launcher, prefix,
+        {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S0", S0}, {"z0", z0},
+         {"zabs0", zabs0}, {"c0", c0}});
+  }
   // The readout advances the carried states in place: it gets copies (the backward reads them).
   buf["S0"] = S0.clone();
   buf["z0"] = z0.clone();
@@ -468,15 +478,17 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   const int64_t B = in.qs.size(0), H = in.qs.size(1), N = in.qs.size(2), dv = in.vs.size(3),
                 BH = B * H, M = in.W.size(0), D = in.W.size(1), P = in.params.size(2);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
-  const KernelAbi &qb = launcher.abi("causal_query_backward"),
-                  &suffix = launcher.abi("causal_suffix"),
+  KernelAbi qb = launcher.abi("causal_query_backward");
+  const KernelAbi &suffix = launcher.abi("causal_suffix"),
                   &scan = launcher.abi("causal_suffix_scan"),
                   &kb = launcher.abi("causal_key_backward"),
                   &dw = launcher.abi("dweights_combine"),
                   &dwc = launcher.abi("dweights_chunk_combine"),
                   &dp = launcher.abi("dparams_combine");
+  if (saved.S.size(2) == 1)  // the forward ran each slice as one chunk
+    qb.chunkRows = std::max<int64_t>(N, 1);
   const int64_t Cq = chunksOf(N, qb.chunkRows);
-  TORCH_CHECK(saved.S.size(2) == Cq, "spectra causal attention: internal error: ", saved.S.size(2),
+  TORCH_CHECK(saved.S.size(2) == std::max<int64_t>(Cq, 1), "spectra causal attention: internal error: ", saved.S.size(2),
               " carried states for ", Cq, " chunks");
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   auto perSlice = [&](const torch::Tensor &t) {

@@ -140,6 +140,10 @@ public:
   virtual bool has(const std::string &kind) const = 0;
   /// Launches the kernel on `operands` (kernelOperands of its ABI).
   virtual void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const = 0;
+  /// Whether the causal plan runs each slice's rows as one task (no chunk summaries, no
+  /// prefix scan: the readout and the queries' backward start from the empty state), as a
+  /// launcher with at least as many slices as workers prefers.
+  virtual bool wholeSequencePerSlice(int64_t /*slices*/) const { return false; }
 };
 
 /// Per-kind launch times of the plan, for benchmarks: while a KernelTimer is alive, every
@@ -190,8 +194,10 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
                                           int64_t features);
 
 /// The causal forward plan (q and k of one length): kv (each row chunk's key summary),
-/// causal_prefix (the state carried into each chunk), causal_readout. The result's S, z,
-/// zabs and shift hold the carried states [B, H, C, F(, dv)] the backward reads.
+/// causal_prefix (the state carried into each chunk), causal_readout; with one chunk per
+/// slice (a short sequence, or wholeSequencePerSlice) only causal_readout, from the empty
+/// state. The result's S, z, zabs and shift hold the carried states [B, H, C, F(, dv)] the
+/// backward reads.
 FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInputs &in,
                                  int64_t features);
 /// The causal backward plan: causal_query_backward (per row chunk, from the carried

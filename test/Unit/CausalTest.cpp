@@ -177,10 +177,19 @@ TEST(FusedCausal, PaperComponentsMatchTheReference) {
 }
 
 TEST(FusedCausal, StatesCarriedAcrossRowChunks) {
-  // More rows than a CPU task's chunk (FusedCpuAttention::kChunkRows): the keys' chunk
-  // summaries, the prefix scan and the readout from each chunk's carried state.
+  // More rows than a CPU task's chunk (FusedCpuAttention::kChunkRows). With more intra-op
+  // threads than the 4 slices, the plan splits the rows: the keys' chunk summaries, the
+  // prefix scan and the readout from each chunk's carried state; with fewer, each slice is
+  // one task from the empty state.
   ASSERT_LT(FusedCpuAttention::kChunkRows, 1300);
-  expectFusedMatches("posrf-orf", 1300, 0.8, 2e-5, 2e-4, /*masked=*/true);
+  const int threads = at::get_num_threads();
+  FusedCpuAttention plan("posrf-orf", config(16, 8), /*causal=*/true);
+  for (int n : {8, 1}) {
+    at::set_num_threads(n);
+    EXPECT_EQ(plan.launcher(torch::Tensor(), 6).wholeSequencePerSlice(4), n == 1) << n;
+    expectFusedMatches("posrf-orf", 1300, 0.8, 2e-5, 2e-4, /*masked=*/true);
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(FusedCausal, KeyMaskWithJunkUnderThePadding) {
