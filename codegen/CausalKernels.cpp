@@ -314,13 +314,6 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   auto tile = [&] {
     rescale(tb, s, t, st);
     factors(tb, s, t, /*queries=*/true);
-    for (int64_t o = 0; o < s.K; ++o) {
-      auto magnitude = [](OpBuilder &nb, Location l, ValueRange a) {
-        return one(math::AbsFOp::create(nb, l, a[0]));
-      };
-      tb.elementwise({{t.qa[o]}}, {t.qaAbs[o]}, magnitude);
-      tb.elementwise({{t.kf[o]}}, {t.kfAbs[o]}, magnitude);
-    }
     // Within the tile: P = qa kf^T, masked to j <= r; the guard's |qa| |kf|^T is P itself
     // unless a factor of the tile is negative (signed estimators: SGQ's weights, TrigRF), so
     // that product runs only then (a branch every thread of a GPU block takes alike).
@@ -340,9 +333,15 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
     {
       OpBuilder::InsertionGuard guard(tb.b);
       tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+      auto magnitude = [](OpBuilder &nb, Location l, ValueRange a) {
+        return one(math::AbsFOp::create(nb, l, a[0]));
+      };
       tb.fill(t.Pabs, 0);
-      for (int64_t o = 0; o < s.K; ++o)
+      for (int64_t o = 0; o < s.K; ++o) {
+        tb.elementwise({{t.qa[o]}}, {t.qaAbs[o]}, magnitude);
+        tb.elementwise({{t.kf[o]}}, {t.kfAbs[o]}, magnitude);
         tb.matmulTransposedB(t.qaAbs[o], t.kfAbs[o], t.Pabs);
+      }
       tb.lowerTriangle(t.Pabs);
       tb.b.setInsertionPoint(branch.elseBlock()->getTerminator());
       tb.elementwise({{t.P}}, {t.Pabs}, [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
@@ -358,12 +357,12 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
     });
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(t.qa[o], tb.outputRows(st.S, o), t.acc);
-      tb.reduceRows({{t.qa[o]}, {t.qaAbs[o]}, {tb.outputRows(st.z, o), At::Col},
+      tb.reduceRows({{t.qa[o]}, {tb.outputRows(st.z, o), At::Col},
                      {tb.outputRows(st.zabs, o), At::Col}},
                     {t.den, t.total}, [](OpBuilder &nb, Location l, ValueRange a) {
                       Scalar x{nb, l};
-                      return SmallVector<Value>{x.add(a[4], x.mul(a[0], a[2])),
-                                                x.add(a[5], x.mul(a[1], a[3]))};
+                      return SmallVector<Value>{x.add(a[3], x.mul(a[0], a[1])),
+                                                x.add(a[4], x.mul(x.abs(a[0]), a[2]))};
                     });
     }
     // The guard of the bidirectional readout; a row no kept key reaches (T = 0) is 0.
@@ -604,13 +603,12 @@ void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Cau
     factors(tb, s, t, /*queries=*/false);
     // a = gn S^T - gdot z (the state, at the tile-end reference) + G kf (the tile's keys).
     for (int64_t o = 0; o < s.K; ++o) {
-      tb.fill(t.A[o], 0);
-      tb.matmul(t.GN, tb.outputCols(st.St, o), t.A[o]);
       tb.elementwise({{t.gdot, At::Row}, {tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       return one(x.sub(a[2], x.mul(a[0], a[1])));
+                       return one(arith::NegFOp::create(nb, l, x.mul(a[0], a[1])));
                      });
+      tb.matmul(t.GN, tb.outputCols(st.St, o), t.A[o]);
       tb.matmul(t.G, t.kf[o], t.A[o]);
     }
     // The query factor exp(l + c_end - M) of the forward, with the saved M.
@@ -678,12 +676,11 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
                        return one(x.select(live, x.mul(a[0], x.exp(x.add(a[2], a[1]))), x.c(0)));
                      });
       // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
-      tb.fill(t.A[o], 0);
-      tb.matmul(t.Vt, tb.outputCols(st.St, o), t.A[o]);
       tb.elementwise({{tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
                      [](OpBuilder &nb, Location l, ValueRange a) {
-                       return one(arith::SubFOp::create(nb, l, a[1], a[0]));
+                       return one(arith::NegFOp::create(nb, l, a[0]));
                      });
+      tb.matmul(t.Vt, tb.outputCols(st.St, o), t.A[o]);
       tb.matmul(t.G, t.qa[o], t.A[o], /*transposeA=*/true);
     }
     // dv = kb R (R read transposed: dot products along the features) + (qb kb^T masked)^T gn.

@@ -28,8 +28,10 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
   Option<int64_t> valueDim{*this, "value-dim",
                            llvm::cl::desc("value head dimension (0: the feature map's d)"),
                            llvm::cl::init(0)};
-  Option<int64_t> tileRows{*this, "tile-rows", llvm::cl::desc("rows of q or k per tile"),
-                           llvm::cl::init(32)};
+  Option<int64_t> tileRows{*this, "tile-rows",
+                           llvm::cl::desc("rows of q or k per tile (0: 32, or 16 for the causal "
+                                          "kernels, whose within-tile products grow with it)"),
+                           llvm::cl::init(0)};
   Option<bool> causal{*this, "causal", llvm::cl::desc("the causal kernels"), llvm::cl::init(false)};
   Option<int64_t> vectorWidth{*this, "vector-width",
                               llvm::cl::desc("f32 lanes per vector (8: AVX2, 16: AVX-512)"),

@@ -170,7 +170,7 @@ void expectMatches(const Descriptor &desc, const Attend &attend, const std::stri
 }
 
 TEST(FusedCausal, PaperComponentsMatchTheReference) {
-  // Rows: within a tile, across tiles (32 rows each) and a partial last tile.
+  // Rows: within a tile, across tiles (16 rows each on the CPU) and a partial last tile.
   for (const char *variant : {"posrf-orf", "posrf-sgq", "posrf-fastfoodl", "trigrf-orf",
                               "posrf-hyp-base", "gerf-qmc-sobol"})
     expectFusedMatches(variant, 77, 0.7, 2e-5, 2e-4, /*masked=*/false);

@@ -89,7 +89,7 @@ static cl::opt<bool> causal("causal",
                                      "bidirectional ones"),
                             cl::init(false), cl::cat(category));
 static cl::opt<int64_t> tileRows("tile-rows",
-                                 cl::desc("rows of q or k per tile (default 32 on the CPU; on a GPU, "
+                                 cl::desc("rows of q or k per tile (default on the CPU 32, 16 for --causal; on a GPU, "
                                           "where the tiles live in 48 KiB of shared memory, 4, "
                                           "and with bf16/f16 inputs up to 16 per kernel where "
                                           "they fit)"),
@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
       mlir::spectra::CpuPipelineOptions options;
       options.valueDim = valueDim;
       options.causal = causal;
-      options.tileRows = tileRows > 0 ? tileRows.getValue() : 32;
+      options.tileRows = tileRows > 0 ? tileRows.getValue() : 0;
       options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
