@@ -92,7 +92,8 @@ struct CpuLauncher : KernelLauncher {
 } // namespace
 
 FusedCpuAttention::FusedCpuAttention(Descriptor desc, Compile c, bool causal)
-    : reference(std::move(desc)), compile(std::move(c)), isCausal(causal) {
+    : reference(std::move(desc)), compile(std::move(c)), isCausal(causal),
+      decodeConstants(std::make_shared<DecodeConstants>()) {
   kernelsFor(descriptor().d);  // errors in the IR surface here, not on first use
 }
 
@@ -272,7 +273,8 @@ torch::Tensor FusedCpuAttention::decode(const torch::Tensor &q, const torch::Ten
   TORCH_CHECK(isCausal, "spectra fused CPU attention: prefill/decode need the causal kernels");
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
-  return causalDecode(reference, launcher(q, v.size(3)), torch::kFloat32, q, k, v, weights, state);
+  return causalDecode(reference, launcher(q, v.size(3)), torch::kFloat32, q, k, v, weights, state,
+                      std::nullopt, decodeConstants.get());
 }
 
 } // namespace spectra

@@ -26,6 +26,8 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
+struct DecodeConstants;
+
 class KernelLauncher;
 
 
@@ -258,6 +260,8 @@ private:
   Compile compile;
   bool isCausal = false;
   std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
+  /// causal_decode's constant operands between steps (KernelLaunch.h).
+  std::shared_ptr<DecodeConstants> decodeConstants;
 };
 
 } // namespace spectra

@@ -129,7 +129,8 @@ CudaLaunchGeometry cudaGeometry(const KernelAbi &abi, const std::vector<torch::T
 }
 
 FusedCudaAttention::FusedCudaAttention(Descriptor desc, Compile compileFn, bool causal)
-    : reference(std::move(desc)), compile(std::move(compileFn)), isCausal(causal) {}
+    : reference(std::move(desc)), compile(std::move(compileFn)), isCausal(causal),
+      decodeConstants(std::make_shared<DecodeConstants>()) {}
 
 /// Compiles through the cache: the GPU kernels depend on the component, m, d,
 /// the target, the dtype and the value dimension (not on the weights).
@@ -308,7 +309,8 @@ torch::Tensor FusedCudaAttention::decode(const torch::Tensor &q, const torch::Te
               q.device());
   torch::ScalarType type = cudaInputType(q);
   return causalDecode(reference, launcher(q.to(type), v.size(3)), type, q, k, v,
-                      weightsOnDevice(weights, q.device()), state);
+                      weightsOnDevice(weights, q.device()), state, std::nullopt,
+                      decodeConstants.get());
 }
 
 } // namespace spectra

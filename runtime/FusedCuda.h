@@ -31,6 +31,8 @@
 
 namespace spectra {
 
+struct DecodeConstants;
+
 /// The compiler's KernelArtifact (version 3) for one (feature map, target, dtype, dv):
 /// the launch description generated from the outlined kernels, and their PTX.
 struct GpuArtifact {
@@ -136,6 +138,8 @@ private:
   bool isCausal = false;
   mutable std::mutex mutex;
   mutable std::map<std::string, Loaded> loaded;  // by "device/target/dtype/dv"
+  /// causal_decode's constant operands between steps (KernelLaunch.h).
+  std::shared_ptr<DecodeConstants> decodeConstants;
 };
 
 } // namespace spectra

@@ -41,7 +41,7 @@ struct FusedEmulatedAttention::Kernels {
 FusedEmulatedAttention::FusedEmulatedAttention(Descriptor desc, Compile c, std::string dtype,
                                                bool causal)
     : reference(std::move(desc)), compile(std::move(c)), inputType(std::move(dtype)),
-      isCausal(causal) {
+      isCausal(causal), decodeConstants(std::make_shared<DecodeConstants>()) {
   scalarTypeOf(inputType);
   kernelsFor(descriptor().d);
 }
@@ -140,7 +140,8 @@ torch::Tensor FusedEmulatedAttention::decode(const torch::Tensor &q, const torch
   TORCH_CHECK(isCausal, "spectra gpu-emulated attention: prefill/decode need the causal kernels");
   TORCH_CHECK(q.device().is_cpu(), "spectra gpu-emulated attention: inputs must be CPU tensors, got ",
               q.device());
-  return causalDecode(reference, launcher(q, v.size(3)), scalarTypeOf(inputType), q, k, v, weights, state);
+  return causalDecode(reference, launcher(q, v.size(3)), scalarTypeOf(inputType), q, k, v, weights,
+                      state, std::nullopt, decodeConstants.get());
 }
 
 } // namespace spectra

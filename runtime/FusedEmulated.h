@@ -27,6 +27,8 @@ struct spectra_cpu_kernel;
 
 namespace spectra {
 
+struct DecodeConstants;
+
 class FusedEmulatedAttention {
 public:
   /// The GPU kernels of a named variant with q/k/v of `dtype` ("f32", "bf16", "f16").
@@ -90,6 +92,8 @@ private:
     std::map<int64_t, std::shared_ptr<Kernels>> byValueDim;
   };
   std::shared_ptr<Compiled> compiled = std::make_shared<Compiled>();
+  /// causal_decode's constant operands between steps (KernelLaunch.h).
+  std::shared_ptr<DecodeConstants> decodeConstants;
 };
 
 

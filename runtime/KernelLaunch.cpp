@@ -5,6 +5,7 @@
 #include "codegen/spectra_compiler.h"
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <chrono>
 #include <sstream>
@@ -585,20 +586,75 @@ DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLaun
   return st;
 }
 
+namespace {
+/// Whether the float32 values of `t` (contiguous, on the CPU) are all finite: a step's q, k
+/// and v checked without launching tensor operations.
+bool allFinite(const torch::Tensor &t) {
+  const float *x = t.data_ptr<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    if (!std::isfinite(x[i]))
+      return false;
+  return true;
+}
+} // namespace
+
 torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
                            torch::ScalarType inputType, const torch::Tensor &q,
                            const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
-                           DecodeState &state, std::optional<double> scale) {
+                           DecodeState &state, std::optional<double> scale,
+                           DecodeConstants *constants) {
   TORCH_CHECK(!reference.usesStatistics(), "spectra causal decoding: component '",
               reference.descriptor().component.name, "' ", kCausalStatistics);
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(2) == 1 && k.size(2) == 1,
               "spectra causal decoding: one token per step, got q ", q.sizes(), " and k ",
               k.sizes());
   torch::NoGradGuard noGrad;
-  FusedInputs in = prepareFusedInputs(reference, q, k, v, weights, std::nullopt, scale, inputType,
-                                      std::nullopt, &launcher);
   const int64_t B = q.size(0), H = q.size(1), dv = v.size(3), BH = B * H,
                 F = reference.descriptor().numFeatures();
+  // The step's constant operands: from `constants` when they were made for these weights,
+  // shapes, scale, dtype and device (the step's own checks below), else prepared in full.
+  std::map<std::string, torch::Tensor> buf;
+  std::unique_lock<std::mutex> lock;
+  std::string key;
+  bool hit = false;
+  if (constants) {
+    lock = std::unique_lock<std::mutex>(constants->mutex);
+    std::ostringstream os;
+    os << B << "x" << H << "x" << q.size(3) << "x" << dv << "|" << q.scalar_type() << "|"
+       << q.device() << "|" << inputType << "|" << (scale ? *scale : -1.0);
+    key = os.str();
+    const torch::Tensor rw = weights.rowWeights ? *weights.rowWeights : torch::Tensor();
+    hit = constants->key == key && constants->W.sizes() == weights.W.sizes() &&
+          constants->W.device() == weights.W.device() && torch::equal(constants->W, weights.W) &&
+          constants->rowWeights.defined() == rw.defined() &&
+          (!rw.defined() || torch::equal(constants->rowWeights, rw));
+  }
+  if (hit) {
+    const bool hostFloats = q.device().is_cpu() && inputType == torch::kFloat32;
+    if (hostFloats)
+      checkAttentionShapes(reference.descriptor(), q, k, v, weights);
+    else
+      checkAttentionInputs(reference.descriptor(), q, k, v, weights, std::nullopt);
+    buf = constants->buffers;
+    buf["q"] = slices(q.to(inputType).contiguous());
+    buf["k"] = slices(k.to(inputType).contiguous());
+    buf["v"] = slices(v.to(inputType).contiguous());
+    TORCH_CHECK(!hostFloats || (allFinite(buf["q"]) && allFinite(buf["k"]) && allFinite(buf["v"])),
+                "spectra attention: ", kNonFiniteInputs);
+  } else {
+    FusedInputs in = prepareFusedInputs(reference, q, k, v, weights, std::nullopt, scale,
+                                        inputType, std::nullopt, &launcher);
+    buf = inputBuffers(in);
+    if (constants) {
+      constants->key = key;
+      constants->W = weights.W.detach().clone();
+      constants->rowWeights =
+          weights.rowWeights ? weights.rowWeights->detach().clone() : torch::Tensor();
+      constants->buffers = buf;
+      for (const char *row : {"q", "k", "v"})
+        constants->buffers.erase(row);
+    }
+  }
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   if (!state.c.defined()) {  // the empty state
     state.S = torch::zeros({B, H, F, dv}, f32);
@@ -624,12 +680,11 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
   check(state.zabs, "zabs", {B, H, F});
   check(state.c, "c", {B, H, F});
   // The state is the carried state of a one-chunk sequence; the kernel advances it in place.
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   buf["S0"] = state.S.view({BH, 1, F, dv});
   buf["z0"] = state.z.view({BH, 1, F});
   buf["zabs0"] = state.zabs.view({BH, 1, F});
   buf["c0"] = state.c.view({BH, 1, F});
-  buf["out"] = torch::empty({BH, 1, dv}, in.qs.options());
+  buf["out"] = torch::empty({BH, 1, dv}, buf["q"].options());
   buf["qstat"] = torch::empty({BH, 1, 3}, f32);
   run(launcher, launcher.abi("causal_decode"), buf);
   state.length += 1;

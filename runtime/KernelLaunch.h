@@ -218,13 +218,26 @@ DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLaun
                           const torch::Tensor &v, const Weights &weights,
                           const std::optional<torch::Tensor> &keyMask = std::nullopt,
                           std::optional<double> scale = std::nullopt);
+/// causal_decode's operands that depend only on the weights, the scale and the batch shape
+/// (W's derived forms, the parameters, the input scales, the key mask), kept between decoding
+/// steps by whoever holds the kernels: a step then prepares only its token. Reused while the
+/// weights are equal (compared by value) and the shapes, scale, dtype and device are the same.
+struct DecodeConstants {
+  std::mutex mutex;
+  std::string key;
+  torch::Tensor W, rowWeights;
+  std::map<std::string, torch::Tensor> buffers;
+};
+
 /// One token (q, k [B, H, 1, d], v [B, H, 1, dv]) through causal_decode: the state (float32,
 /// empty or as prefill/decode left it) advances in place, and the output [B, H, 1, dv] in
 /// q's dtype is the causal attention at that position (ReferenceFeatureMap::decode's).
+/// `constants`, when given, keeps the step's constant operands between calls.
 torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLauncher &launcher,
                            torch::ScalarType inputType, const torch::Tensor &q,
                            const torch::Tensor &k, const torch::Tensor &v, const Weights &weights,
-                           DecodeState &state, std::optional<double> scale = std::nullopt);
+                           DecodeState &state, std::optional<double> scale = std::nullopt,
+                           DecodeConstants *constants = nullptr);
 
 } // namespace spectra
 

@@ -201,9 +201,8 @@ void checkValue(const torch::Tensor &holds, void (DeferredInputChecks::*note)(co
 }
 } // namespace
 
-void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
-                          const torch::Tensor &v, const Weights &weights,
-                          const std::optional<torch::Tensor> &keyMask) {
+void checkAttentionShapes(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights) {
   checkActivation(q, "q", desc.d);
   checkActivation(k, "k", desc.d);
   checkActivation(v, "v", -1);
@@ -221,6 +220,12 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
               " positions but k has ", k.size(2));
   TORCH_CHECK(weights.W.device() == q.device(), "spectra attention: W is on ", weights.W.device(),
               " but the inputs are on ", q.device());
+}
+
+void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights,
+                          const std::optional<torch::Tensor> &keyMask) {
+  checkAttentionShapes(desc, q, k, v, weights);
   if (keyMask) {
     TORCH_CHECK(keyMask->scalar_type() == torch::kBool, "spectra attention: the key mask must be bool, got ",
                 keyMask->scalar_type());

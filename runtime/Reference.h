@@ -144,6 +144,9 @@ private:
   DeferredInputChecks *outer;
 };
 
+/// The shape, dtype and device checks of checkAttentionInputs alone (no pass over the values).
+void checkAttentionShapes(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
+                          const torch::Tensor &v, const Weights &weights);
 /// The checks every attention entry point makes (shapes, dtypes, devices,
 /// mask, finiteness), as TORCH_CHECK errors naming what is wrong (the value
 /// checks deferred inside a DeferredInputChecks scope).

@@ -369,6 +369,24 @@ TEST(CausalDecode, CompiledStateEqualsTheReferenceState) {
   EXPECT_LT(rowError(ya.to(torch::kFloat64), yb.to(torch::kFloat64)), 2e-6);
   EXPECT_EQ(a.S.data_ptr(), S.data_ptr());
   EXPECT_LT(rowError(a.S.to(torch::kFloat64), b.S.to(torch::kFloat64)), 2e-6);
+  // A step after new weights are drawn uses them (the kernels' constant operands are kept
+  // between steps only while the weights are equal), and a non-finite token is refused.
+  attn->redraw(99);
+  DecodeState a2 = a, b2 = b;
+  a2.S = a.S.clone(), a2.z = a.z.clone(), a2.zabs = a.zabs.clone(), a2.c = a.c.clone();
+  torch::Tensor y2a = decode(AttentionMode::Fused, qt, kt, vt, a2);
+  torch::Tensor y2b = decode(AttentionMode::Reference, qt, kt, vt, b2);
+  EXPECT_LT(rowError(y2a.to(torch::kFloat64), y2b.to(torch::kFloat64)), 2e-6);
+  EXPECT_GT(rowError(y2a.to(torch::kFloat64), ya.to(torch::kFloat64)), 1e-3);
+  torch::Tensor bad = qt.clone();
+  bad.index_put_({0, 1, 0, 3}, std::numeric_limits<float>::quiet_NaN());
+  try {
+    decode(AttentionMode::Fused, bad, kt, vt, a2);
+    FAIL() << "a NaN in q was accepted";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("q, k and v must be finite"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CausalDecode, RefusesWhatItCannotDo) {
