@@ -102,7 +102,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     buildSpectraInputPipeline(pm);
     SpectraBuildTileKernelsOptions tiles;
     tiles.valueDim = o.valueDim;
-    tiles.tileRows = o.tileRows > 0 ? o.tileRows : o.causal ? 16 : 32;
+    tiles.tileRows = o.tileRows != 0 ? o.tileRows : o.causal ? 16 : 32;  // < 0: its error
     tiles.causal = o.causal;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());

@@ -431,8 +431,8 @@ private:
 
   /// The lane sums of `vs` (vectors of `width` lanes, a power of two), computed together: the
   /// vectors are folded in pairs, each half of a block of lanes from either vector (two
-  /// shuffles and one add per pair), until every lane holds one vector's whole sum. n vectors
-  /// take about n - 1 folds, where n separate reductions take n log2(width) shuffle-adds.
+  /// shuffles and one add per pair), until every lane holds one vector's whole sum. n >= width
+  /// vectors take n - 1 folds, where n separate reductions take n log2(width) shuffle-adds.
   SmallVector<Value> sumLanes(ArrayRef<Value> vs, int64_t width) {
     if (vs.size() == 1 || !llvm::isPowerOf2_64(width)) {
       SmallVector<Value> sums;
@@ -464,8 +464,10 @@ private:
             lo.push_back(width + j * w + l), hi.push_back(width + j * w + h + l);
           ids.append({x.ids[j], y.ids[j]});
         }
-        Value sum = arith::AddFOp::create(b, loc, vector::ShuffleOp::create(b, loc, x.v, y.v, lo),
-                                          vector::ShuffleOp::create(b, loc, x.v, y.v, hi));
+        // Two statements: the shuffles' order in the IR must not depend on the compiler.
+        Value low = vector::ShuffleOp::create(b, loc, x.v, y.v, lo);
+        Value high = vector::ShuffleOp::create(b, loc, x.v, y.v, hi);
+        Value sum = arith::AddFOp::create(b, loc, low, high);
         next.push_back({sum, ids});
       }
       parts = std::move(next);

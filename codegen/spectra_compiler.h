@@ -53,8 +53,8 @@ SPECTRA_API void spectra_free(void *pointer);
 /* The fused CPU kernels of a feature map (codegen/TileKernels.h: kv, readout,
  * query_backward, key_backward), compiled by spectra-cpu-pipeline for this host
  * and JIT-compiled. Specialised on m, d and the value dimension `dv` (0: d). With
- * `causal` non-zero, the causal kernel set instead (kv, causal_prefix, causal_readout,
- * causal_query_backward, causal_key_backward and the sums; refused with a message for
+ * `causal` non-zero, the causal kernel set instead (kv, kv_combine, causal_prefix,
+ * causal_readout, causal_decode, causal_query_backward, causal_key_backward and the sums; refused with a message for
  * components whose parameters read sequence statistics); the same for the emulated and
  * GPU compile functions below. The same inputs as the describe functions; NULL and
  * *error on failure. */

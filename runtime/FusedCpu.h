@@ -173,8 +173,9 @@ public:
 /// libspectra-compiler for this host and run over (batch, head, row chunk)
 /// tasks with at::parallel_for: row chunks of kChunkRows keys or queries, so
 /// small batch-head counts still keep every thread busy; key chunks' S, z and
-/// constants are merged in a fixed order (the result does not depend on the
-/// thread count).
+/// constants are merged in a fixed order (the bidirectional result does not
+/// depend on the thread count; the causal plan runs each slice as one task when
+/// there are at least as many slices as threads, which changes its rounding).
 class FusedCpuAttention {
 public:
   /// Rows of q or k per task.

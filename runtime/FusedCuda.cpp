@@ -296,6 +296,7 @@ DecodeState FusedCudaAttention::prefill(const torch::Tensor &k, const torch::Ten
   TORCH_CHECK(isCausal, "spectra fused CUDA attention: prefill/decode need the causal kernels");
   TORCH_CHECK(k.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
               k.device());
+  c10::cuda::CUDAGuard guard(k.device());
   torch::ScalarType type = cudaInputType(k);
   return causalPrefill(reference, launcher(k.to(type), v.size(3)), type, k, v,
                        weightsOnDevice(weights, k.device()), keyMask);
@@ -307,6 +308,7 @@ torch::Tensor FusedCudaAttention::decode(const torch::Tensor &q, const torch::Te
   TORCH_CHECK(isCausal, "spectra fused CUDA attention: prefill/decode need the causal kernels");
   TORCH_CHECK(q.is_cuda(), "spectra fused CUDA attention: inputs must be CUDA tensors, got ",
               q.device());
+  c10::cuda::CUDAGuard guard(q.device());
   torch::ScalarType type = cudaInputType(q);
   return causalDecode(reference, launcher(q.to(type), v.size(3)), type, q, k, v,
                       weightsOnDevice(weights, q.device()), state, std::nullopt,

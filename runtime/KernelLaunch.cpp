@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <chrono>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
@@ -465,10 +466,11 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   FusedForward result;
   result.out = buf["out"].view({B, H, N, dv});
   result.qstat = buf["qstat"].view({B, H, N, 3});
-  result.S = S0.view({B, H, C, F, dv});
-  result.z = z0.view({B, H, C, F});
-  result.zabs = zabs0.view({B, H, C, F});
-  result.shift = c0.view({B, H, C, F});
+  const int64_t states = S0.size(1);  // C, or 1 when the rows are one chunk (or none)
+  result.S = S0.view({B, H, states, F, dv});
+  result.z = z0.view({B, H, states, F});
+  result.zabs = zabs0.view({B, H, states, F});
+  result.shift = c0.view({B, H, states, F});
   result.guarded = result.qstat.select(3, 2).sum(2);
   return result;
 }
@@ -620,14 +622,18 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
   if (constants) {
     lock = std::unique_lock<std::mutex>(constants->mutex);
     std::ostringstream os;
-    os << B << "x" << H << "x" << q.size(3) << "x" << dv << "|" << q.scalar_type() << "|"
-       << q.device() << "|" << inputType << "|" << (scale ? *scale : -1.0);
+    os << std::setprecision(17) << B << "x" << H << "x" << q.size(3) << "x" << dv << "|"
+       << q.scalar_type() << "|" << q.device() << "|" << inputType << "|"
+       << (scale ? *scale : -1.0);
     key = os.str();
     const torch::Tensor rw = weights.rowWeights ? *weights.rowWeights : torch::Tensor();
-    hit = constants->key == key && constants->W.sizes() == weights.W.sizes() &&
-          constants->W.device() == weights.W.device() && torch::equal(constants->W, weights.W) &&
+    auto same = [](const torch::Tensor &kept, const torch::Tensor &now) {
+      return kept.sizes() == now.sizes() && kept.scalar_type() == now.scalar_type() &&
+             kept.device() == now.device() && torch::equal(kept, now);
+    };
+    hit = constants->key == key && same(constants->W, weights.W) &&
           constants->rowWeights.defined() == rw.defined() &&
-          (!rw.defined() || torch::equal(constants->rowWeights, rw));
+          (!rw.defined() || same(constants->rowWeights, rw));
   }
   if (hit) {
     const bool hostFloats = q.device().is_cpu() && inputType == torch::kFloat32;
@@ -655,6 +661,8 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
         constants->buffers.erase(row);
     }
   }
+  if (lock.owns_lock())
+    lock.unlock();  // `buf` holds its own handles; the kernel runs unlocked
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   if (!state.c.defined()) {  // the empty state
     state.S = torch::zeros({B, H, F, dv}, f32);

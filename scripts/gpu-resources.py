@@ -27,7 +27,8 @@ PAPER = [f"{c}-{w}" for c in ("posrf", "oprf", "saderf")
          for w in ("orf", "sorf", "qmc", "mm", "sgq", "fastfoodl")]
 KINDS = ["kv", "kv_combine", "readout", "query_backward", "dsummary_combine", "key_backward",
          "dweights_chunk_combine", "dweights_combine", "dparams_combine"]
-CAUSAL_KINDS = ["kv", "causal_prefix", "causal_readout", "causal_query_backward",
+CAUSAL_KINDS = ["kv", "kv_combine", "causal_prefix", "causal_readout", "causal_decode",
+                "causal_query_backward",
                 "causal_suffix", "causal_suffix_scan", "causal_key_backward", "dweights_chunk_combine", "dweights_combine",
                 "dparams_combine"]
 # The kernels whose work is contractions (the combine kernels only add partials).

@@ -134,11 +134,11 @@ func.func @reductions(%x: memref<4x16xf32>, %rows: memref<4xf32>, %cols: memref<
 // CHECK: scf.for {{.*}} iter_args({{.*}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
 // CHECK-COUNT-4: vector.fma
 // CHECK-NOT: vector.reduction
-// CHECK: vector.shuffle %{{.*}}, %{{.*}} [4, 5, 6, 7, 12, 13, 14, 15]
-// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [4, 5, 6, 7, 12, 13, 14, 15]
 // CHECK-COUNT-4: vector.shuffle
-// CHECK: %[[LAST:.*]] = vector.shuffle %[[X:.*]], %[[X]] [1, 9, 3, 11, 5, 13, 7, 15]
-// CHECK-NEXT: vector.shuffle %[[X]], %[[X]] [0, 8, 2, 10, 4, 12, 6, 14]
+// CHECK: vector.shuffle %[[X:.*]], %[[X]] [0, 8, 2, 10, 4, 12, 6, 14]
+// CHECK-NEXT: vector.shuffle %[[X]], %[[X]] [1, 9, 3, 11, 5, 13, 7, 15]
 // CHECK-NOT: vector.shuffle
 // CHECK-COUNT-4: vector.extract
 // CHECK-NOT: vector.reduction
