@@ -1,6 +1,7 @@
 //===- CpuKernel.cpp - the CPU pipeline and its LLVM tail -----------------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/spectra_compiler.h"
 #include "codegen/KernelBuilder.h"
 #include "codegen/Passes.h"
 #include "passes/Passes.h"
@@ -102,7 +103,9 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     buildSpectraInputPipeline(pm);
     SpectraBuildTileKernelsOptions tiles;
     tiles.valueDim = o.valueDim;
-    tiles.tileRows = o.tileRows != 0 ? o.tileRows : o.causal ? 16 : 32;  // < 0: its error
+    tiles.tileRows = o.tileRows != 0  ? o.tileRows  // < 0: the tile kernels' error
+                     : o.causal       ? SPECTRA_CPU_CAUSAL_TILE_ROWS
+                                      : 32;
     tiles.causal = o.causal;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());

@@ -30,6 +30,10 @@ extern "C" {
  * zabs_f = sum_j |phi(k_j)_f|, becomes den + 2 SPECTRA_DENOMINATOR_GUARD T. */
 #define SPECTRA_DENOMINATOR_GUARD 1e-3
 
+/* Rows per tile of the causal CPU kernels (spectra-cpu-pipeline's default for --causal; the
+ * bidirectional kernels take 32): their within-tile products grow with it. */
+#define SPECTRA_CPU_CAUSAL_TILE_ROWS 16
+
 /* Version of the compiler build: part of every cache key. */
 SPECTRA_API const char *spectra_compiler_version(void);
 

@@ -27,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FmaPeak.h"
+#include "codegen/spectra_compiler.h"
 #include "runtime/KernelCache.h"
 #include "runtime/KernelLaunch.h"
 #include "runtime/SpectralAttention.h"
@@ -228,12 +229,25 @@ double bytes(const Setup &s, bool backward) {
 
 /// Multiply-adds x 2 of one call of a kernel kind (the contractions, as flops() counts them:
 /// logits X W^T; S or the readout; the backward's gS or b, dS or dv, dq or dk, dW).
+/// The causal kernels' own contractions per row, with T-row tiles (their code in
+/// codegen/CausalKernels.cpp): both sides' logits in each pass (2 m d); the readout's masked
+/// P = qa kf^T and P V (T F + T dv), qa S and S += kf^T V; the queries' backward's G = gn v^T,
+/// a = gn S^T + G kf, dq and dW, S += kf^T v; the keys' backward's G, a = v R^T + G^T qb,
+/// dv = kb R + P^T gn with P = qb kb^T, dk and dW, R += qb^T gn. The masked halves of the
+/// T x T products are computed, so counted.
 double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t features) {
-  double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features;
+  double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features,
+         T = SPECTRA_CPU_CAUSAL_TILE_ROWS;
   if (kind == "kv" || kind == "readout")
     return 2 * N * (m * d + F * dv) * BH;
   if (kind == "query_backward" || kind == "key_backward")
     return (2 * N * m * d + 4 * N * F * dv + 4 * N * F * d) * BH;
+  if (kind == "causal_readout")
+    return 2 * N * (2 * m * d + T * F + T * dv + 2 * F * dv) * BH;
+  if (kind == "causal_query_backward")
+    return 2 * N * (2 * m * d + T * dv + 2 * F * dv + T * F + 2 * F * d) * BH;
+  if (kind == "causal_key_backward")
+    return 2 * N * (2 * m * d + 2 * T * dv + 3 * F * dv + 2 * T * F + 2 * F * d) * BH;
   return 0;
 }
 
@@ -575,11 +589,17 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
     // The bidirectional contractions' count (the prefix products within a tile come on top).
     double f1 = flops(Method::Fused, s, desc.m, features, false) / fF / 1e9,
            f2 = flops(Method::Fused, s, desc.m, features, true) / bF / 1e9;
+    // And the causal kernels' own contractions (on the CPU plan, one task per slice).
+    double own = 0;
+    for (const char *kind : {"causal_readout", "causal_query_backward", "causal_key_backward"})
+      own += kernelFlops(kind, s, desc.m, features);
     std::cout << "CPU FMA peak      " << std::setprecision(1) << peak.gflops << " GFLOP/s ("
               << peak.isa << ", measured in this run): fused causal forward " << f1
               << " GFLOP/s = " << 100 * f1 / peak.gflops << "%, forward+backward " << f2
               << " GFLOP/s = " << 100 * f2 / peak.gflops
-              << "% of it (contractions counted as the bidirectional kernels')"
+              << "% of it (contractions counted as the bidirectional kernels'); the causal "
+              << "kernels' own contractions (" << SPECTRA_CPU_CAUSAL_TILE_ROWS << "-row tiles) "
+              << own / bF / 1e9 << " GFLOP/s = " << 100 * own / bF / 1e9 / peak.gflops << "%"
               << std::setprecision(4) << "\n";
   }
   printKernelBreakdown(perKernel, s, desc.m, features, bF, peak.gflops);
