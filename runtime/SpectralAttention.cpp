@@ -133,8 +133,19 @@ Weights weightsOn(const Weights &w, const torch::Device &device) {
 
 DecodeState SpectralAttentionImpl::prefill(const torch::Tensor &k, const torch::Tensor &v,
                                            const std::optional<torch::Tensor> &keyMask) {
+  return prefillWith(weights->weights(), k, v, keyMask);
+}
+
+torch::Tensor SpectralAttentionImpl::decode(const torch::Tensor &q, const torch::Tensor &k,
+                                            const torch::Tensor &v, DecodeState &state) {
+  return decodeWith(weights->weights(), q, k, v, state);
+}
+
+DecodeState SpectralAttentionImpl::prefillWith(const Weights &given, const torch::Tensor &k,
+                                               const torch::Tensor &v,
+                                               const std::optional<torch::Tensor> &keyMask) {
   TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
-  Weights w = weightsOn(weights->weights(), k.device());
+  Weights w = weightsOn(given, k.device());
   if (currentMode == AttentionMode::Reference)
     return reference.prefill(k, v, w, keyMask);
   if (currentMode == AttentionMode::GpuEmulated)
@@ -142,10 +153,11 @@ DecodeState SpectralAttentionImpl::prefill(const torch::Tensor &k, const torch::
   return k.is_cuda() ? fusedCuda().prefill(k, v, w, keyMask) : fusedCpu().prefill(k, v, w, keyMask);
 }
 
-torch::Tensor SpectralAttentionImpl::decode(const torch::Tensor &q, const torch::Tensor &k,
-                                            const torch::Tensor &v, DecodeState &state) {
+torch::Tensor SpectralAttentionImpl::decodeWith(const Weights &given, const torch::Tensor &q,
+                                                const torch::Tensor &k, const torch::Tensor &v,
+                                                DecodeState &state) {
   TORCH_CHECK(options.causal, "spectra: prefill/decode need a causal module (options.causal)");
-  Weights w = weightsOn(weights->weights(), q.device());
+  Weights w = weightsOn(given, q.device());
   if (currentMode == AttentionMode::Reference)
     return reference.decode(q, k, v, w, state);
   if (currentMode == AttentionMode::GpuEmulated)

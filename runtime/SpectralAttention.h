@@ -88,6 +88,12 @@ public:
                       const std::optional<torch::Tensor> &keyMask = std::nullopt);
   torch::Tensor decode(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
                        DecodeState &state);
+  /// prefill() and decode() with given weights (as forwardWith: the Python package's modules
+  /// hold their own).
+  DecodeState prefillWith(const Weights &weights, const torch::Tensor &k, const torch::Tensor &v,
+                          const std::optional<torch::Tensor> &keyMask = std::nullopt);
+  torch::Tensor decodeWith(const Weights &weights, const torch::Tensor &q, const torch::Tensor &k,
+                           const torch::Tensor &v, DecodeState &state);
 
   /// New weights from `seed`; the compiled kernels are kept.
   void redraw(int64_t seed);

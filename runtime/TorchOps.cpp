@@ -256,6 +256,37 @@ torch::Tensor featureAttentionOp(const torch::Tensor &q, const torch::Tensor &k,
       ->forwardWith(givenWeights(W, rowWeights), q, k, v, keyMask, queryMask);
 }
 
+/// The causal decoding state after a prompt, with given weights: [S, z, zabs, c].
+std::vector<torch::Tensor> featurePrefillOp(const torch::Tensor &k, const torch::Tensor &v,
+                                            const torch::Tensor &W,
+                                            const std::optional<torch::Tensor> &rowWeights,
+                                            const std::optional<torch::Tensor> &keyMask,
+                                            std::string feature, int64_t m, std::string options,
+                                            std::string mode) {
+  checkFeatureCall("spectra.feature_prefill", k, k, v, W);
+  DecodeState st = moduleFor(feature, m > 0 ? m : W.size(0), W.size(1), 0, mode, true, options)
+                       ->prefillWith(givenWeights(W, rowWeights), k, v, keyMask);
+  return {st.S, st.z, st.zabs, st.c};
+}
+
+/// One token of causal decoding with given weights; `state` ([S, z, zabs, c], or [] for the
+/// empty state) is left unchanged and the advanced one returned.
+std::tuple<torch::Tensor, std::vector<torch::Tensor>>
+featureDecodeOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                const torch::Tensor &W, std::vector<torch::Tensor> state,
+                const std::optional<torch::Tensor> &rowWeights, std::string feature, int64_t m,
+                std::string options, std::string mode) {
+  checkFeatureCall("spectra.feature_decode", q, k, v, W);
+  TORCH_CHECK(state.empty() || state.size() == 4, "spectra.feature_decode: the state is [] or ",
+              "the [S, z, zabs, c] of the previous step, got ", state.size(), " tensors");
+  DecodeState st;
+  if (!state.empty())
+    st = {state[0].clone(), state[1].clone(), state[2].clone(), state[3].clone(), 0};
+  torch::Tensor out = moduleFor(feature, m > 0 ? m : W.size(0), W.size(1), 0, mode, true, options)
+                          ->decodeWith(givenWeights(W, rowWeights), q, k, v, st);
+  return {out, {st.S, st.z, st.zabs, st.c}};
+}
+
 /// The same as one opaque kernel (no autograd of its own; torch.compile's graphs hold it,
 /// with its backward feature_attention_bwd registered from Python).
 torch::Tensor featureAttentionFwd(const torch::Tensor &q, const torch::Tensor &k,
@@ -347,6 +378,14 @@ TORCH_LIBRARY(spectra, m) {
       "str mode='fused', bool causal=False";
   m.def(("feature_attention(" + featureArgs + ") -> Tensor").c_str(),
         &spectra::featureAttentionOp);
+  m.def("feature_prefill(Tensor k, Tensor v, Tensor W, Tensor? row_weights=None, "
+        "Tensor? key_mask=None, str feature='posrf-mm', int m=0, str options='', "
+        "str mode='fused') -> Tensor[]",
+        &spectra::featurePrefillOp);
+  m.def("feature_decode(Tensor q, Tensor k, Tensor v, Tensor W, Tensor[] state, "
+        "Tensor? row_weights=None, str feature='posrf-mm', int m=0, str options='', "
+        "str mode='fused') -> (Tensor, Tensor[])",
+        &spectra::featureDecodeOp);
   m.def(("feature_attention_fwd(" + featureArgs + ") -> Tensor").c_str());
   m.def(("feature_attention_bwd(Tensor grad, " + featureArgs +
          ", bool[4] needs=[True, True, True, True]) -> (Tensor, Tensor, Tensor, Tensor)")

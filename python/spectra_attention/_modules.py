@@ -4,7 +4,7 @@ FastAttention, same constructor and call, on Spectra's kernels)."""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -33,7 +33,8 @@ class SpectralAttention(nn.Module):
 
     Call: ``forward(q, k, v, key_mask=None, query_mask=None)`` with q ``[B, H, Nq, d]``,
     k ``[B, H, Nk, d]``, v ``[B, H, Nk, dv]``, masks ``[B, N]`` bool (True = keep);
-    returns ``[B, H, Nq, dv]``.
+    returns ``[B, H, Nq, dv]``. Causal modules also decode token by token:
+    ``state = prefill(k, v)``, then ``y, state = decode(q_t, k_t, v_t, state)``.
     """
 
     def __init__(self, variant: str = "posrf-mm", dim_head: int = 64, m: int = 128, *,
@@ -112,6 +113,37 @@ class SpectralAttention(nn.Module):
         W, rows = self.weights()
         return _ops.feature_attention(q, k, v, W, rows, key_mask, query_mask, self.variant,
                                       self.m, self._options, self.mode, self.causal)
+
+    @torch.no_grad()
+    def prefill(self, k: torch.Tensor, v: torch.Tensor,
+                key_mask: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+        """The recurrent state a causal pass over a prompt ends in: ``[S, z, zabs, c]`` for k
+        ``[B, H, N, d]``, v ``[B, H, N, dv]`` (the compiled kernels in modes fused and
+        gpu-emulated). Causal modules only."""
+        self._check_decoding(k)
+        W, rows = self.weights()
+        return _spectra.feature_prefill(k, v, W, rows, key_mask, self.variant, self.m,
+                                        self._options, self.mode)
+
+    @torch.no_grad()
+    def decode(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               state: Sequence[torch.Tensor] = ()) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """One token: q, k ``[B, H, 1, d]``, v ``[B, H, 1, dv]`` and the state (``[]`` to start,
+        or what prefill/decode returned) give the output ``[B, H, 1, dv]``, equal to the causal
+        forward of the whole sequence at that position, and the next state (the given one is
+        left as it was). O(m (d + dv)) work per token whatever the length."""
+        self._check_decoding(q)
+        W, rows = self.weights()
+        return _spectra.feature_decode(q, k, v, W, list(state), rows, self.variant, self.m,
+                                       self._options, self.mode)
+
+    def _check_decoding(self, x: torch.Tensor) -> None:
+        if not self.causal:
+            raise ValueError("spectra_attention: prefill/decode need a causal SpectralAttention "
+                             "(causal=True)")
+        if x.dim() != 4 or x.shape[-1] != self.dim_head:
+            raise ValueError(f"spectra_attention: expected [B, H, N, {self.dim_head}], got "
+                             f"{tuple(x.shape)}")
 
     def extra_repr(self) -> str:
         return (f"variant={self.variant!r}, dim_head={self.dim_head}, m={self.m}, "

@@ -48,6 +48,27 @@ def test_causal_attention_equals_the_torch_op_and_is_causal():
     assert (later[:, :, 40:] - ours[:, :, 40:]).abs().max() > 1e-2
 
 
+@pytest.mark.parametrize("variant", ["posrf-orf", "posrf-sgq", "posrf-fastfoodl"])
+def test_decoding_with_the_modules_weights_equals_its_causal_forward(variant):
+    # SGQ brings row weights, FastFoodL learnable factors; the module's own weights (redrawn
+    # here, so not the op registry's seed-0 draw) must be the ones decoding uses.
+    q, k, v = qkv(N=60)
+    layer = sa.SpectralAttention(variant, dim_head=16, m=32, causal=True)
+    layer.redraw(11)
+    with torch.no_grad():
+        full = layer(q, k, v)
+    state = layer.prefill(k[:, :, :40], v[:, :, :40])
+    assert len(state) == 4 and state[0].shape[:2] == (2, 2) and state[0].shape[-1] == 16
+    for t in range(40, 60):
+        before = [x.clone() for x in state]
+        y, state_next = layer.decode(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], state)
+        assert all(torch.equal(a, b) for a, b in zip(before, state))  # functional
+        state = state_next
+        torch.testing.assert_close(y, full[:, :, t:t + 1], rtol=0, atol=2e-5)
+    with pytest.raises(ValueError, match="need a causal SpectralAttention"):
+        sa.SpectralAttention(variant, dim_head=16, m=32).prefill(k, v)
+
+
 @pytest.mark.parametrize("variant", ["posrf-orf", "oprf-mm", "saderf-sgq"])
 def test_gradients_match_float64_autograd_of_the_reference(variant):
     q, k, v = qkv(N=48)
