@@ -223,6 +223,21 @@ torch::Tensor slices(const torch::Tensor &t) {
 
 int64_t chunksOf(int64_t rows, int64_t chunkRows) { return (rows + chunkRows - 1) / chunkRows; }
 
+/// The empty causal state (S [lead..., F, dv] and z, zabs 0, the running maxima c -inf) as a
+/// DecodeState, float32.
+DecodeState emptyCausalState(std::vector<int64_t> lead, int64_t F, int64_t dv,
+                             torch::TensorOptions f32) {
+  std::vector<int64_t> vec = lead, mat = lead;
+  vec.push_back(F);
+  mat.insert(mat.end(), {F, dv});
+  DecodeState st;
+  st.S = torch::zeros(mat, f32);
+  st.z = torch::zeros(vec, f32);
+  st.zabs = torch::zeros(vec, f32);
+  st.c = torch::full(vec, -std::numeric_limits<float>::infinity(), f32);
+  return st;
+}
+
 std::atomic<KernelTimer *> activeTimer{nullptr};
 
 void run(const KernelLauncher &launcher, const KernelAbi &abi,
@@ -439,10 +454,8 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   torch::Tensor S0, z0, zabs0, c0;
   if (C <= 1) {  // one chunk: it starts from the empty state
-    S0 = torch::zeros({BH, 1, F, dv}, f32);
-    z0 = torch::zeros({BH, 1, F}, f32);
-    zabs0 = torch::zeros({BH, 1, F}, f32);
-    c0 = torch::full({BH, 1, F}, -std::numeric_limits<float>::infinity(), f32);
+    DecodeState empty = emptyCausalState({BH, 1}, F, dv, f32);
+    S0 = empty.S, z0 = empty.z, zabs0 = empty.zabs, c0 = empty.c;
   } else {
     const KernelAbi &kv = launcher.abi("kv"), &prefix = launcher.abi("causal_prefix");
     TORCH_CHECK(kv.chunkRows == readout.chunkRows, "spectra causal attention: internal error: ",
@@ -571,11 +584,7 @@ DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLaun
   const int64_t B = k.size(0), H = k.size(1), N = k.size(2), dv = v.size(3), BH = B * H,
                 F = reference.descriptor().numFeatures();
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(k.device());
-  DecodeState st;
-  st.S = torch::zeros({B, H, F, dv}, f32);
-  st.z = torch::zeros({B, H, F}, f32);
-  st.zabs = torch::zeros({B, H, F}, f32);
-  st.c = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
+  DecodeState st = emptyCausalState({B, H}, F, dv, f32);
   st.length = N;
   if (N == 0)
     return st;
@@ -665,11 +674,7 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
     lock.unlock();  // `buf` holds its own handles; the kernel runs unlocked
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   if (!state.c.defined()) {  // the empty state
-    state.S = torch::zeros({B, H, F, dv}, f32);
-    state.z = torch::zeros({B, H, F}, f32);
-    state.zabs = torch::zeros({B, H, F}, f32);
-    state.c = torch::full({B, H, F}, -std::numeric_limits<float>::infinity(), f32);
-    state.length = 0;
+    state = emptyCausalState({B, H}, F, dv, f32);
   }
   auto check = [&](torch::Tensor &t, const char *name, std::vector<int64_t> shape) {
     TORCH_CHECK(t.defined() && t.sizes() == torch::IntArrayRef(shape) &&

@@ -117,6 +117,17 @@ torch::Tensor weightsOp(std::string variant, int64_t m, int64_t d, int64_t seed)
       torch::kFloat32).clone();
 }
 
+/// A decoding op's state argument ([] or [S, z, zabs, c]) as a DecodeState of copies: the
+/// compiled kernel advances a state in place, and the ops leave the caller's as it was.
+DecodeState copiedState(const char *op, const std::vector<torch::Tensor> &state) {
+  TORCH_CHECK(state.empty() || state.size() == 4, op, ": the state is [] or the [S, z, zabs, c] ",
+              "of the previous step, got ", state.size(), " tensors");
+  DecodeState st;
+  if (!state.empty())
+    st = {state[0].clone(), state[1].clone(), state[2].clone(), state[3].clone(), 0};
+  return st;
+}
+
 /// One token of causal decoding: `state` is [] (empty) or [S, z, zabs, c] as returned by the
 /// previous step (left unchanged: the op is functional); returns the output [B, H, 1, dv]
 /// and the new state. Mode fused runs the compiled causal_decode kernel, reference eager ops.
@@ -125,11 +136,7 @@ decodeOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
          std::vector<torch::Tensor> state, std::string variant, int64_t m, int64_t seed,
          std::string mode) {
   TORCH_CHECK(q.dim() == 4, "spectra.decode: q must be [B, H, 1, d], got ", q.sizes());
-  TORCH_CHECK(state.empty() || state.size() == 4, "spectra.decode: the state is [] or the ",
-              "[S, z, zabs, c] of the previous step, got ", state.size(), " tensors");
-  DecodeState st;
-  if (!state.empty())  // the compiled kernel advances a state in place: a copy of the caller's
-    st = {state[0].clone(), state[1].clone(), state[2].clone(), state[3].clone(), 0};
+  DecodeState st = copiedState("spectra.decode", state);
   torch::Tensor out =
       moduleFor(variant, m, q.size(3), seed, mode, /*causal=*/true)->decode(q, k, v, st);
   return {out, {st.S, st.z, st.zabs, st.c}};
@@ -277,11 +284,7 @@ featureDecodeOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Ten
                 const std::optional<torch::Tensor> &rowWeights, std::string feature, int64_t m,
                 std::string options, std::string mode) {
   checkFeatureCall("spectra.feature_decode", q, k, v, W);
-  TORCH_CHECK(state.empty() || state.size() == 4, "spectra.feature_decode: the state is [] or ",
-              "the [S, z, zabs, c] of the previous step, got ", state.size(), " tensors");
-  DecodeState st;
-  if (!state.empty())
-    st = {state[0].clone(), state[1].clone(), state[2].clone(), state[3].clone(), 0};
+  DecodeState st = copiedState("spectra.feature_decode", state);
   torch::Tensor out = moduleFor(feature, m > 0 ? m : W.size(0), W.size(1), 0, mode, true, options)
                           ->decodeWith(givenWeights(W, rowWeights), q, k, v, st);
   return {out, {st.S, st.z, st.zabs, st.c}};
