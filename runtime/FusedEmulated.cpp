@@ -126,20 +126,21 @@ AttentionResult FusedEmulatedAttention::attentionWithStats(
 }
 
 DecodeState FusedEmulatedAttention::prefill(const torch::Tensor &k, const torch::Tensor &v,
-                                       const Weights &weights,
-                                       const std::optional<torch::Tensor> &keyMask) const {
+                                            const Weights &weights,
+                                            const std::optional<torch::Tensor> &keyMask) const {
   TORCH_CHECK(isCausal, "spectra gpu-emulated attention: prefill/decode need the causal kernels");
-  TORCH_CHECK(k.device().is_cpu(), "spectra gpu-emulated attention: inputs must be CPU tensors, got ",
-              k.device());
-  return causalPrefill(reference, launcher(k, v.size(3)), scalarTypeOf(inputType), k, v, weights, keyMask);
+  TORCH_CHECK(k.device().is_cpu(),
+              "spectra gpu-emulated attention: inputs must be CPU tensors, got ", k.device());
+  return causalPrefill(reference, launcher(k, v.size(3)), scalarTypeOf(inputType), k, v, weights,
+                       keyMask);
 }
 
 torch::Tensor FusedEmulatedAttention::decode(const torch::Tensor &q, const torch::Tensor &k,
-                                        const torch::Tensor &v, const Weights &weights,
-                                        DecodeState &state) const {
+                                             const torch::Tensor &v, const Weights &weights,
+                                             DecodeState &state) const {
   TORCH_CHECK(isCausal, "spectra gpu-emulated attention: prefill/decode need the causal kernels");
-  TORCH_CHECK(q.device().is_cpu(), "spectra gpu-emulated attention: inputs must be CPU tensors, got ",
-              q.device());
+  TORCH_CHECK(q.device().is_cpu(),
+              "spectra gpu-emulated attention: inputs must be CPU tensors, got ", q.device());
   return causalDecode(reference, launcher(q, v.size(3)), scalarTypeOf(inputType), q, k, v, weights,
                       state, std::nullopt, decodeConstants.get());
 }
