@@ -95,6 +95,7 @@ struct KeepKernelsPass : spectra::impl::SpectraKeepKernelsBase<KeepKernelsPass> 
     }
   }
 };
+
 } // namespace
 
 void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o, CpuStage stage) {
@@ -136,6 +137,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     pm.addPass(createLowerAffinePass());
     pm.addPass(createConvertToLLVMPass());
     pm.addPass(createReconcileUnrealizedCastsPass());
+    pm.addNestedPass<LLVM::LLVMFuncOp>(createSpectraPackTileBuffers());
     return;
   }
 }
