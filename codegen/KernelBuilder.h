@@ -77,6 +77,29 @@ public:
     return {logits, coeffs};
   }
 
+  /// Whether some output's coefficient depends on wx, xx or ww (the element); when none
+  /// does (PosRF, OPRF, SADERF: constants and parameters), the kernels form it where
+  /// they use it instead of keeping a coefficient tile.
+  bool coefficientsVary() {
+    Block &body = component.getFeatures().front();
+    auto yield = llvm::cast<FeatureYieldOp>(body.getTerminator());
+    SmallVector<Value> work(yield.getCoeffs().begin(), yield.getCoeffs().end());
+    llvm::SmallPtrSet<Value, 16> seen;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (auto arg = llvm::dyn_cast<BlockArgument>(v)) {
+        if (arg.getOwner() == &body && arg.getArgNumber() < 3)
+          return true;
+        continue;
+      }
+      if (Operation *def = v.getDefiningOp())
+        llvm::append_range(work, def->getOperands());
+    }
+    return false;
+  }
+
   /// Inlines a feature_partials body: element 2*(o*args + v) (+1) is
   /// d logit_o (d coeff_o) / d argument v, arguments (wx, xx, ww, params...).
   SmallVector<Value> partials(FeaturePartialsOp op, Value wx, Value xx, Value ww,

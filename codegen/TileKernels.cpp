@@ -21,6 +21,15 @@ namespace {
 using namespace mlir::spectra::tiles;
 
 
+/// Output o's coefficient when it depends on no element (KernelBuilder::coefficientsVary):
+/// the features inlined with `any` for wx, xx and ww; the logits they also build are dead
+/// and canonicalisation removes them.
+static Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
+                                  ArrayRef<Value> params, int64_t o) {
+  KernelBuilder kb(b, loc, component);
+  return kb.features(any, any, any, params).second[o];
+}
+
 void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, const Types &t,
              StringRef name, unsigned numParams) {
   Kernel k = makeKernel(b, loc, name, "kv", "keys",
@@ -43,10 +52,13 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T});
   Value L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), tmax = tb.buffer({s.M}),
         r = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
+  // Coefficients that do not vary by element are formed where phi is, not kept in tiles.
+  bool varying = KernelBuilder(b, loc, component).coefficientsVary();
   SmallVector<Value> logit, coeff;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
-    coeff.push_back(tb.buffer({s.T, s.M}));
+    if (varying)
+      coeff.push_back(tb.buffer({s.T, s.M}));
   }
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
@@ -55,16 +67,22 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
     tb.logits(Kt, Wt, L, xx);
     // The features of the tile; masked (and padded) keys' logits become -inf.
     SmallVector<Value> outs;
-    for (int64_t o = 0; o < s.K; ++o)
-      outs.append({logit[o], coeff[o]});
+    for (int64_t o = 0; o < s.K; ++o) {
+      outs.push_back(logit[o]);
+      if (varying)
+        outs.push_back(coeff[o]);
+    }
     tb.elementwise({{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}}, outs,
                    [&](OpBuilder &nb, Location l, ValueRange a) {
                      KernelBuilder kb(nb, l, component);
                      Scalar x{nb, l};
                      auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
                      SmallVector<Value> y;
-                     for (int64_t o = 0; o < s.K; ++o)
-                       y.append({x.select(x.positive(a[3]), logits[o], x.c(-INFINITY)), coeffs[o]});
+                     for (int64_t o = 0; o < s.K; ++o) {
+                       y.push_back(x.select(x.positive(a[3]), logits[o], x.c(-INFINITY)));
+                       if (varying)
+                         y.push_back(coeffs[o]);
+                     }
                      return y;
                    });
     for (int64_t o = 0; o < s.K; ++o) {
@@ -90,13 +108,16 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         return SmallVector<Value>{x.mul(a[1], a[0]), x.mul(a[2], a[0])};
       });
       // phi = coeff exp(l - c_f) rowscale, selected (never multiplied) to 0 where l = -inf.
-      tb.elementwise({{logit[o]}, {coeff[o]}, {co, At::Col}, {rowscale, At::Col}}, {phi},
-                     [](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
-                       Value p = x.mul(x.mul(a[1], x.exp(x.sub(a[0], a[2]))), a[3]);
-                       return SmallVector<Value>{x.select(live, p, x.c(0))};
-                     });
+      SmallVector<Operand> phiIns = {{logit[o]}, {co, At::Col}, {rowscale, At::Col}};
+      if (varying)
+        phiIns.push_back({coeff[o]});
+      tb.elementwise(phiIns, {phi}, [&](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+        Value co = varying ? a[3] : invariantCoefficient(nb, l, component, a[0], k.params, o);
+        Value p = x.mul(x.mul(co, x.exp(x.sub(a[0], a[1]))), a[2]);
+        return SmallVector<Value>{x.select(live, p, x.c(0))};
+      });
       tb.matmul(phi, Vt, So, /*transposeA=*/true);
       tb.reduceCols({{phi}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
@@ -123,10 +144,12 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
   Value Qt = tb.buffer({s.T, s.D}), L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}),
         Mq = tb.buffer({s.T}), acc = tb.buffer({s.T, s.DV}), den = tb.buffer({s.T}),
         total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
+  bool varying = KernelBuilder(b, loc, component).coefficientsVary();
   SmallVector<Value> logit, coeff, phi;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
-    coeff.push_back(tb.buffer({s.T, s.M}));
+    if (varying)
+      coeff.push_back(tb.buffer({s.T, s.M}));
     phi.push_back(tb.buffer({s.T, s.M}));
   }
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
@@ -137,15 +160,20 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     SmallVector<Value> outs;
     for (int64_t o = 0; o < s.K; ++o) {
       ins.push_back({tb.outputRows(c, o), At::Col});
-      outs.append({logit[o], coeff[o]});
+      outs.push_back(logit[o]);
+      if (varying)
+        outs.push_back(coeff[o]);
     }
     tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
       KernelBuilder kb(nb, l, component);
       Scalar x{nb, l};
       auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
       SmallVector<Value> y;
-      for (int64_t o = 0; o < s.K; ++o)
-        y.append({x.add(logits[o], a[3 + o]), coeffs[o]});
+      for (int64_t o = 0; o < s.K; ++o) {
+        y.push_back(x.add(logits[o], a[3 + o]));
+        if (varying)
+          y.push_back(coeffs[o]);
+      }
       return y;
     });
     // The query constant M = max over features and outputs, then phi = coeff exp(l - M).
@@ -158,11 +186,14 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     tb.fill(den, 0);
     tb.fill(total, 0);
     for (int64_t o = 0; o < s.K; ++o) {
-      tb.elementwise({{logit[o]}, {coeff[o]}, {Mq, At::Row}}, {phi[o]},
-                     [](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       return SmallVector<Value>{x.mul(a[1], x.exp(x.sub(a[0], a[2])))};
-                     });
+      SmallVector<Operand> phiIns = {{logit[o]}, {Mq, At::Row}};
+      if (varying)
+        phiIns.push_back({coeff[o]});
+      tb.elementwise(phiIns, {phi[o]}, [&](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        Value co = varying ? a[2] : invariantCoefficient(nb, l, component, a[0], k.params, o);
+        return SmallVector<Value>{x.mul(co, x.exp(x.sub(a[0], a[1])))};
+      });
       tb.matmul(phi[o], tb.outputRows(S, o), acc);
       tb.reduceRows({{phi[o]}, {tb.outputRows(z, o), At::Col}, {tb.outputRows(zabs, o), At::Col}},
                     {den, total}, [](OpBuilder &nb, Location l, ValueRange a) {
