@@ -71,6 +71,7 @@ int64_t mlir::spectra::hostVectorWidth() {
 namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAPOLYNOMIALEXP
 #define GEN_PASS_DEF_SPECTRAKEEPKERNELS
+#define GEN_PASS_DEF_SPECTRASELECTMAXIMA
 #include "codegen/Passes.h.inc"
 } // namespace mlir::spectra
 
@@ -80,6 +81,28 @@ struct PolynomialExpPass : spectra::impl::SpectraPolynomialExpBase<PolynomialExp
     RewritePatternSet patterns(&getContext());
     populateMathPolynomialApproximationPatterns(
         patterns, [](StringRef name) { return name == "exp" || name == "math.exp"; });
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+/// maximumf(a, b) -> select(a > b, a, b); minimumf with <. Passes.td says why.
+template <typename Op, arith::CmpFPredicate Predicate>
+struct SelectExtremum : OpRewritePattern<Op> {
+  using OpRewritePattern<Op>::OpRewritePattern;
+  LogicalResult matchAndRewrite(Op op, PatternRewriter &rewriter) const override {
+    Value a = op.getLhs(), b = op.getRhs();
+    Value pick = arith::CmpFOp::create(rewriter, op.getLoc(), Predicate, a, b);
+    rewriter.replaceOpWithNewOp<arith::SelectOp>(op, pick, a, b);
+    return success();
+  }
+};
+
+struct SelectMaximaPass : spectra::impl::SpectraSelectMaximaBase<SelectMaximaPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<SelectExtremum<arith::MaximumFOp, arith::CmpFPredicate::OGT>,
+                 SelectExtremum<arith::MinimumFOp, arith::CmpFPredicate::OLT>>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }
@@ -126,6 +149,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
   }
   case CpuStage::LLVM:
     pm.addPass(createSpectraPolynomialExp());
+    pm.addPass(createSpectraSelectMaxima());
     pm.addPass(createSCFToControlFlowPass());
     // Ops with an LLVM intrinsic (fma, floor, sqrt, ...) become intrinsics: instructions the
     // vectoriser can widen (as libm calls, fmaf and floorf kept the polynomial exp scalar and

@@ -110,6 +110,31 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
                            "::mlir::vector::VectorDialect"];
 }
 
+def SpectraSelectMaxima : Pass<"spectra-select-maxima"> {
+  let summary = "arith.maximumf/minimumf as compare and select: one vmaxps/vminps on x86";
+  let description = [{
+    `arith.maximumf` is IEEE 754-2019 maximum: NaN from either operand, and -0 < +0.
+    x86 before AVX10.2 has no such instruction, and LLVM expands each one to six
+    (sign test, two blends, unordered compare, max, masked move); in the stabiliser's
+    column maxima of the kv kernel, a chain carried across the tile's rows, that took
+    7% of the kernel. The CPU kernels use maxima only as stabilisers (the largest
+    logit of a row or feature), where neither rule matters: a NaN logit makes its
+    feature NaN through exp(l - c) whatever c is, and the sign of a zero constant
+    changes nothing. This pass rewrites `maximumf(a, b)` to
+    `select(cmpf ogt a, b, a, b)` (and minimumf with olt), the exact form of x86's
+    maxps/minps, run by spectra-cpu-lowering only: the GPU kernels keep
+    `max.NaN.f32`, one instruction there.
+
+    ```mlir
+    %m = arith.maximumf %a, %b : vector<16xf32>
+    // becomes
+    %gt = arith.cmpf ogt, %a, %b : vector<16xf32>
+    %m = arith.select %gt, %a, %b : vector<16xi1>, vector<16xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
 def SpectraPackTileBuffers : Pass<"spectra-pack-tile-buffers", "::mlir::LLVM::LLVMFuncOp"> {
   let summary = "place a CPU kernel's tile buffers in one stack arena, each at its own offset modulo 4 KiB";
   let description = [{
