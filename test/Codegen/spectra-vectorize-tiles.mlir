@@ -152,3 +152,40 @@ func.func @dot(%A: memref<4x16xf32>, %B: memref<6x16xf32>, %C: memref<4x6xf32>) 
   }
   return
 }
+
+// -----
+
+// Tests that a row staged from a kernel argument (a subview of a memref<?x32xf32> in
+// memory) prefetches the same row of the next tile, spectra.tile_rows (here 16) further and
+// at most the last row, one prefetch per 64-byte line (two for 32 f32); a row of a local
+// tile is not prefetched.
+#row = affine_map<(i, j) -> (i, j)>
+// CHECK-LABEL: func.func @stage(
+// CHECK-SAME: %[[SRC:.*]]: memref<?x32xf32>, %[[N:.*]]: index
+// CHECK-DAG: %[[C16:.*]] = arith.constant 16 : index
+// CHECK-DAG: %[[C1:.*]] = arith.constant 1 : index
+// CHECK: %[[DIM:.*]] = memref.dim %[[SRC]], %c0
+// CHECK: %[[LAST:.*]] = arith.subi %[[DIM]], %[[C1]]
+// CHECK: %[[AHEAD:.*]] = arith.addi %[[N]], %[[C16]]
+// CHECK: %[[NEXT:.*]] = arith.minsi %[[AHEAD]], %[[LAST]]
+// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c0], read, locality<3>, data : memref<?x32xf32>
+// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c16], read, locality<3>, data : memref<?x32xf32>
+// CHECK-NOT: memref.prefetch
+// CHECK: return
+func.func @stage(%src: memref<?x32xf32>, %n: index) attributes {spectra.tile_rows = 16 : i64} {
+  %tile = memref.alloca() : memref<16x32xf32>
+  %copy = memref.alloca() : memref<16x32xf32>
+  %in = memref.subview %src[%n, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+  %out = memref.subview %tile[0, 0] [1, 32] [1, 1] : memref<16x32xf32> to memref<1x32xf32, strided<[32, 1]>>
+  linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]}
+      ins(%in : memref<1x32xf32, strided<[32, 1], offset: ?>>) outs(%out : memref<1x32xf32, strided<[32, 1]>>) {
+  ^bb0(%x: f32, %y: f32):
+    linalg.yield %x : f32
+  }
+  linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]}
+      ins(%tile : memref<16x32xf32>) outs(%copy : memref<16x32xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    linalg.yield %x : f32
+  }
+  return
+}
