@@ -9,6 +9,7 @@
 #include "codegen/Passes.h"
 #include "mlir/Interfaces/DataLayoutInterfaces.h"
 #include "llvm/Support/MathExtras.h"
+#include <limits>
 
 namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAPACKTILEBUFFERS
@@ -39,10 +40,13 @@ struct PackTileBuffersPass
     for (auto alloca : entry.getOps<LLVM::AllocaOp>()) {
       auto size = alloca.getArraySize().getDefiningOp<LLVM::ConstantOp>();
       auto count = size ? dyn_cast<IntegerAttr>(size.getValue()) : IntegerAttr();
+      Type element = alloca.getElemType();
+      uint64_t align = layout.getTypeABIAlignment(element);
       if (!count || count.getInt() <= 0 || alloca.getType() != ptrType ||
-          alloca.getAlignment().value_or(0) > kLine)
+          std::max<uint64_t>(alloca.getAlignment().value_or(0), align) > kLine)
         continue;
-      uint64_t bytes = layout.getTypeSize(alloca.getElemType()) * count.getInt();
+      // An array's stride: the element's size rounded up to its alignment (LLVM's alloc size).
+      uint64_t bytes = llvm::alignTo(layout.getTypeSize(element), align) * count.getInt();
       if (bytes >= kSmallest)
         buffers.push_back({alloca, bytes});
     }
@@ -59,6 +63,8 @@ struct PackTileBuffersPass
       offsets.push_back(start);
       end = start + buffer.bytes;
     }
+    if (end > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+      return;  // a GEP's constant index is 32 bits; such a frame would not fit a stack anyway
     OpBuilder b(&entry, entry.begin());
     Location loc = fn.getLoc();
     auto i64 = b.getI64Type();
