@@ -252,7 +252,7 @@ void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, bool queries) {
     tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // kf in place of lk
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
-                     Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                     Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
                      return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
                    });
     if (queries)  // qa in place of lq
@@ -409,7 +409,7 @@ void mergeSummaries(TileBuilder &tb, const Summary &from, const Summary &part, c
     Scalar x{nb, l};
     Value m = x.max(a[0], a[1]);
     auto weight = [&](Value v) {
-      Value live = x.cmp(arith::CmpFPredicate::OGT, v, x.c(kNegInf));
+      Value live = x.cmp(arith::CmpFPredicate::UNE, v, x.c(kNegInf));
       return x.select(live, x.exp(x.sub(v, m)), x.c(0));
     };
     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
@@ -666,13 +666,13 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
       tb.elementwise({{t.cq[o]}, {t.ref[o], At::Col}}, {t.qa[o]},  // in place of lq - M
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
                        return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
                      });
       tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // in place of lk
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
                        return one(x.select(live, x.mul(a[0], x.exp(x.add(a[2], a[1]))), x.c(0)));
                      });
       // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
@@ -838,7 +838,7 @@ void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const 
       tb.elementwise({{tt.cq[o]}, {tt.ref[o], At::Col}}, {tt.qa[o]},  // in place of lq - M
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::OGT, a[2], x.c(kNegInf));
+                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
                        return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
                      });
       tb.matmul(tt.GN, tt.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);

@@ -149,7 +149,8 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
   }
   case CpuStage::LLVM:
     pm.addPass(createSpectraPolynomialExp());
-    pm.addPass(createSpectraSelectMaxima());
+    if (o.selectMaxima)
+      pm.addPass(createSpectraSelectMaxima());
     pm.addPass(createSCFToControlFlowPass());
     // Ops with an LLVM intrinsic (fma, floor, sqrt, ...) become intrinsics: instructions the
     // vectoriser can widen (as libm calls, fmaf and floorf kept the polynomial exp scalar and

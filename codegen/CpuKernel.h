@@ -42,6 +42,10 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
   Option<int64_t> registerVectors{*this, "register-vectors",
                                   llvm::cl::desc("vectors per row of a register tile"),
                                   llvm::cl::init(2)};
+  Option<bool> selectMaxima{*this, "select-maxima",
+                            llvm::cl::desc("maxima as one compare-and-select (spectra-select-maxima); "
+                                           "off where the GPU's max.NaN is emulated"),
+                            llvm::cl::init(true)};
 };
 
 /// The stages of the CPU pipeline (--emit=tiles|vectors|llvm).

@@ -712,6 +712,7 @@ void mlir::spectra::buildGpuEmulationLowering(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   CpuPipelineOptions cpu;
+  cpu.selectMaxima = false;  // the GPU's maxima (max.NaN.f32) propagate NaN
   buildCpuStage(pm, cpu, CpuStage::LLVM);
 }
 

@@ -118,9 +118,12 @@ def SpectraSelectMaxima : Pass<"spectra-select-maxima"> {
     (sign test, two blends, unordered compare, max, masked move); in the stabiliser's
     column maxima of the kv kernel, a chain carried across the tile's rows, that took
     7% of the kernel. The CPU kernels use maxima only as stabilisers (the largest
-    logit of a row or feature), where neither rule matters: a NaN logit makes its
-    feature NaN through exp(l - c) whatever c is, and the sign of a zero constant
-    changes nothing. This pass rewrites `maximumf(a, b)` to
+    logit of a row or feature), where neither rule matters: the runtime refuses
+    non-finite q, k and v, and a NaN logit that arises anyway still makes its
+    feature NaN through exp(l - c), because the kernels select phi on `l != -inf`
+    (unordered: NaN counts as live), not on `l > -inf`; the sign of a zero
+    constant changes nothing. The GPU emulation (`gpu-emulated`) keeps
+    maximumf, as the GPU's max.NaN.f32 propagates NaN. This pass rewrites `maximumf(a, b)` to
     `select(cmpf ogt a, b, a, b)` (and minimumf with olt), the exact form of x86's
     maxps/minps, run by spectra-cpu-lowering only: the GPU kernels keep
     `max.NaN.f32`, one instruction there.

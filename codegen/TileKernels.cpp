@@ -113,7 +113,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         phiIns.push_back({coeff[o]});
       tb.elementwise(phiIns, {phi}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+        Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
         Value co = varying ? a[3] : invariantCoefficient(nb, l, component, a[0], k.params, o);
         Value p = x.mul(x.mul(co, x.exp(x.sub(a[0], a[1]))), a[2]);
         return SmallVector<Value>{x.select(live, p, x.c(0))};
@@ -431,7 +431,7 @@ void buildKvCombine(OpBuilder &b, Location loc, ComponentOp component, const Dim
   tb.forRange(tb.idx(0), chunks, [&](Value ch) {
     tb.elementwise({{chunkOf(tb, cp, ch)}, {c}}, {w}, [](OpBuilder &nb, Location l, ValueRange a) {
       Scalar x{nb, l};
-      Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+      Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
       return SmallVector<Value>{x.select(live, x.exp(x.sub(a[0], a[1])), x.c(0))};
     });
     tb.elementwise({{chunkOf(tb, Sp, ch)}, {w, At::Row}}, {S},
@@ -448,7 +448,7 @@ void buildKvCombine(OpBuilder &b, Location loc, ComponentOp component, const Dim
   });
   tb.elementwise({}, {c}, [](OpBuilder &nb, Location l, ValueRange a) {
     Scalar x{nb, l};
-    Value live = x.cmp(arith::CmpFPredicate::OGT, a[0], x.c(-INFINITY));
+    Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
     return SmallVector<Value>{x.select(live, a[0], x.c(0))};
   });
   func::ReturnOp::create(b, loc);

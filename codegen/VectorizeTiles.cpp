@@ -258,7 +258,7 @@ private:
     auto fn = op->getParentOfType<func::FuncOp>();
     auto type = cast<MemRefType>(row.getSource().getType());
     auto tileRows = fn ? fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr) : IntegerAttr();
-    if (!arg || arg.getOwner() != &fn.getBody().front() || !tileRows || type.getRank() != 2 ||
+    if (!arg || !tileRows || arg.getOwner() != &fn.getBody().front() || type.getRank() != 2 ||
         !type.isDynamicDim(0) || type.isDynamicDim(1) || !type.getElementType().isIntOrFloat())
       return;
     Value src = row.getSource();
