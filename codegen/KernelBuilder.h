@@ -94,8 +94,14 @@ public:
           return true;
         continue;
       }
-      if (Operation *def = v.getDefiningOp())
-        llvm::append_range(work, def->getOperands());
+      Operation *def = v.getDefiningOp();
+      if (!def)
+        continue;
+      // An op with regions may read the element inside them, and an impure one may differ
+      // per call: either counts as varying (the coefficient keeps its tile).
+      if (def->getNumRegions() != 0 || !isPure(def))
+        return true;
+      llvm::append_range(work, def->getOperands());
     }
     return false;
   }
