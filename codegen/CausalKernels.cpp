@@ -51,8 +51,12 @@ struct CausalTiles {
   // every tile in a block's 48 KiB of shared memory.
   SmallVector<Value> lq, cq, lk, ck, cm, ref, qa, kf, qaAbs, kfAbs, A;
   GradientTiles grad;
+  // Whether a coefficient depends on the element (KernelBuilder::coefficientsVary): only
+  // then are cq and ck kept in tiles; otherwise each pass forms the constant where it uses it.
+  bool varying;
 
-  CausalTiles(TileBuilder &tb, const Dims &s, bool backward, ArrayRef<bool> used = {}) {
+  CausalTiles(TileBuilder &tb, const Dims &s, bool backward, ArrayRef<bool> used = {})
+      : varying(KernelBuilder(tb.b, tb.loc, tb.component).coefficientsVary()) {
     auto tile = [&](int64_t w) { return tb.buffer({s.T, w}); };
     Qt = tile(s.D), Kt = tile(s.D), Vt = tile(s.DV), Lq = tile(s.M), Lk = tile(s.M);
     kept = tb.buffer({s.T}), valid = tb.buffer({s.T}), xxq = tb.buffer({s.T}),
@@ -81,6 +85,9 @@ struct CausalTiles {
 struct CausalArgs {
   Value Q, K, V, keep, Wt, ww, rowscale, qscale, kscale, gout, out, qstat;
   ArrayRef<Value> params;
+  /// With invariant coefficients, whether some factor may be negative (an i1 formed once
+  /// per kernel from the coefficients' and the row weights' signs); null: test the tiles.
+  Value negative = Value();
 };
 
 /// The carried state of a slice: (S, z, zabs, c) forward, (R, r, e) in the suffix pass; S
@@ -114,15 +121,22 @@ void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalA
   tb.logits(t.Qt, in.Wt, t.Lq, t.xxq);
   ComponentOp component = tb.component;
   SmallVector<Value> qOuts;
-  for (int64_t o = 0; o < s.K; ++o)
-    qOuts.append({t.lq[o], t.cq[o]});
+  bool varying = t.varying;
+  for (int64_t o = 0; o < s.K; ++o) {
+    qOuts.push_back(t.lq[o]);
+    if (varying)
+      qOuts.push_back(t.cq[o]);
+  }
   tb.elementwise({{t.Lq}, {t.xxq, At::Row}, {in.ww, At::Col}}, qOuts,
                  [&](OpBuilder &nb, Location l, ValueRange a) {
                    KernelBuilder kb(nb, l, component);
                    auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
                    SmallVector<Value> y;
-                   for (int64_t o = 0; o < s.K; ++o)
-                     y.append({logits[o], coeffs[o]});
+                   for (int64_t o = 0; o < s.K; ++o) {
+                     y.push_back(logits[o]);
+                     if (varying)
+                       y.push_back(coeffs[o]);
+                   }
                    return y;
                  });
 }
@@ -132,19 +146,27 @@ void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &
   tb.logits(t.Kt, in.Wt, t.Lk, t.xxk);
   ComponentOp component = tb.component;
   SmallVector<Value> kOuts;
-  for (int64_t o = 0; o < s.K; ++o)
-    kOuts.append({t.lk[o], t.ck[o]});
-  tb.elementwise({{t.Lk}, {t.xxk, At::Row}, {in.ww, At::Col}, {t.kept, At::Row}, {in.rowscale, At::Col}},
-                 kOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
-                   KernelBuilder kb(nb, l, component);
-                   Scalar x{nb, l};
-                   auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
-                   SmallVector<Value> y;
-                   for (int64_t o = 0; o < s.K; ++o)
-                     y.append({x.select(x.positive(a[3]), logits[o], x.c(kNegInf)),
-                               x.mul(coeffs[o], a[4])});
-                   return y;
-                 });
+  bool varying = t.varying;
+  for (int64_t o = 0; o < s.K; ++o) {
+    kOuts.push_back(t.lk[o]);
+    if (varying)
+      kOuts.push_back(t.ck[o]);
+  }
+  SmallVector<Operand> kIns = {{t.Lk}, {t.xxk, At::Row}, {in.ww, At::Col}, {t.kept, At::Row}};
+  if (varying)
+    kIns.push_back({in.rowscale, At::Col});
+  tb.elementwise(kIns, kOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
+    KernelBuilder kb(nb, l, component);
+    Scalar x{nb, l};
+    auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
+    SmallVector<Value> y;
+    for (int64_t o = 0; o < s.K; ++o) {
+      y.push_back(x.select(x.positive(a[3]), logits[o], x.c(kNegInf)));
+      if (varying)
+        y.push_back(x.mul(coeffs[o], a[4]));
+    }
+    return y;
+  });
 }
 
 /// cm[o][r] = max(c_o, lk[o][0..r]) down the rows (a scan, no exponentials), and ref[o] its
@@ -245,23 +267,56 @@ void rescale(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
   }
 }
 
+/// Appends to `ins` what a factor pass reads for output o's coefficient: its tile when
+/// coefficients vary (`tile`: cq, or ck already times the row weights), otherwise the row
+/// weights [F] on the key side (`rowscale`) and nothing on the query side. Returns where
+/// coefficient() finds them.
+unsigned coefficientOperands(const CausalTiles &t, Value tile, Value rowscale,
+                             SmallVector<Operand> &ins) {
+  unsigned at = ins.size();
+  if (t.varying)
+    ins.push_back({tile});
+  else if (rowscale)
+    ins.push_back({rowscale, At::Col});
+  return at;
+}
+
+/// In a factor pass's body: output o's coefficient from those operands (the constant
+/// formed in place, times the row weights when `scaled`).
+Value coefficient(Scalar &x, const CausalTiles &t, ComponentOp component, const CausalArgs &in,
+                  ValueRange a, unsigned at, bool scaled, int64_t o) {
+  if (t.varying)
+    return a[at];
+  Value co = invariantCoefficient(x.b, x.l, component, x.c(0), in.params, o);
+  return scaled ? x.mul(co, a[at]) : co;
+}
+
 /// The key factors kf = ck exp(lk - ref) <= |ck| (0 for masked keys) and, when `queries`,
 /// the query factors qa = cq exp(lq + ref - M) <= |cq| exp(Delta) (0 past the rows).
-void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, bool queries) {
+void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, bool queries) {
+  ComponentOp component = tb.component;
   for (int64_t o = 0; o < s.K; ++o) {
-    tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // kf in place of lk
-                   [](OpBuilder &nb, Location l, ValueRange a) {
+    SmallVector<Operand> kIns = {{t.ref[o], At::Col}};
+    unsigned kc = coefficientOperands(t, t.ck[o], in.rowscale, kIns);
+    tb.elementwise(kIns, {t.kf[o]},  // kf in place of lk
+                   [&, n = kIns.size()](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
-                     Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
-                     return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
+                     Value lk = a[n];
+                     Value live = x.cmp(arith::CmpFPredicate::UNE, lk, x.c(kNegInf));
+                     Value co = coefficient(x, t, component, in, a, kc, /*scaled=*/true, o);
+                     return one(x.select(live, x.mul(co, x.exp(x.sub(lk, a[0]))), x.c(0)));
                    });
-    if (queries)  // qa in place of lq
-      tb.elementwise({{t.cq[o]}, {t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}},
-                     {t.qa[o]}, [](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value e = x.mul(a[0], x.exp(x.sub(x.add(a[4], a[1]), a[2])));
-                       return one(x.select(x.positive(a[3]), e, x.c(0)));
-                     });
+    if (!queries)
+      continue;
+    SmallVector<Operand> qIns = {{t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}};
+    unsigned qc = coefficientOperands(t, t.cq[o], Value(), qIns);
+    tb.elementwise(qIns, {t.qa[o]},  // qa in place of lq
+                   [&, n = qIns.size()](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value co = coefficient(x, t, component, in, a, qc, /*scaled=*/false, o);
+                     Value e = x.mul(co, x.exp(x.sub(x.add(a[n], a[0]), a[1])));
+                     return one(x.select(x.positive(a[2]), e, x.c(0)));
+                   });
   }
 }
 
@@ -283,6 +338,25 @@ void absorbKeys(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st)
       return y;
     });
   }
+}
+
+/// With invariant coefficients, whether some factor can be negative (an i1 formed once per
+/// kernel): a factor is its output's constant coefficient times an exponential, times the
+/// row weight of its feature on the key side, so one of those below 0 (or NaN) says so. No
+/// tile of factors is then searched for a sign per tile.
+Value negativeFactors(TileBuilder &tb, const Dims &s, const CausalArgs &in, Value flag) {
+  tb.fill(flag, kNegInf);
+  Value zero = tb.idx(0);
+  tb.forRange(zero, tb.dim(in.rowscale, 0), [&](Value f) {
+    Value v = arith::NegFOp::create(tb.b, tb.loc, tb.load(in.rowscale, {f}));
+    tb.store(arith::MaximumFOp::create(tb.b, tb.loc, tb.load(flag, {zero}), v), flag, {zero});
+  });
+  Value worst = tb.load(flag, {zero});
+  for (int64_t o = 0; o < s.K; ++o) {
+    Value co = invariantCoefficient(tb.b, tb.loc, tb.component, tb.f32(0), in.params, o);
+    worst = arith::MaximumFOp::create(tb.b, tb.loc, worst, arith::NegFOp::create(tb.b, tb.loc, co));
+  }
+  return arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::UGT, worst, tb.f32(0));
 }
 
 /// Runs `tile` on a tile, or row by row when `split` (an i1) holds: `row(r)` per row.
@@ -313,7 +387,7 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   rowReference(tb, s, t);
   auto tile = [&] {
     rescale(tb, s, t, st);
-    factors(tb, s, t, /*queries=*/true);
+    factors(tb, s, t, in, /*queries=*/true);
     // Within the tile: P = qa kf^T, masked to j <= r; the guard's |qa| |kf|^T is P itself
     // unless a factor of the tile is negative (signed estimators: SGQ's weights, TrigRF), so
     // that product runs only then (a branch every thread of a GPU block takes alike).
@@ -321,14 +395,17 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
     for (int64_t o = 0; o < s.K; ++o)
       tb.matmulTransposedB(t.qa[o], t.kf[o], t.P);
     tb.lowerTriangle(t.P);
-    tb.fill(t.delta, 0);
-    for (int64_t o = 0; o < s.K; ++o)
-      tb.reduceRows({{t.qa[o]}, {t.kf[o]}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
-        Scalar x{nb, l};
-        Value neg = x.max(arith::NegFOp::create(nb, l, a[0]), arith::NegFOp::create(nb, l, a[1]));
-        return one(x.max(a[2], neg));
-      });
-    Value negative = largestExceeds(tb, s, t, t.delta, Value(), 0);
+    Value negative = in.negative;
+    if (!negative) {
+      tb.fill(t.delta, 0);
+      for (int64_t o = 0; o < s.K; ++o)
+        tb.reduceRows({{t.qa[o]}, {t.kf[o]}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
+          Scalar x{nb, l};
+          Value neg = x.max(arith::NegFOp::create(nb, l, a[0]), arith::NegFOp::create(nb, l, a[1]));
+          return one(x.max(a[2], neg));
+        });
+      negative = largestExceeds(tb, s, t, t.delta, Value(), 0);
+    }
     auto branch = scf::IfOp::create(tb.b, tb.loc, negative, /*withElseRegion=*/true);
     {
       OpBuilder::InsertionGuard guard(tb.b);
@@ -481,6 +558,8 @@ void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const
                 k.arg(14), k.arg(15), Value(), k.arg(12), k.arg(13), k.params};
   State st{k.arg(8), k.arg(9), k.arg(10), k.arg(11), Value()};
   CausalTiles tiles(tb, s, false);
+  if (!tiles.varying)
+    in.negative = negativeFactors(tb, s, in, tb.buffer({1}));
   if (s.T == 1) {
     tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
       forwardStep(tb, s, tiles, in, st, r0, rows, nullptr);
@@ -540,11 +619,13 @@ void loadRowStats(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalAr
 
 /// The gradients of one side's staged rows X from a[o] = dL/dphi in units of the factor
 /// exp(logit + ref) (times `rowscale` on the key side), chained through the derived
-/// partials, into dx (unstaged, times `scale`), dW, the parameters' sums and dscale.
+/// partials, into dx (unstaged, times `scale`), dW, the parameters' sums and dscale. With
+/// `factorsOut`, the same pass also writes the factors coeff exp(logit + ref) rowscale
+/// there (0 where not live): the exponential is formed once for both.
 void chainRows(TileBuilder &tb, const Dims &s, CausalTiles &t, FeaturePartialsOp partials,
                const CausalArgs &in, Value X, Value L, Value xx, Value live, Value rowscale,
                Value rowShift, Value W, Value dW, Value dx, Value scale, Value dscale, Value r0,
-               Value rows) {
+               Value rows, ArrayRef<Value> factorsOut = {}) {
   ComponentOp component = tb.component;
   GradientTiles &g = t.grad;
   SmallVector<Operand> ins = {{L}, {xx, At::Row}, {in.ww, At::Col}, {live, At::Row}};
@@ -560,7 +641,9 @@ void chainRows(TileBuilder &tb, const Dims &s, CausalTiles &t, FeaturePartialsOp
   unsigned first = ins.size();
   for (int64_t o = 0; o < s.K; ++o)
     ins.append({{t.ref[o], At::Col}, {t.A[o]}});
-  tb.elementwise(ins, g.outputs(), [&](OpBuilder &nb, Location l, ValueRange a) {
+  SmallVector<Value> outs = g.outputs();
+  outs.append(factorsOut.begin(), factorsOut.end());
+  tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
     KernelBuilder kb(nb, l, component);
     Scalar x{nb, l};
     Value wx = a[0], xxv = a[1], wwv = a[2], ok = x.positive(a[3]);
@@ -578,7 +661,11 @@ void chainRows(TileBuilder &tb, const Dims &s, CausalTiles &t, FeaturePartialsOp
       da.push_back(x.select(ok, a[first + 2 * o + 1], x.c(0)));
     }
     Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, in.params, coeffs, e, da);
-    return g.values(ch, [&](Value v) { return x.select(ok, v, x.c(0)); });
+    SmallVector<Value> y = g.values(ch, [&](Value v) { return x.select(ok, v, x.c(0)); });
+    if (!factorsOut.empty())
+      for (int64_t o = 0; o < s.K; ++o)
+        y.push_back(x.mul(coeffs[o], e[o]));  // e is 0 where not live
+    return y;
   });
   accumulateGradients(tb, s, g, X, W, dW);
   tb.unstage(g.dx, r0, rows, dx, s.D, scale);
@@ -600,7 +687,7 @@ void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Cau
   loadRowStats(tb, s, t, in, r0, rows);
   auto tile = [&] {
     rescale(tb, s, t, st);
-    factors(tb, s, t, /*queries=*/false);
+    factors(tb, s, t, in, /*queries=*/false);
     // a = gn S^T - gdot z (the state, at the tile-end reference) + G kf (the tile's keys).
     for (int64_t o = 0; o < s.K; ++o) {
       tb.elementwise({{t.gdot, At::Row}, {tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
@@ -662,18 +749,15 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
   auto tile = [&] {
     rescale(tb, s, t, st);  // R, r to the reference E (e in st.c)
     for (int64_t o = 0; o < s.K; ++o) {
-      // qb = cq exp(lq - M - E) <= |cq| (in qa), kb = ck exp(lk + E) (in kf).
-      tb.elementwise({{t.cq[o]}, {t.ref[o], At::Col}}, {t.qa[o]},  // in place of lq - M
-                     [](OpBuilder &nb, Location l, ValueRange a) {
+      // qb = cq exp(lq - M - E) <= |cq| (in qa); kb = ck exp(lk + E) comes with the chain.
+      SmallVector<Operand> qIns = {{t.ref[o], At::Col}};
+      unsigned qc = coefficientOperands(t, t.cq[o], Value(), qIns);
+      tb.elementwise(qIns, {t.qa[o]},  // in place of lq - M
+                     [&, n = qIns.size()](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
-                       return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
-                     });
-      tb.elementwise({{t.ck[o]}, {t.ref[o], At::Col}}, {t.kf[o]},  // in place of lk
-                     [](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
-                       return one(x.select(live, x.mul(a[0], x.exp(x.add(a[2], a[1]))), x.c(0)));
+                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
+                       Value co = coefficient(x, t, tb.component, in, a, qc, false, o);
+                       return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
                      });
       // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
       tb.elementwise({{tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
@@ -683,6 +767,10 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
       tb.matmul(t.Vt, tb.outputCols(st.St, o), t.A[o]);
       tb.matmul(t.G, t.qa[o], t.A[o], /*transposeA=*/true);
     }
+    // The key factor exp(lk + E) rs of the chain, and kb = ck exp(lk + E) (in kf, in place
+    // of lk, which the chain does not read) from the same exponential.
+    chainRows(tb, s, t, out.partials, in, t.Kt, t.Lk, t.xxk, t.kept, in.rowscale, Value(), out.W,
+              out.dW, out.dk, in.kscale, out.dscale, r0, rows, t.kf);
     // dv = kb R (R read transposed: dot products along the features) + (qb kb^T masked)^T gn.
     tb.fill(t.dVt, 0);
     tb.fill(t.P, 0);
@@ -693,9 +781,6 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
     tb.lowerTriangle(t.P);
     tb.matmul(t.P, t.GN, t.dVt, /*transposeA=*/true);
     tb.unstage(t.dVt, r0, rows, out.dv, s.DV);
-    // The key factor exp(lk + E) rs of the chain.
-    chainRows(tb, s, t, out.partials, in, t.Kt, t.Lk, t.xxk, t.kept, in.rowscale, Value(), out.W,
-              out.dW, out.dk, in.kscale, out.dscale, r0, rows);
     // The suffix state takes the tile's rows: R += qb^T gn, r += qb^T gdot.
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(t.GN, t.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
@@ -835,11 +920,14 @@ void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const 
     }
     rescale(tb, s, tt, st);
     for (int64_t o = 0; o < s.K; ++o) {
-      tb.elementwise({{tt.cq[o]}, {tt.ref[o], At::Col}}, {tt.qa[o]},  // in place of lq - M
-                     [](OpBuilder &nb, Location l, ValueRange a) {
+      SmallVector<Operand> qIns = {{tt.ref[o], At::Col}};
+      unsigned qc = coefficientOperands(tt, tt.cq[o], Value(), qIns);
+      tb.elementwise(qIns, {tt.qa[o]},  // in place of lq - M
+                     [&, n = qIns.size()](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[2], x.c(kNegInf));
-                       return one(x.select(live, x.mul(a[0], x.exp(x.sub(a[2], a[1]))), x.c(0)));
+                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
+                       Value co = coefficient(x, tt, component, in, a, qc, false, o);
+                       return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
                      });
       tb.matmul(tt.GN, tt.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
       tb.reduceCols({{tt.qa[o]}, {tt.gdot, At::Row}}, {tb.outputRows(st.z, o)},

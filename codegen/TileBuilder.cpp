@@ -21,6 +21,12 @@ SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, un
   return used;
 }
 
+Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
+                           ArrayRef<Value> params, int64_t o) {
+  KernelBuilder kb(b, loc, component);
+  return kb.features(any, any, any, params).second[o];
+}
+
 Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef<bool> used,
               Value wx, Value xx, Value ww, ArrayRef<Value> params, ArrayRef<Value> coeffs,
               ArrayRef<Value> e, ArrayRef<Value> a) {

@@ -281,6 +281,12 @@ struct Scalar {
   Value positive(Value x) { return cmp(arith::CmpFPredicate::OGT, x, c(0)); }
 };
 
+/// Output o's coefficient when it depends on no element (KernelBuilder::coefficientsVary):
+/// the features inlined with `any` for wx, xx and ww; the logits they also build are dead
+/// and canonicalisation removes them.
+Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
+                           ArrayRef<Value> params, int64_t o);
+
 /// Which arguments (wx, xx, ww, params...) the features depend on: those with a
 /// derived partial that is not the constant 0 for some output. The others get no
 /// gradient tile (PosRF's logit does not depend on ||w||^2: no dW ||w||^2 term).

@@ -21,15 +21,6 @@ namespace {
 using namespace mlir::spectra::tiles;
 
 
-/// Output o's coefficient when it depends on no element (KernelBuilder::coefficientsVary):
-/// the features inlined with `any` for wx, xx and ww; the logits they also build are dead
-/// and canonicalisation removes them.
-static Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
-                                  ArrayRef<Value> params, int64_t o) {
-  KernelBuilder kb(b, loc, component);
-  return kb.features(any, any, any, params).second[o];
-}
-
 void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, const Types &t,
              StringRef name, unsigned numParams) {
   Kernel k = makeKernel(b, loc, name, "kv", "keys",
