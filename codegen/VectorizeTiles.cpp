@@ -286,6 +286,27 @@ private:
     return op.emitOpError("spectra-vectorize-tiles: row reductions combine with addf or maximumf");
   }
 
+  /// The lanes of `v` combined into a scalar, as a tree: a sum reassociates (the lanes hold
+  /// partial sums in no order a sequential sum would keep), and a maximum halves the vector
+  /// with shuffles and arith.maximumf, which keeps its semantics (IEEE's, or the CPU
+  /// lowering's compare-and-select) where llvm.vector.reduce.fmaximum would expand to a
+  /// lane-by-lane chain with NaN tests.
+  Value acrossLanes(vector::CombiningKind kind, Value v) {
+    auto type = cast<VectorType>(v.getType());
+    int64_t n = type.getNumElements();
+    if (kind == vector::CombiningKind::ADD || !llvm::isPowerOf2_64(n))
+      return vector::ReductionOp::create(b, loc, kind, v, arith::FastMathFlags::reassoc);
+    for (int64_t w = n / 2; w >= 1; w /= 2) {
+      SmallVector<int64_t> lo, hi;
+      for (int64_t l = 0; l < w; ++l)
+        lo.push_back(l), hi.push_back(w + l);
+      Value a = vector::ShuffleOp::create(b, loc, v, v, lo);
+      Value c = vector::ShuffleOp::create(b, loc, v, v, hi);
+      v = arith::MaximumFOp::create(b, loc, a, c);
+    }
+    return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
+  }
+
   LogicalResult lowerRowReduction(linalg::GenericOp op) {
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     if (failed(checkMaps(op, 1)) || failed(checkBody(op)))
@@ -328,7 +349,7 @@ private:
           return step(i, j0, VL, carried);
         });
         for (unsigned k = 0; k < numOuts; ++k)
-          sums[k] = vector::ReductionOp::create(b, loc, kinds[k], acc[k]);
+          sums[k] = acrossLanes(kinds[k], acc[k]);
       }
       if (n % VL) {
         SmallVector<Value> init;
@@ -337,7 +358,7 @@ private:
         SmallVector<Value> tail = step(i, idx(full), n % VL, init);
         for (unsigned k = 0; k < numOuts; ++k)
           sums[k] = combine(kinds[k], sums[k],
-                            vector::ReductionOp::create(b, loc, kinds[k], tail[k]));
+                            acrossLanes(kinds[k], tail[k]));
       }
       for (unsigned k = 0; k < numOuts; ++k) {
         Value out = op->getOperand(numIns + k);
@@ -467,7 +488,7 @@ private:
     if (vs.size() == 1 || !llvm::isPowerOf2_64(width)) {
       SmallVector<Value> sums;
       for (Value v : vs)
-        sums.push_back(vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, v));
+        sums.push_back(acrossLanes(vector::CombiningKind::ADD, v));
       return sums;
     }
     // A folded vector: blocks of `w` lanes, block j partial sums of vs[ids[j]] (-1: none).

@@ -89,8 +89,10 @@ func.func @features(%l: memref<2x12xf32>, %xx: memref<2xf32>, %ww: memref<12xf32
 
 // Tests that a reduction along the innermost dimension keeps a vector accumulator
 // from the combiner's identity (-inf for maximumf) and reduces it horizontally once
-// per row into the output's old value; along the outer dimension it accumulates
-// whole vectors from the output.
+// per row into the output's old value (a maximum as a tree of shuffles and maximumf:
+// 8 -> 4 -> 2 -> 1 lanes), along the outer dimension it accumulates whole vectors from
+// the output. A sum across lanes is a reassociating vector.reduction (a tree, not a
+// lane-by-lane chain).
 #full = affine_map<(i, j) -> (i, j)>
 #row = affine_map<(i, j) -> (i)>
 #col = affine_map<(i, j) -> (j)>
@@ -98,7 +100,14 @@ func.func @features(%l: memref<2x12xf32>, %xx: memref<2xf32>, %ww: memref<12xf32
 // CHECK: %[[NEG:.*]] = arith.constant dense<0xFF800000> : vector<8xf32>
 // CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[NEG]]) -> (vector<8xf32>)
 // CHECK: arith.maximumf %{{.*}} : vector<8xf32>
-// CHECK: vector.reduction <maximumf>
+// CHECK: vector.shuffle {{.*}} [4, 5, 6, 7] : vector<8xf32>, vector<8xf32>
+// CHECK: arith.maximumf %{{.*}} : vector<4xf32>
+// CHECK: vector.shuffle {{.*}} [2, 3] : vector<4xf32>, vector<4xf32>
+// CHECK: arith.maximumf %{{.*}} : vector<2xf32>
+// CHECK: vector.shuffle {{.*}} [1] : vector<2xf32>, vector<2xf32>
+// CHECK: arith.maximumf %{{.*}} : vector<1xf32>
+// CHECK-NOT: vector.reduction
+// CHECK: vector.extract %{{.*}}[0] : f32 from vector<1xf32>
 // CHECK: memref.store
 // CHECK: %[[COL:.*]] = vector.load %arg2[%{{.*}}] : memref<16xf32>, vector<8xf32>
 // CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[COL]]) -> (vector<8xf32>)
@@ -186,6 +195,27 @@ func.func @stage(%src: memref<?x32xf32>, %n: index) attributes {spectra.tile_row
       ins(%tile : memref<16x32xf32>) outs(%copy : memref<16x32xf32>) {
   ^bb0(%x: f32, %y: f32):
     linalg.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that a row sum reduces its vector accumulator across lanes with a reassociating
+// vector.reduction (LLVM then adds the lanes as a tree; without reassoc it would add them
+// one by one, a chain of 8 dependent adds per row).
+#rs_full = affine_map<(i, j) -> (i, j)>
+#rs_row = affine_map<(i, j) -> (i)>
+// CHECK-LABEL: func.func @row_sum(
+// CHECK: arith.addf %{{.*}} : vector<8xf32>
+// CHECK: vector.reduction <add>, %{{.*}} fastmath<reassoc> : vector<8xf32> into f32
+// CHECK: memref.store
+func.func @row_sum(%x: memref<4x16xf32>, %rows: memref<4xf32>) {
+  linalg.generic {indexing_maps = [#rs_full, #rs_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<4x16xf32>) outs(%rows : memref<4xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %a = arith.addf %v, %acc : f32
+    linalg.yield %a : f32
   }
   return
 }
