@@ -189,14 +189,28 @@ void runningMax(TileBuilder &tb, const Dims &s, CausalTiles &t, Value c) {
 }
 
 /// M[r] = max over outputs and features of lq + cm (0 for a row no kept key reaches yet:
-/// its terms are all 0, and the readout defines its output as 0).
-void rowReference(TileBuilder &tb, const Dims &s, CausalTiles &t) {
+/// its terms are all 0, and the readout defines its output as 0). With `gap`, the same
+/// pass over lq also leaves max over outputs and features of lq + c_end in delta (what
+/// splitGap turns into Delta_r).
+void rowReference(TileBuilder &tb, const Dims &s, CausalTiles &t, bool gap) {
   tb.fill(t.M, kNegInf);
-  for (int64_t o = 0; o < s.K; ++o)
-    tb.reduceRows({{t.lq[o]}, {t.cm[o]}}, {t.M}, [](OpBuilder &nb, Location l, ValueRange a) {
-      Scalar x{nb, l};
-      return one(x.max(a[2], x.add(a[0], a[1])));
-    });
+  if (gap)
+    tb.fill(t.delta, kNegInf);
+  for (int64_t o = 0; o < s.K; ++o) {
+    if (!gap) {
+      tb.reduceRows({{t.lq[o]}, {t.cm[o]}}, {t.M}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        return one(x.max(a[2], x.add(a[0], a[1])));
+      });
+      continue;
+    }
+    tb.reduceRows({{t.lq[o]}, {t.cm[o]}, {t.ref[o], At::Col}}, {t.M, t.delta},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return SmallVector<Value>{x.max(a[3], x.add(a[0], a[1])),
+                                              x.max(a[4], x.add(a[0], a[2]))};
+                  });
+  }
   tb.elementwise({}, {t.M}, [](OpBuilder &nb, Location l, ValueRange a) {
     Scalar x{nb, l};
     return one(x.select(x.cmp(arith::CmpFPredicate::OEQ, a[0], x.c(kNegInf)), x.c(0), a[0]));
@@ -224,14 +238,17 @@ Value largestExceeds(TileBuilder &tb, const Dims &s, CausalTiles &t, Value value
 }
 
 /// Whether a tile must run row by row: Delta_r = max_f (lq + c_end) - M_r > kSplitGap.
-Value forwardSplit(TileBuilder &tb, const Dims &s, CausalTiles &t) {
-  tb.fill(t.delta, kNegInf);
-  for (int64_t o = 0; o < s.K; ++o)
-    tb.reduceRows({{t.lq[o]}, {t.ref[o], At::Col}}, {t.delta},
-                  [](OpBuilder &nb, Location l, ValueRange a) {
-                    Scalar x{nb, l};
-                    return one(x.max(a[2], x.add(a[0], a[1])));
-                  });
+/// `reduced`: delta already holds max_f (lq + c_end) (rowReference's gap).
+Value forwardSplit(TileBuilder &tb, const Dims &s, CausalTiles &t, bool reduced = false) {
+  if (!reduced) {
+    tb.fill(t.delta, kNegInf);
+    for (int64_t o = 0; o < s.K; ++o)
+      tb.reduceRows({{t.lq[o]}, {t.ref[o], At::Col}}, {t.delta},
+                    [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return one(x.max(a[2], x.add(a[0], a[1])));
+                    });
+  }
   tb.elementwise({{t.M}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
     return one(arith::SubFOp::create(nb, l, a[1], a[0]));
   });
@@ -384,7 +401,7 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   stageRows(tb, s, t, in, r0, rows);
   features(tb, s, t, in);
   runningMax(tb, s, t, st.c);
-  rowReference(tb, s, t);
+  rowReference(tb, s, t, /*gap=*/bool(row));
   auto tile = [&] {
     rescale(tb, s, t, st);
     factors(tb, s, t, in, /*queries=*/true);
@@ -467,7 +484,8 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
   };
   if (!row)
     return tile();
-  unlessSplit(tb, forwardSplit(tb, s, t), r0, rows, /*reversed=*/false, row, tile);
+  unlessSplit(tb, forwardSplit(tb, s, t, /*reduced=*/true), r0, rows, /*reversed=*/false, row,
+              tile);
 }
 
 /// A carried state as the scans see it: its matrix (S [F, DV], features along rows, or Rt
