@@ -32,6 +32,8 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #define DEBUG_TYPE "spectra-vectorize-tiles"
 
@@ -48,6 +50,10 @@ class Vectorizer {
 public:
   Vectorizer(OpBuilder &b, Location loc, int64_t vl, int64_t mr, int64_t nv)
       : b(b), loc(loc), VL(vl), MR(mr), NV(nv) {}
+
+  /// For a contraction: whether its output holds zeros on entry (the fill before it was
+  /// dropped): the accumulators start at 0 and C is only written.
+  bool zeroOutput = false;
 
   LogicalResult lower(Operation *op) {
     if (auto fill = dyn_cast<linalg::FillOp>(op))
@@ -433,9 +439,11 @@ private:
       for (int64_t r = 0; r < rows; ++r)
         rowAt.push_back(arith::AddIOp::create(b, loc, row0, idx(r)));
       SmallVector<Value> init;
+      Value zero = zeroOutput ? arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0)).getResult()
+                              : Value();
       for (int64_t r = 0; r < rows; ++r)
         for (auto [v, w] : llvm::enumerate(ws))
-          init.push_back(vload(C, {rowAt[r], colAt[v]}, w));
+          init.push_back(zeroOutput ? splat(zero, w) : vload(C, {rowAt[r], colAt[v]}, w));
       SmallVector<Value> acc = loop(0, K, 1, init, [&](Value kk, ValueRange carried) {
         SmallVector<Value> bv, next(carried.begin(), carried.end());
         for (auto [v, w] : llvm::enumerate(ws))
@@ -573,9 +581,11 @@ private:
       }
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {
-          Value old = memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], colAt[c]});
-          memref::StoreOp::create(b, loc, arith::AddFOp::create(b, loc, old, sums[r * cols + c]), C,
-                                  ValueRange{rowAt[r], colAt[c]});
+          Value sum = sums[r * cols + c];
+          if (!zeroOutput)
+            sum = arith::AddFOp::create(
+                b, loc, memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], colAt[c]}), sum);
+          memref::StoreOp::create(b, loc, sum, C, ValueRange{rowAt[r], colAt[c]});
         }
     };
     (void)f32;
@@ -603,6 +613,17 @@ private:
   int64_t VL, MR, NV;
 };
 
+/// The buffer a view is of (through subviews and casts).
+Value root(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto view = dyn_cast<ViewLikeOpInterface>(def))
+      v = view.getViewSource();
+    else
+      break;
+  }
+  return v;
+}
+
 struct VectorizeTilesPass
     : mlir::spectra::impl::SpectraVectorizeTilesBase<VectorizeTilesPass> {
   using SpectraVectorizeTilesBase::SpectraVectorizeTilesBase;
@@ -617,12 +638,40 @@ struct VectorizeTilesPass
       if (isa<linalg::FillOp, linalg::GenericOp>(op))
         ops.push_back(op);
     });
+    // A contraction into a tile that the fill just before it (nothing with memory effects
+    // between) set to +0 writes the whole tile: its accumulators start at 0 and the fill
+    // goes, so the tile is neither stored as zeros nor loaded back.
+    llvm::DenseSet<Operation *> zeroed, dropped;
+    for (Operation *op : ops) {
+      auto generic = dyn_cast<linalg::GenericOp>(op);
+      if (!generic || generic.getNumLoops() != 3 || generic.getNumDpsInits() != 1)
+        continue;
+      MLIRContext *ctx = op->getContext();
+      if (generic.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+        continue;
+      Operation *prev = op->getPrevNode();
+      while (prev && !isa<linalg::FillOp>(prev) && isMemoryEffectFree(prev))
+        prev = prev->getPrevNode();
+      auto fill = dyn_cast_or_null<linalg::FillOp>(prev);
+      Value C = generic.getDpsInits()[0];
+      if (!fill || fill.getDpsInits()[0] != C || !matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
+        continue;
+      // An operand in the same buffer would have read the zeros.
+      if (llvm::any_of(generic.getDpsInputs(), [&](Value in) { return root(in) == root(C); }))
+        continue;
+      zeroed.insert(op);
+      dropped.insert(fill);
+    }
     OpBuilder b(&getContext());
     for (Operation *op : ops) {
-      b.setInsertionPoint(op);
-      Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
-      if (failed(v.lower(op)))
-        return signalPassFailure();
+      if (!dropped.contains(op)) {
+        b.setInsertionPoint(op);
+        Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
+        v.zeroOutput = zeroed.contains(op);
+        if (failed(v.lower(op)))
+          return signalPassFailure();
+      }
       op->erase();
     }
   }

@@ -219,3 +219,91 @@ func.func @row_sum(%x: memref<4x16xf32>, %rows: memref<4xf32>) {
   }
   return
 }
+
+// -----
+
+// Tests that a contraction into a tile the fill just before it set to +0 starts its
+// accumulators at 0 and only stores C (the fill goes: no zeros stored, no C loaded back);
+// a second contraction into the same tile accumulates onto it; a fill of another value,
+// or of another tile, is kept and the contraction after it loads C.
+#z_a = affine_map<(m, n, k) -> (m, k)>
+#z_b = affine_map<(m, n, k) -> (k, n)>
+#z_bt = affine_map<(m, n, k) -> (n, k)>
+#z_c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @zero_filled(
+// CHECK-DAG: %[[Z:.*]] = arith.constant dense<0.000000e+00> : vector<8xf32>
+// CHECK-NOT: vector.load %arg2
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]])
+// CHECK: vector.store {{.*}}, %arg2
+// The second contraction accumulates onto the first's result.
+// CHECK: %[[ACC:.*]] = vector.load %arg2
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[ACC]]
+// The dot-product form stores its lane sums without reading C.
+// CHECK-NOT: memref.load %arg4
+// CHECK: memref.store {{.*}}, %arg4
+// A fill of 1 stays and the contraction after it reads C.
+// CHECK: vector.store {{.*}}, %arg5
+// CHECK: vector.load %arg5
+func.func @zero_filled(%A: memref<2x3xf32>, %B: memref<3x16xf32>, %C: memref<2x16xf32>,
+                       %Bt: memref<2x8xf32>, %P: memref<2x2xf32>, %D: memref<2x16xf32>,
+                       %A8: memref<2x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<2x16xf32>)
+  linalg.generic {indexing_maps = [#z_a, #z_b, #z_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#z_a, #z_b, #z_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.fill ins(%zero : f32) outs(%P : memref<2x2xf32>)
+  linalg.generic {indexing_maps = [#z_a, #z_bt, #z_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A8, %Bt : memref<2x8xf32>, memref<2x8xf32>) outs(%P : memref<2x2xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.fill ins(%one : f32) outs(%D : memref<2x16xf32>)
+  linalg.generic {indexing_maps = [#z_a, #z_b, #z_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%D : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that the fill stays when the contraction also reads the filled buffer (a view of
+// it here): the operand must see the zeros.
+#y_a = affine_map<(m, n, k) -> (m, k)>
+#y_b = affine_map<(m, n, k) -> (k, n)>
+#y_c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @zero_filled_operand(
+// CHECK: vector.store {{.*}}, %arg0
+// CHECK: vector.load %arg0
+// CHECK: scf.for
+func.func @zero_filled_operand(%C: memref<8x8xf32>, %B: memref<8x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<8x8xf32>)
+  %A = memref.subview %C[0, 0] [8, 8] [1, 1] : memref<8x8xf32> to memref<8x8xf32, strided<[8, 1]>>
+  linalg.generic {indexing_maps = [#y_a, #y_b, #y_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<8x8xf32, strided<[8, 1]>>, memref<8x8xf32>) outs(%C : memref<8x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}

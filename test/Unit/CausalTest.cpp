@@ -424,3 +424,31 @@ TEST(CausalDecode, RefusesWhatItCannotDo) {
 }
 
 } // namespace
+
+TEST(FusedCausal, SignedRowWeightsKeepTheGuardsMagnitudes) {
+  // PosRF with signed row weights (SGQ's slot): W = 0 makes every feature the same, so with
+  // weights +1, -1, +1, ... (and 0 for the 17th) each key's features cancel: every query's
+  // denominator is 0 up to rounding while the magnitudes' total T is not, and the guard
+  // must fire on every row. PosRF's coefficients are constants, so the readout decides once
+  // per kernel from the coefficients' and the row weights' signs whether a factor can be
+  // negative; were that test wrong, T would be the signed sum and no row would fire.
+  VariantConfig cfg = config(17, 8);
+  FusedCpuAttention fused("posrf-sgq", cfg, /*causal=*/true);
+  ReferenceFeatureMap ref(fused.descriptor());
+  Weights w{torch::zeros({17, 8}), torch::ones({17}), {}};
+  for (int64_t f = 1; f < 16; f += 2)
+    (*w.rowWeights)[f] = -1.0;
+  (*w.rowWeights)[16] = 0.0;
+  const int64_t N = 40;  // two full 16-row tiles and a partial one
+  Inputs in = inputs(1, 2, N, 8, 3, 0.5, 11);
+  AttentionResult fus = fused.attentionWithStats(in.q.to(torch::kFloat32), in.k.to(torch::kFloat32),
+                                                 in.v.to(torch::kFloat32), w);
+  AttentionResult exact = ref.attentionWithStats(in.q, in.k, in.v, w, std::nullopt, causalOptions());
+  EXPECT_TRUE(torch::equal(exact.guarded, torch::full({1, 2}, double(N), exact.guarded.options())))
+      << exact.guarded;
+  EXPECT_TRUE(torch::equal(fus.guarded, torch::full({1, 2}, double(N), fus.guarded.options())))
+      << "the fused causal readout must guard every row: " << fus.guarded;
+  EXPECT_TRUE(torch::isfinite(fus.out).all().item<bool>());
+  EXPECT_LE(fus.out.abs().max().item<double>(),
+            in.v.abs().max().item<double>() / kDenominatorGuard);
+}
