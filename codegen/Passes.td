@@ -73,8 +73,13 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     (loop-carried accumulators, one vector.fma per accumulator and k),
     elementwise generics (the component's features region) along their
     innermost dimension with the body cloned on vectors, reductions with
-    vector accumulators. The CPU pipeline picks the width from the host
-    (8 for AVX2, 16 for AVX-512).
+    vector accumulators whose lanes combine as a tree (a reassociating
+    vector.reduction for sums, shuffles and maximumf for maxima). A
+    contraction into a tile that the linalg.fill just before it set to +0
+    (no op with memory effects between, no operand in the same buffer)
+    starts its accumulators at 0 and only writes the tile; the fill goes.
+    The CPU pipeline picks the width from the host (8 for AVX2, 16 for
+    AVX-512).
 
     ```mlir
     // linalg.generic (contraction) on memref<32x32xf32>, memref<32x128xf32> -> memref<32x128xf32>
