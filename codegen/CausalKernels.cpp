@@ -576,8 +576,8 @@ void buildCausalReadout(OpBuilder &b, Location loc, ComponentOp component, const
                 k.arg(14), k.arg(15), Value(), k.arg(12), k.arg(13), k.params};
   State st{k.arg(8), k.arg(9), k.arg(10), k.arg(11), Value()};
   CausalTiles tiles(tb, s, false);
-  if (!tiles.varying)
-    in.negative = negativeFactors(tb, s, in, tb.buffer({1}));
+  if (!tiles.varying)  // the flag's buffer is free again once its value is loaded
+    in.negative = negativeFactors(tb, s, in, tiles.flag);
   if (s.T == 1) {
     tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
       forwardStep(tb, s, tiles, in, st, r0, rows, nullptr);
@@ -682,7 +682,7 @@ void chainRows(TileBuilder &tb, const Dims &s, CausalTiles &t, FeaturePartialsOp
     SmallVector<Value> y = g.values(ch, [&](Value v) { return x.select(ok, v, x.c(0)); });
     if (!factorsOut.empty())
       for (int64_t o = 0; o < s.K; ++o)
-        y.push_back(x.mul(coeffs[o], e[o]));  // e is 0 where not live
+        y.push_back(x.select(ok, x.mul(coeffs[o], e[o]), x.c(0)));  // 0, never inf * 0
     return y;
   });
   accumulateGradients(tb, s, g, X, W, dW);

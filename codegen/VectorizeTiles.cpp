@@ -650,11 +650,17 @@ struct VectorizeTilesPass
       if (generic.getIndexingMapsArray().back() !=
           AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
         continue;
+      Value C = generic.getDpsInits()[0];
+      // Back over ops that touch no memory, and fills of other buffers (they write nothing
+      // the contraction writes), to the fill of C.
       Operation *prev = op->getPrevNode();
-      while (prev && !isa<linalg::FillOp>(prev) && isMemoryEffectFree(prev))
+      auto otherFill = [&](Operation *o) {
+        auto f = dyn_cast<linalg::FillOp>(o);
+        return f && f.getDpsInits()[0] != C && root(f.getDpsInits()[0]) != root(C);
+      };
+      while (prev && (isMemoryEffectFree(prev) || otherFill(prev)))
         prev = prev->getPrevNode();
       auto fill = dyn_cast_or_null<linalg::FillOp>(prev);
-      Value C = generic.getDpsInits()[0];
       if (!fill || fill.getDpsInits()[0] != C || !matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
         continue;
       // An operand in the same buffer would have read the zeros.

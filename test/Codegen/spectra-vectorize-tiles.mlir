@@ -307,3 +307,32 @@ func.func @zero_filled_operand(%C: memref<8x8xf32>, %B: memref<8x8xf32>) {
   }
   return
 }
+
+// -----
+
+// Tests that the fill of another buffer between the fill and the contraction (the keys'
+// backward zeroes two tiles, then fills them by products) does not keep the first fill:
+// %C's zeros go, %D's stay.
+#x_a = affine_map<(m, n, k) -> (m, k)>
+#x_b = affine_map<(m, n, k) -> (k, n)>
+#x_c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @two_fills(
+// CHECK-NOT: vector.store {{.*}}, %arg2
+// CHECK: vector.store {{.*}}, %arg3
+// CHECK-NOT: vector.load %arg2
+// CHECK: scf.for
+// CHECK: vector.store {{.*}}, %arg2
+func.func @two_fills(%A: memref<2x3xf32>, %B: memref<3x16xf32>, %C: memref<2x16xf32>,
+                     %D: memref<2x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<2x16xf32>)
+  linalg.fill ins(%zero : f32) outs(%D : memref<2x16xf32>)
+  linalg.generic {indexing_maps = [#x_a, #x_b, #x_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
