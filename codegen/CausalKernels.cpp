@@ -237,18 +237,24 @@ Value largestExceeds(TileBuilder &tb, const Dims &s, CausalTiles &t, Value value
                                tb.load(t.flag, {tb.idx(0)}), tb.f32(bound));
 }
 
+/// bound[r] = max over outputs and features of logits[o] + ref[o] (a row's largest exponent
+/// against the tile's references).
+void largestExponent(TileBuilder &tb, const Dims &s, CausalTiles &t, ArrayRef<Value> logits,
+                     Value bound) {
+  tb.fill(bound, kNegInf);
+  for (int64_t o = 0; o < s.K; ++o)
+    tb.reduceRows({{logits[o]}, {t.ref[o], At::Col}}, {bound},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return one(x.max(a[2], x.add(a[0], a[1])));
+                  });
+}
+
 /// Whether a tile must run row by row: Delta_r = max_f (lq + c_end) - M_r > kSplitGap.
 /// `reduced`: delta already holds max_f (lq + c_end) (rowReference's gap).
 Value forwardSplit(TileBuilder &tb, const Dims &s, CausalTiles &t, bool reduced = false) {
-  if (!reduced) {
-    tb.fill(t.delta, kNegInf);
-    for (int64_t o = 0; o < s.K; ++o)
-      tb.reduceRows({{t.lq[o]}, {t.ref[o], At::Col}}, {t.delta},
-                    [](OpBuilder &nb, Location l, ValueRange a) {
-                      Scalar x{nb, l};
-                      return one(x.max(a[2], x.add(a[0], a[1])));
-                    });
-  }
+  if (!reduced)
+    largestExponent(tb, s, t, t.lq, t.delta);
   tb.elementwise({{t.M}}, {t.delta}, [](OpBuilder &nb, Location l, ValueRange a) {
     return one(arith::SubFOp::create(nb, l, a[1], a[0]));
   });
@@ -308,21 +314,27 @@ Value coefficient(Scalar &x, const CausalTiles &t, ComponentOp component, const 
   return scaled ? x.mul(co, a[at]) : co;
 }
 
+/// Output o's factors in place of the logits `l` they are formed from: coeff exp(l - ref)
+/// (0 where l = -inf), the coefficient from `coeffTile` or formed in place (times the row
+/// weights when `rowscale` is given: the key side).
+void referencedFactors(TileBuilder &tb, CausalTiles &t, const CausalArgs &in, int64_t o, Value l,
+                       Value coeffTile, Value rowscale) {
+  SmallVector<Operand> ins = {{t.ref[o], At::Col}};
+  unsigned at = coefficientOperands(t, coeffTile, rowscale, ins);
+  tb.elementwise(ins, {l}, [&, n = ins.size()](OpBuilder &nb, Location loc, ValueRange a) {
+    Scalar x{nb, loc};
+    Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
+    Value co = coefficient(x, t, tb.component, in, a, at, /*scaled=*/bool(rowscale), o);
+    return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
+  });
+}
+
 /// The key factors kf = ck exp(lk - ref) <= |ck| (0 for masked keys) and, when `queries`,
 /// the query factors qa = cq exp(lq + ref - M) <= |cq| exp(Delta) (0 past the rows).
 void factors(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, bool queries) {
   ComponentOp component = tb.component;
   for (int64_t o = 0; o < s.K; ++o) {
-    SmallVector<Operand> kIns = {{t.ref[o], At::Col}};
-    unsigned kc = coefficientOperands(t, t.ck[o], in.rowscale, kIns);
-    tb.elementwise(kIns, {t.kf[o]},  // kf in place of lk
-                   [&, n = kIns.size()](OpBuilder &nb, Location l, ValueRange a) {
-                     Scalar x{nb, l};
-                     Value lk = a[n];
-                     Value live = x.cmp(arith::CmpFPredicate::UNE, lk, x.c(kNegInf));
-                     Value co = coefficient(x, t, component, in, a, kc, /*scaled=*/true, o);
-                     return one(x.select(live, x.mul(co, x.exp(x.sub(lk, a[0]))), x.c(0)));
-                   });
+    referencedFactors(tb, t, in, o, t.kf[o], t.ck[o], in.rowscale);  // kf in place of lk
     if (!queries)
       continue;
     SmallVector<Operand> qIns = {{t.ref[o], At::Col}, {t.M, At::Row}, {t.valid, At::Row}};
@@ -757,26 +769,12 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
                    [](OpBuilder &, Location, ValueRange a) { return one(a[0]); });
   }
   // Gamma_j = max_f (lk + E): the key factors exp(lk + E) stay below exp(Gamma).
-  tb.fill(t.delta, kNegInf);
-  for (int64_t o = 0; o < s.K; ++o)
-    tb.reduceRows({{t.lk[o]}, {t.ref[o], At::Col}}, {t.delta},
-                  [](OpBuilder &nb, Location l, ValueRange a) {
-                    Scalar x{nb, l};
-                    return one(x.max(a[2], x.add(a[0], a[1])));
-                  });
+  largestExponent(tb, s, t, t.lk, t.delta);
   auto tile = [&] {
     rescale(tb, s, t, st);  // R, r to the reference E (e in st.c)
     for (int64_t o = 0; o < s.K; ++o) {
       // qb = cq exp(lq - M - E) <= |cq| (in qa); kb = ck exp(lk + E) comes with the chain.
-      SmallVector<Operand> qIns = {{t.ref[o], At::Col}};
-      unsigned qc = coefficientOperands(t, t.cq[o], Value(), qIns);
-      tb.elementwise(qIns, {t.qa[o]},  // in place of lq - M
-                     [&, n = qIns.size()](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
-                       Value co = coefficient(x, t, tb.component, in, a, qc, false, o);
-                       return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
-                     });
+      referencedFactors(tb, t, in, o, t.qa[o], t.cq[o], Value());  // in place of lq - M
       // a = v R^T - r (the later rows) + G^T qb (the tile's rows at or after each key).
       tb.elementwise({{tb.outputRows(st.z, o), At::Col}}, {t.A[o]},
                      [](OpBuilder &nb, Location l, ValueRange a) {
@@ -938,15 +936,7 @@ void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const 
     }
     rescale(tb, s, tt, st);
     for (int64_t o = 0; o < s.K; ++o) {
-      SmallVector<Operand> qIns = {{tt.ref[o], At::Col}};
-      unsigned qc = coefficientOperands(tt, tt.cq[o], Value(), qIns);
-      tb.elementwise(qIns, {tt.qa[o]},  // in place of lq - M
-                     [&, n = qIns.size()](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
-                       Value co = coefficient(x, tt, component, in, a, qc, false, o);
-                       return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
-                     });
+      referencedFactors(tb, tt, in, o, tt.qa[o], tt.cq[o], Value());  // in place of lq - M
       tb.matmul(tt.GN, tt.qa[o], tb.outputCols(st.St, o), /*transposeA=*/true);
       tb.reduceCols({{tt.qa[o]}, {tt.gdot, At::Row}}, {tb.outputRows(st.z, o)},
                     [](OpBuilder &nb, Location l, ValueRange a) {
