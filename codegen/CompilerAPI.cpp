@@ -272,6 +272,10 @@ static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
     std::string text = "grid=" + grid.getValue().str() + ";";
     if (auto chunk = fn->getAttrOfType<IntegerAttr>(sp::kKernelChunkRowsAttr))
       text += "chunk_rows=" + std::to_string(chunk.getInt()) + ";";
+    if (auto chunks = fn->getAttrOfType<StringAttr>(sp::kKernelChunksAttr))
+      text += "chunks=" + chunks.getValue().str() + ";";
+    if (auto rows = fn->getAttrOfType<IntegerAttr>(sp::kKernelTileRowsAttr))
+      text += "tile_rows=" + std::to_string(rows.getInt()) + ";";
     for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes())) {
       auto memref = cast<MemRefType>(type);
       std::string element;

@@ -274,13 +274,19 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   b.setInsertionPointToStart(entry);
   auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
 
-  int rowsArg = -1, sliceArg = -1;
+  int rowsArg = -1, sliceArg = -1, partialArg = -1;
   for (auto [i, r] : llvm::enumerate(role)) {
     if (r == "rows" && rowsArg < 0)
       rowsArg = i;
     if ((r == "rows" || r == "slice") && sliceArg < 0)
       sliceArg = i;
+    if (r == "partial" && partialArg < 0)
+      partialArg = i;
   }
+  // The chunk count from the partial sums (their [BH, C, ...] second dimension), and
+  // ceil(N / C) rows per chunk rounded up to the tile rows (partial-chunks).
+  auto tileRowsAttr = tile->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr);
+  bool chunksFromPartials = o.partialChunks && rowGrid && partialArg >= 0 && tileRowsAttr;
   if (rowGrid && rowsArg < 0)
     return tile.emitOpError("spectra-map-tiles-to-gpu: a row kernel needs a rows argument");
   // The grid: (chunk, slice), (slice) or (1). Its bounds are the only values computed
@@ -288,8 +294,12 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   auto gridOf = [&](OpBuilder &gb) -> SmallVector<OpFoldResult> {
     if (rowGrid) {
       Value n = memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 1);
-      Value chunks = arith::CeilDivSIOp::create(
-          gb, loc, n, arith::ConstantIndexOp::create(gb, loc, o.chunkRows));
+      Value chunks =
+          chunksFromPartials
+              ? memref::DimOp::create(gb, loc, fn.getArgument(partialArg), 1).getResult()
+              : arith::CeilDivSIOp::create(gb, loc, n,
+                                           arith::ConstantIndexOp::create(gb, loc, o.chunkRows))
+                    .getResult();
       return {chunks, OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 0))};
     }
     if (grid.getValue() == "slices")
@@ -315,8 +325,19 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   Value first, rows;
   if (rowGrid) {
     Value n = memref::DimOp::create(b, loc, fn.getArgument(rowsArg), 1);
-    first = arith::MulIOp::create(b, loc, chunk, idx(o.chunkRows));
-    rows = arith::MinSIOp::create(b, loc, idx(o.chunkRows), arith::SubIOp::create(b, loc, n, first));
+    Value perChunk = idx(o.chunkRows);
+    if (chunksFromPartials) {
+      // ceil(n / C) rounded up to a multiple of the tile rows T: ceil(ceil(n / C) / T) T.
+      Value C = memref::DimOp::create(b, loc, fn.getArgument(partialArg), 1);
+      Value T = idx(tileRowsAttr.getInt());
+      Value even = arith::CeilDivSIOp::create(b, loc, n, C);
+      perChunk = arith::MulIOp::create(b, loc, arith::CeilDivSIOp::create(b, loc, even, T), T);
+    }
+    first = arith::MulIOp::create(b, loc, chunk, perChunk);
+    // 0 rows past the end (a chunk count the host did not pick as KernelLaunch.h's rowChunks
+    // does): the block still writes its partial sums, from no rows.
+    rows = arith::MaxSIOp::create(
+        b, loc, idx(0), arith::MinSIOp::create(b, loc, perChunk, arith::SubIOp::create(b, loc, n, first)));
   }
   // A per-slice kernel with rows (the causal keys' backward) takes all of them, and its
   // partial shares are the slice's one chunk.
@@ -384,6 +405,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   fn->setAttr(kKernelSharedBytesAttr, b.getI64IntegerAttr(sharedBytes));
   fn->setAttr(kKernelThreadsAttr, b.getI64IntegerAttr(o.threads));
   fn->setAttr(kKernelChunkRowsAttr, b.getI64IntegerAttr(o.chunkRows));
+  if (chunksFromPartials)
+    fn->setAttr(kKernelChunksAttr, b.getStringAttr("partials"));
 
   // Thread nests.
   // Thread nests; the contractions the tensor cores take, warp nests.
@@ -416,7 +439,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
 struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTilesToGpuPass> {
   using SpectraMapTilesToGpuBase::SpectraMapTilesToGpuBase;
   void runOnOperation() override {
-    MapTilesOptions o{threads, chunkRows, sharedLimit, mmaType};
+    MapTilesOptions o{threads, chunkRows, partialChunks, sharedLimit, mmaType};
     if (!o.mmaType.empty() && o.mmaType != "bf16" && o.mmaType != "bf16x3" && o.mmaType != "f16") {
       getOperation().emitError() << "spectra-map-tiles-to-gpu: mma-type must be bf16, bf16x3, "
                                     "f16 or empty (no tensor cores), got '"
@@ -648,6 +671,8 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
                                      {"args", std::move(args)}};
       if (auto rows = fn->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr))
         description.insert({"tile_rows", rows.getInt()});
+      if (auto chunks = fn->getAttrOfType<StringAttr>(kKernelChunksAttr))
+        description.insert({"chunks", chunks.getValue()});
       kernels.push_back(std::move(description));
     }
     for (gpu::GPUModuleOp m : modules)
@@ -696,6 +721,9 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   SpectraMapTilesToGpuOptions map;
   map.threads = o.threads;
   map.chunkRows = o.chunkRows;
+  // The bidirectional sets size the chunks of kv, the backward kernels and the moments at
+  // launch; the causal set keeps chunk-rows rows (its readout's chunks are the keys').
+  map.partialChunks = !o.causal;
   map.sharedLimit = staticSharedLimit(o.chip);
   if (tensorCores)
     map.mmaType = mma;

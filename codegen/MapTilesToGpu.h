@@ -34,6 +34,9 @@ namespace mlir::spectra {
 struct MapTilesOptions {
   int64_t threads = 256;
   int64_t chunkRows = 256;
+  /// Row kernels with partial sums size their chunks from them (spectra-map-tiles-to-gpu's
+  /// partial-chunks): the host picks the chunk count (KernelLaunch.h, rowChunks).
+  bool partialChunks = false;
   int64_t sharedLimit = 48 * 1024;
   /// The operand type of the contractions on tensor cores (bf16 or f16); empty: none.
   std::string mmaType;
@@ -43,6 +46,9 @@ struct MapTilesOptions {
 inline constexpr llvm::StringLiteral kKernelSharedBytesAttr = "spectra.shared_bytes";
 inline constexpr llvm::StringLiteral kKernelThreadsAttr = "spectra.threads";
 inline constexpr llvm::StringLiteral kKernelChunkRowsAttr = "spectra.chunk_rows";
+/// "partials" on a row kernel whose chunk count is its partial sums' second dimension (the
+/// chunk rows then ceil(N / C) rounded up to the tile rows; chunk_rows the host's smallest).
+inline constexpr llvm::StringLiteral kKernelChunksAttr = "spectra.chunks";
 /// The module attribute holding the launch description (JSON) of the outlined kernels.
 inline constexpr llvm::StringLiteral kGpuKernelsAttr = "spectra.gpu_kernels";
 

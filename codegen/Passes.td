@@ -203,6 +203,12 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
     Option<"threads", "threads", "int64_t", /*default=*/"256", "threads per block">,
     Option<"chunkRows", "chunk-rows", "int64_t", /*default=*/"256",
            "rows of q or k per block">,
+    Option<"partialChunks", "partial-chunks", "bool", /*default=*/"false",
+           "a row kernel with partial sums takes its chunk count C from them (their second "
+           "dimension: the host sizes them) and covers ceil(N / C) rows per block, rounded "
+           "up to its tile rows, instead of chunk-rows: fewer, longer chunks where a long "
+           "sequence would write one partial per chunk-rows rows (spectra.chunks = "
+           "\"partials\")">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"49152",
            "bytes of static shared memory a block may use">,
     Option<"mmaType", "mma-type", "std::string", /*default=*/"\"\"",

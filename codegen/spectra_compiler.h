@@ -82,7 +82,8 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const cha
 SPECTRA_API void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const char *kind,
                                            const char **why);
 /* A kernel's ABI, generated from its signature (codegen/TileKernels.h): "grid=RULE;"
- * ("chunk_rows=N;" for the mapped GPU kernels), then "NAME:ROLE:RANK:ELEMENT;" per
+ * ("chunk_rows=N;" for the mapped GPU kernels, "chunks=partials;" for those whose chunk
+ * count is their partial sums', "tile_rows=N;" where known), then "NAME:ROLE:RANK:ELEMENT;" per
  * argument in order (ELEMENT: f32, bf16, f16). Cached objects carry it. "" for an
  * unknown kind. */
 SPECTRA_API const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const char *kind);

@@ -17,6 +17,7 @@ using CUdevice = int;
 using CUcontext = void *;
 constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferSize = 6;
 constexpr int kComputeCapabilityMajor = 75, kComputeCapabilityMinor = 76;
+constexpr int kMultiprocessorCount = 16;
 
 struct Api {
   CUresult (*cuInit)(unsigned);
@@ -178,6 +179,16 @@ std::pair<int, int> computeCapability(int device) {
   check(api().cuDeviceGetAttribute(&major, kComputeCapabilityMajor, dev), "cuDeviceGetAttribute");
   check(api().cuDeviceGetAttribute(&minor, kComputeCapabilityMinor, dev), "cuDeviceGetAttribute");
   return {major, minor};
+}
+
+int multiprocessors(int device) {
+  std::string why;
+  TORCH_CHECK(available(&why), "spectra: ", why);
+  CUdevice dev;
+  check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
+  int count = 0;
+  check(api().cuDeviceGetAttribute(&count, kMultiprocessorCount, dev), "cuDeviceGetAttribute");
+  return count;
 }
 
 Function getFunction(Module module, const std::string &name) {

@@ -34,6 +34,9 @@ Function getFunction(Module module, const std::string &name);
 /// (major, minor) compute capability of `device`.
 std::pair<int, int> computeCapability(int device);
 
+/// The streaming multiprocessors of `device`.
+int multiprocessors(int device);
+
 /// Launches `name` (for messages) on `stream` in `device`'s primary context;
 /// `params` as cuLaunchKernel takes them.
 void launch(int device, Function function, const std::string &name, const unsigned grid[3],

@@ -31,6 +31,12 @@ KernelAbi kernelOf(const json &k) {
   abi.grid = k.at("grid").get<std::string>();
   abi.threads = k.at("block").get<int64_t>();
   abi.chunkRows = k.at("chunk_rows").get<int64_t>();
+  abi.tileRows = k.value("tile_rows", int64_t(0));
+  if (k.contains("chunks")) {
+    if (k.at("chunks").get<std::string>() != "partials" || abi.tileRows <= 0)
+      badArtifact("kernel '" + abi.name + "' has an unknown chunk rule or no tile_rows");
+    abi.chunksFromPartials = true;
+  }
   abi.sharedBytes = k.at("shared_bytes").get<int64_t>();
   if (abi.grid != "keys" && abi.grid != "queries" && abi.grid != "slices" && abi.grid != "one")
     badArtifact("kernel '" + abi.name + "' has an unknown grid rule '" + abi.grid + "'");
@@ -188,6 +194,8 @@ struct CudaLauncher : KernelLauncher {
       : artifact(artifact), functions(functions), device(device) {}
   const KernelAbi &abi(const std::string &kind) const override { return artifact.kernel(kind); }
   bool has(const std::string &kind) const override { return artifact.kernels.count(kind) != 0; }
+  // One wave: the kernels are compiled for at least 2 resident blocks per SM (.minnctapersm).
+  int64_t targetBlocks() const override { return 2 * int64_t(cuda::multiprocessors(device)); }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     CudaLaunchGeometry g = cudaGeometry(abi, operands);
     if (g.grid[0] == 0 || g.grid[1] == 0)

@@ -4,6 +4,7 @@
 
 #include "codegen/spectra_compiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -25,6 +26,13 @@ KernelAbi KernelAbi::parse(const std::string &text) {
       abi.grid = part.substr(5);
     } else if (part.rfind("chunk_rows=", 0) == 0) {
       abi.chunkRows = std::stoll(part.substr(11));
+    } else if (part.rfind("chunks=", 0) == 0) {
+      if (part.substr(7) != "partials")
+        throw std::invalid_argument("kernel ABI: unknown chunk rule '" + part + "' in '" + text +
+                                    "' (chunks=partials)");
+      abi.chunksFromPartials = true;
+    } else if (part.rfind("tile_rows=", 0) == 0) {
+      abi.tileRows = std::stoll(part.substr(10));
     } else {
       std::vector<std::string> fields;
       std::stringstream fieldStream(part);
@@ -39,6 +47,8 @@ KernelAbi KernelAbi::parse(const std::string &text) {
   }
   if (abi.grid.empty() || abi.args.empty())
     throw std::invalid_argument("kernel ABI: no grid or no arguments in '" + text + "'");
+  if (abi.chunksFromPartials && abi.tileRows <= 0)
+    throw std::invalid_argument("kernel ABI: chunks=partials without tile_rows in '" + text + "'");
   return abi;
 }
 
@@ -107,6 +117,8 @@ std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch:
   if (abi.grid == "keys" || abi.grid == "queries") {
     TORCH_CHECK(abi.chunkRows > 0, "spectra kernel '", abi.kind, "': no rows per block");
     const torch::Tensor &rows = first({"rows"});
+    if (abi.chunksFromPartials)
+      return {first({"partial"}).size(1), rows.size(0), 1};
     return {(rows.size(1) + abi.chunkRows - 1) / abi.chunkRows, rows.size(0), 1};
   }
   if (abi.grid == "slices")
@@ -299,6 +311,27 @@ KernelTimer::KernelTimer() {
               "spectra: only one KernelTimer can be alive at a time");
 }
 
+int64_t rowChunks(const KernelLauncher &launcher, const KernelAbi &abi, int64_t rows,
+                  int64_t slices) {
+  const int64_t fixed = chunksOf(rows, abi.chunkRows);
+  const int64_t target = launcher.targetBlocks();
+  if (!abi.chunksFromPartials || abi.tileRows <= 0 || rows <= 0 || slices <= 0 || target <= 0)
+    return fixed;
+  // Enough chunks that slices x chunks fill the target, but no more than chunk_rows gives.
+  int64_t chunks = std::clamp<int64_t>((target + slices - 1) / slices, 1, fixed);
+  // The kernel covers ceil(rows / C) rows per chunk, rounded up to its tile rows; a count
+  // whose rounded chunks would leave the last ones empty shrinks to what they cover (a few
+  // steps at most: the count never grows).
+  for (;;) {
+    const int64_t even = chunksOf(rows, chunks);
+    const int64_t perChunk = chunksOf(even, abi.tileRows) * abi.tileRows;
+    const int64_t covered = chunksOf(rows, perChunk);
+    if (covered == chunks)
+      return chunks;
+    chunks = covered;
+  }
+}
+
 KernelTimer::~KernelTimer() { activeTimer.store(nullptr); }
 
 std::map<std::string, KernelTimer::Total> KernelTimer::totals() const {
@@ -318,7 +351,7 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   const int64_t B = x.size(0), H = x.size(1), N = x.size(2), D = x.size(3), BH = B * H;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
   const KernelAbi &moments = launcher.abi("moments"), &combine = launcher.abi("moments_combine");
-  const int64_t C = chunksOf(N, moments.chunkRows);
+  const int64_t C = rowChunks(launcher, moments, N, BH);
   torch::Tensor sump = torch::empty({BH, C, D}, f32), crossp = torch::empty({BH, C, D}, f32);
   torch::Tensor keepRows =
       keep.to(f32).unsqueeze(1).expand({B, H, N}).reshape({BH, N}).contiguous();
@@ -352,7 +385,7 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device());
   const KernelAbi &kv = launcher.abi("kv"), &combine = launcher.abi("kv_combine"),
                   &readout = launcher.abi("readout");
-  const int64_t C = chunksOf(Nk, kv.chunkRows);
+  const int64_t C = rowChunks(launcher, kv, Nk, BH);
 
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   // The keys' split reduction: per (slice, chunk) partials, then the combine in chunk order.
@@ -393,7 +426,7 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
                   &kb = launcher.abi("key_backward"), &dw = launcher.abi("dweights_combine"),
                   &dwc = launcher.abi("dweights_chunk_combine"),
                   &dp = launcher.abi("dparams_combine");
-  const int64_t Cq = chunksOf(Nq, qb.chunkRows), Ck = chunksOf(Nk, kb.chunkRows);
+  const int64_t Cq = rowChunks(launcher, qb, Nq, BH), Ck = rowChunks(launcher, kb, Nk, BH);
 
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   buf["S"] = slices(saved.S).contiguous();

@@ -62,9 +62,14 @@ torch::ScalarType scalarTypeOf(const std::string &dtype);
 struct KernelAbi {
   std::string kind, name, grid;
   int64_t chunkRows = 0, threads = 1, sharedBytes = 0;
+  /// A mapped row kernel with partial sums whose chunk count is theirs (spectra.chunks =
+  /// "partials", codegen/MapTilesToGpu.h): the host picks it (rowChunks), the kernel covers
+  /// ceil(N / C) rows per chunk rounded up to `tileRows`.
+  bool chunksFromPartials = false;
+  int64_t tileRows = 0;
   std::vector<KernelArgSpec> args;
-  /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;name:role:rank:element;...");
-  /// throws std::invalid_argument naming the part.
+  /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;[chunks=partials;]
+  /// [tile_rows=..;]name:role:rank:element;..."); throws std::invalid_argument naming the part.
   static KernelAbi parse(const std::string &text);
 };
 
@@ -77,7 +82,8 @@ std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
 
 /// The grid a mapped kernel's host function launches (codegen/MapTilesToGpu.cpp):
 /// {ceil(rows / chunk_rows), slices, 1} for a row grid (rows and slices read off the
-/// first `rows` argument), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
+/// first `rows` argument; with chunksFromPartials the chunk count is the first `partial`
+/// argument's second dimension), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
 std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
 /// The kernels of a JIT-compiled (or cached) set, by kind, with their generated ABI; a kind
@@ -140,11 +146,21 @@ public:
   virtual bool has(const std::string &kind) const = 0;
   /// Launches the kernel on `operands` (kernelOperands of its ABI).
   virtual void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const = 0;
+  /// The blocks a launch should spread over (one wave: resident blocks per SM times SMs), or
+  /// 0 for no preference; rowChunks sizes chunksFromPartials kernels' chunks from it.
+  virtual int64_t targetBlocks() const { return 0; }
   /// Whether the causal plan runs each slice's rows as one task (no chunk summaries, no
   /// prefix scan: the readout and the queries' backward start from the empty state), as a
   /// launcher with at least as many slices as workers prefers.
   virtual bool wholeSequencePerSlice(int64_t /*slices*/) const { return false; }
 };
+
+/// The row chunks of a launch of `abi` over `rows` rows of `slices` slices: ceil(rows /
+/// chunk_rows), or for a chunksFromPartials kernel the fewest that still give the launcher's
+/// target blocks (never more than that), as a count C whose chunks of ceil(rows / C) rows,
+/// rounded up to the tile rows, are all non-empty (the kernel's own rule).
+int64_t rowChunks(const KernelLauncher &launcher, const KernelAbi &abi, int64_t rows,
+                  int64_t slices);
 
 /// Per-kind launch times of the plan, for benchmarks: while a KernelTimer is alive, every
 /// launch the plan makes (on any thread) is timed on the host and summed by kernel kind. The

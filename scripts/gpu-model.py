@@ -42,13 +42,31 @@ def load_resources():
     return module
 
 
-def kernel_work(kind, B, H, N, d, m, F, dv, element, chunk_rows):
+def row_chunks(kernel, N, BH, target_blocks):
+    """The row chunks per slice of a row kernel, as the runtime picks them
+    (runtime/KernelLaunch.h, rowChunks): ceil(N / chunk_rows), or for a kernel whose chunk
+    count is its partial sums' ("chunks": "partials") the fewest that still fill
+    `target_blocks` blocks, each chunk ceil(N / C) rows rounded up to the tile rows."""
+    fixed = -(-N // kernel["chunk_rows"])
+    if kernel.get("chunks") != "partials" or N <= 0:
+        return fixed
+    tile = kernel["tile_rows"]
+    chunks = max(1, min(fixed, -(-target_blocks // BH)))
+    while True:
+        per_chunk = -(-(-(-N // chunks)) // tile) * tile
+        covered = -(-N // per_chunk)
+        if covered == chunks:
+            return chunks
+        chunks = covered
+
+
+def kernel_work(kind, B, H, N, d, m, F, dv, element, C):
     """(flops, exps, bytes) of one launch of `kind` over all slices, from the kernels' loops
     (codegen/TileKernels.h): contractions as 2 x multiply-adds; exps one per (row, feature);
     bytes read and written in global memory (rows in the input element size, the rest f32;
-    W read once per block)."""
+    W read once per block). C: the row chunks per slice of the kernel, or for a combine of
+    the kernel whose partial sums it reads."""
     BH = B * H
-    C = -(-N // chunk_rows)
     blocks = C * BH
     w_bytes = blocks * (m * d * 4 + m * 4)
     rows = lambda width: BH * N * width * element
@@ -135,13 +153,20 @@ def main():
                   f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound f32 (FMA)"
                   f" / bf16 (tensor cores)")
             total_now = total_tc = 0
+            # One wave of the chip: 2 resident blocks per SM (what the CUDA launcher targets).
+            chunks = {k["kind"]: row_chunks(k, N, B * H, 2 * gpu["sms"])
+                      for k in artifact["kernels"] if k["grid"] in ("keys", "queries")}
+            producer = {"kv_combine": "kv", "dsummary_combine": "query_backward",
+                        "dweights_chunk_combine": "query_backward",
+                        "dparams_combine": "query_backward", "moments_combine": "moments"}
             for k in artifact["kernels"]:
-                flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element,
-                                                  k["chunk_rows"])
+                C = chunks.get(k["kind"], chunks.get(producer.get(k["kind"], ""),
+                                                     -(-N // k["chunk_rows"])))
+                flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element, C)
                 # The statistics' kernels run once per side (queries and keys).
                 launches = 2 if k["kind"].startswith("moments") else 1
                 flops, exps, nbytes = launches * flops, launches * exps, launches * nbytes
-                grid = (-(-N // k["chunk_rows"])) * B * H if k["grid"] in ("keys", "queries") else (
+                grid = C * B * H if k["grid"] in ("keys", "queries") else (
                     B * H if k["grid"] == "slices" else 1)
                 per_sm, _ = res.occupancy(args.chip, regs.get(k["name"], 32), k["shared_bytes"],
                                           k["block"])

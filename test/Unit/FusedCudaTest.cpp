@@ -81,7 +81,8 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
 TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
   GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("posrf-mm", config(16, 8), "sm_90a", "f32", 0));
   const int64_t BH = 8, F = 16, D = 8;
-  auto operands = [&](const KernelAbi &abi, int64_t rows) {
+  // Partial sums [BH, chunks, ...]: the chunk count the launch plan sized them with.
+  auto operands = [&](const KernelAbi &abi, int64_t rows, int64_t chunks = 1) {
     std::map<std::string, torch::Tensor> buffers;
     for (const KernelArgSpec &arg : abi.args) {
       std::vector<int64_t> shape(arg.rank, 1);
@@ -93,6 +94,8 @@ TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
         shape = {BH, rows};
       } else if (arg.role == "slice" || arg.role == "partial") {
         shape[0] = BH;
+        if (arg.role == "partial")
+          shape[1] = chunks;
       }
       buffers[arg.name] = torch::zeros(shape);
     }
@@ -100,9 +103,13 @@ TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
   };
   const KernelAbi &kv = a.kernel("kv"), &readout = a.kernel("readout"),
                   &combine = a.kernel("kv_combine");
-  // A block per (256-row chunk, slice); the combine a block per slice.
-  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4096)).grid, (std::array<unsigned, 3>{16, 8, 1}));
-  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4097)).grid, (std::array<unsigned, 3>{17, 8, 1}));
+  // kv: a block per (chunk, slice), as many chunks as its partial sums hold (the plan sizes
+  // them, rowChunks); the readout: a block per (256-row chunk, slice); the combine a block
+  // per slice.
+  EXPECT_TRUE(kv.chunksFromPartials);
+  EXPECT_FALSE(readout.chunksFromPartials);
+  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4096, 16)).grid, (std::array<unsigned, 3>{16, 8, 1}));
+  EXPECT_EQ(cudaGeometry(kv, operands(kv, 4097, 5)).grid, (std::array<unsigned, 3>{5, 8, 1}));
   EXPECT_EQ(cudaGeometry(readout, operands(readout, 1000)).grid, (std::array<unsigned, 3>{4, 8, 1}));
   EXPECT_EQ(cudaGeometry(readout, operands(readout, 0)).grid[0], 0u) << "no queries: nothing to launch";
   EXPECT_EQ(cudaGeometry(combine, operands(combine, 0)).grid, (std::array<unsigned, 3>{8, 1, 1}));

@@ -17,6 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <stdexcept>
+
 using namespace spectra;
 
 namespace {
@@ -211,6 +214,60 @@ TEST(FusedEmulated, ManyBlocksAndChunksMatchTheReference) {
   expectMatches(fused, makeCase(0.7, 7, 520, 600), 2e-3, "posrf-orf, 3 chunks");
 }
 
+/// Sets an environment variable for a scope (the emulated launcher reads SPECTRA_GPU_BLOCKS at
+/// each launch).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char *name, const char *value) : name(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+TEST(FusedEmulated, ChunksSizedFromTheTargetBlocksMatchTheReference) {
+  // kv, the backward kernels and their combines with the chunk count the launcher picks
+  // (rowChunks): one block for all 600 keys and 520 queries of a slice (a target of 1 block),
+  // then 2 chunks of 300 key rows and 260 query rows (6 blocks over 4 slices), not 256-row chunks.
+  FusedEmulatedAttention fused("posrf-orf", small("orf"));
+  for (const char *blocks : {"1", "6"}) {
+    ScopedEnv env("SPECTRA_GPU_BLOCKS", blocks);
+    expectMatches(fused, makeCase(0.7, 7, 520, 600), 2e-3,
+                  std::string("posrf-orf, a target of ") + blocks + " blocks");
+  }
+  // saderf reads statistics (the moments kernels are chunked the same way).
+  FusedEmulatedAttention saderf("saderf-mm", small("mm"));
+  ScopedEnv env("SPECTRA_GPU_BLOCKS", "6");
+  expectMatches(saderf, makeCase(0.7, 8, 520, 600), 2e-3, "saderf-mm, a target of 6 blocks");
+}
+
+TEST(FusedEmulated, RowChunksFillTheTargetWithNoEmptyChunk) {
+  struct Target : KernelLauncher {
+    int64_t blocks;
+    explicit Target(int64_t blocks) : blocks(blocks) {}
+    const KernelAbi &abi(const std::string &) const override { throw std::logic_error("unused"); }
+    bool has(const std::string &) const override { return false; }
+    void launch(const KernelAbi &, const std::vector<torch::Tensor> &) const override {}
+    int64_t targetBlocks() const override { return blocks; }
+  };
+  KernelAbi abi;
+  abi.chunkRows = 256;
+  abi.tileRows = 16;
+  abi.chunksFromPartials = true;
+  // An H100's wave (264 blocks) over 16 slices of 65536 rows: 17 chunks of 3856 rows, not
+  // 256 chunks of 256 (the partial sums the combines read shrink 15x).
+  EXPECT_EQ(rowChunks(Target(264), abi, 65536, 16), 17);
+  // Never more than 256-row chunks give: 8 slices of 4096 rows keep 16.
+  EXPECT_EQ(rowChunks(Target(264), abi, 4096, 8), 16);
+  EXPECT_EQ(rowChunks(Target(1), abi, 4096, 8), 1);
+  // 20 rows in 8-row chunks (3), 3 blocks wanted: 7 rows each round up to one 16-row tile,
+  // so the third chunk would be empty; the count shrinks to the 2 that hold rows.
+  abi.chunkRows = 8;
+  EXPECT_EQ(rowChunks(Target(3), abi, 20, 1), 2);
+  // No preference, or a fixed-chunk kernel: ceil(rows / chunk_rows).
+  EXPECT_EQ(rowChunks(Target(0), abi, 20, 1), 3);
+  abi.chunksFromPartials = false;
+  EXPECT_EQ(rowChunks(Target(3), abi, 20, 1), 3);
+  EXPECT_EQ(rowChunks(Target(3), abi, 0, 1), 0);
+}
+
 TEST(FusedEmulated, SameInputsGiveTheSameBits) {
   FusedEmulatedAttention fused("saderf-mm", small("mm"));
   Case c = makeCase(0.9, 8, 300, 530);
@@ -231,6 +288,8 @@ TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
   KernelAbi abi = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv"));
   EXPECT_EQ(abi.grid, "keys");
   EXPECT_EQ(abi.chunkRows, 256);
+  EXPECT_TRUE(abi.chunksFromPartials);  // the launcher picks kv's chunk count
+  EXPECT_GT(abi.tileRows, 0);
   ASSERT_EQ(abi.args.size(), 12u);
   EXPECT_EQ(abi.args[0].name, "k");
   EXPECT_EQ(abi.args[0].role, "rows");
@@ -248,6 +307,15 @@ TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
       {"kscale", torch::zeros({6, 8})}};
   abi.kind = "kv";
   EXPECT_EQ(launchGrid(abi, kernelOperands(abi, rows)), (std::array<int64_t, 3>{3, 6, 1}));
+  // The chunk count is the partial sums': 2 chunks (of 300 rows) when they hold 2.
+  for (const char *partial : {"S", "z", "zabs", "c"}) {
+    std::vector<int64_t> shape = rows[partial].sizes().vec();
+    shape[1] = 2;
+    rows[partial] = torch::zeros(shape);
+  }
+  EXPECT_EQ(launchGrid(abi, kernelOperands(abi, rows)), (std::array<int64_t, 3>{2, 6, 1}));
+  EXPECT_THROW(KernelAbi::parse("grid=keys;chunks=rows;k:rows:3:f32;"), std::invalid_argument);
+  EXPECT_THROW(KernelAbi::parse("grid=keys;chunks=partials;k:rows:3:f32;"), std::invalid_argument);
   // A launch plan that disagrees with the ABI is refused with the buffer named.
   KernelAbi combine = KernelAbi::parse(spectra_cpu_kernel_abi(k, "kv_combine"));
   combine.kind = "kv_combine";
