@@ -597,6 +597,9 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // The data statistics' prologue, for components whose parameters depend on q and k.
   if (usesStatistics(component)) {
     buildMoments(b, loc, component, s, t, (mapName + "_moments").str());
+    // Its tiles' rows: a GPU schedule sizes its chunks from them (MapTilesToGpu.h).
+    if (auto moments = module.lookupSymbol<func::FuncOp>((mapName + "_moments").str()))
+      moments->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(s.T));
     buildSumCombine(b, loc, component, s, (mapName + "_moments_combine").str(), "moments_combine",
                     "slices",
                     {{t.Dp, "sump", "slice"},

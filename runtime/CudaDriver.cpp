@@ -182,12 +182,19 @@ std::pair<int, int> computeCapability(int device) {
 }
 
 int multiprocessors(int device) {
+  // Asked at every launch plan: the driver is queried once per device.
+  static std::mutex mutex;
+  static std::map<int, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end())
+    return it->second;
   std::string why;
   TORCH_CHECK(available(&why), "spectra: ", why);
   CUdevice dev;
   check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
   int count = 0;
   check(api().cuDeviceGetAttribute(&count, kMultiprocessorCount, dev), "cuDeviceGetAttribute");
+  known[device] = count;
   return count;
 }
 

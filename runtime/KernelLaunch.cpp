@@ -117,8 +117,23 @@ std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch:
   if (abi.grid == "keys" || abi.grid == "queries") {
     TORCH_CHECK(abi.chunkRows > 0, "spectra kernel '", abi.kind, "': no rows per block");
     const torch::Tensor &rows = first({"rows"});
-    if (abi.chunksFromPartials)
-      return {first({"partial"}).size(1), rows.size(0), 1};
+    if (abi.chunksFromPartials) {
+      // The chunk count is the partial sums' (rowChunks sized them): every one of them alike,
+      // at least one chunk for rows to cover and no more chunks than rows.
+      int64_t chunks = -1;
+      for (size_t i = 0; i < abi.args.size(); ++i) {
+        if (abi.args[i].role != "partial")
+          continue;
+        TORCH_CHECK(chunks < 0 || operands.at(i).size(1) == chunks, "spectra kernel '", abi.kind,
+                    "': partial buffer '", abi.args[i].name, "' has ", operands.at(i).size(1),
+                    " chunks, another ", chunks);
+        chunks = operands.at(i).size(1);
+      }
+      const int64_t n = rows.size(1);
+      TORCH_CHECK(chunks >= (n > 0 ? 1 : 0) && chunks <= std::max<int64_t>(n, 1), "spectra kernel '",
+                  abi.kind, "': ", chunks, " chunks for ", n, " rows");
+      return {chunks, rows.size(0), 1};
+    }
     return {(rows.size(1) + abi.chunkRows - 1) / abi.chunkRows, rows.size(0), 1};
   }
   if (abi.grid == "slices")
@@ -314,8 +329,10 @@ KernelTimer::KernelTimer() {
 int64_t rowChunks(const KernelLauncher &launcher, const KernelAbi &abi, int64_t rows,
                   int64_t slices) {
   const int64_t fixed = chunksOf(rows, abi.chunkRows);
+  if (!abi.chunksFromPartials || abi.tileRows <= 0 || rows <= 0 || slices <= 0)
+    return fixed;
   const int64_t target = launcher.targetBlocks();
-  if (!abi.chunksFromPartials || abi.tileRows <= 0 || rows <= 0 || slices <= 0 || target <= 0)
+  if (target <= 0)
     return fixed;
   // Enough chunks that slices x chunks fill the target, but no more than chunk_rows gives.
   int64_t chunks = std::clamp<int64_t>((target + slices - 1) / slices, 1, fixed);

@@ -162,6 +162,9 @@ def main():
             for k in artifact["kernels"]:
                 C = chunks.get(k["kind"], chunks.get(producer.get(k["kind"], ""),
                                                      -(-N // k["chunk_rows"])))
+                if k["kind"] in ("dweights_chunk_combine", "dparams_combine"):
+                    # Both backward kernels' shares (kernel_work counts 2 C): their mean.
+                    C = (chunks.get("query_backward", C) + chunks.get("key_backward", C)) / 2
                 flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element, C)
                 # The statistics' kernels run once per side (queries and keys).
                 launches = 2 if k["kind"].startswith("moments") else 1

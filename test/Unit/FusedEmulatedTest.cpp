@@ -208,7 +208,8 @@ TEST(FusedEmulated, ScalesFromOneToAThousandStayFinite) {
 }
 
 TEST(FusedEmulated, ManyBlocksAndChunksMatchTheReference) {
-  // 600 keys and 520 queries: three row chunks of 256 per slice (the last ragged), so the
+  // 600 keys and 520 queries: three row chunks per slice (the keys' three of 200, sized by
+  // the launch plan; the queries' readout in chunks of 256, the last ragged), so the
   // combine kernels merge several blocks' partials.
   FusedEmulatedAttention fused("posrf-orf", small("orf"));
   expectMatches(fused, makeCase(0.7, 7, 520, 600), 2e-3, "posrf-orf, 3 chunks");
