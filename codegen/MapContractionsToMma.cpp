@@ -390,54 +390,36 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   NVVM::MMATypes ptxType = w.mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   int64_t ks = w.plan.kStep;
-  // Two f32 rounded to the operand type as one vector<2 x type>, the first in the low half:
-  // one cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32 (sm_80) where the backend sees the pair.
-  auto pair = [&](Value first, Value second) -> Value {
-    Value v = LLVM::UndefOp::create(b, loc, VectorType::get({2}, w.mmaType));
-    // (An array, not ValueRange{first, second}: the braced list would not outlive the loop's
-    // range expression.)
-    const Value halves[2] = {first, second};
-    for (int32_t i = 0; i < 2; ++i) {
-      Value at = LLVM::ConstantOp::create(b, loc, i32, b.getI32IntegerAttr(i));
-      Value narrow = arith::TruncFOp::create(b, loc, w.mmaType, halves[i]);
-      v = LLVM::InsertElementOp::create(b, loc, v, narrow, at);
-    }
-    return v;
-  };
-  // Two elements' part p (WarpTile::part) as one register, the first in the low half: an
-  // i32 for bf16, a vector<2xf16> for f16 (what nvvm.mma.sync takes for each). For bf16 the
-  // rounded pair's halves are read back as f32 from its bits (a bf16 is an f32's top half),
-  // so a part costs one conversion per pair, not two per element and a repack.
-  // bf16: one cvt.rn.bf16x2.f32 as NVVM's op, opaque to LLVM, which would otherwise split
-  // a pair whose low half alone is read back into two scalar conversions.
-  auto bf16Pair = [&](Value first, Value second) -> Value {
-    Value v = NVVM::ConvertF32x2ToBF16x2Op::create(b, loc, VectorType::get({2}, w.mmaType),
-                                                   /*src_hi=*/second, /*src_lo=*/first,
-                                                   /*random_bits=*/Value(),
+  // Two f32 rounded (RN) as one register, the first in the low half: a vector<2xf16> for f16,
+  // an i32 for bf16 (what nvvm.mma.sync takes for each). One cvt.rn.{f16,bf16}x2.f32 as
+  // NVVM's op (its a, the upper half, is the second), opaque to LLVM, which would otherwise
+  // split a pair whose low half alone is read back into two scalar conversions.
+  auto convert = [&](Value first, Value second) -> Value {
+    Type pair = VectorType::get({2}, w.mmaType);
+    if (w.mmaType.isF16())
+      return NVVM::ConvertF32x2ToF16x2Op::create(b, loc, pair, /*src_hi=*/second,
+                                                 /*src_lo=*/first, /*random_bits=*/Value(),
+                                                 NVVM::FPRoundingMode::RN);
+    Value v = NVVM::ConvertF32x2ToBF16x2Op::create(b, loc, pair, /*src_hi=*/second,
+                                                   /*src_lo=*/first, /*random_bits=*/Value(),
                                                    NVVM::FPRoundingMode::RN);
     return LLVM::BitcastOp::create(b, loc, i32, v);
   };
+  // Two elements' part p (WarpTile::part) as one register. Only bf16x3 splits (bf16): the lo
+  // part reads the rounded pair's halves back as f32 from its bits (a bf16 is an f32's top
+  // half), so a part costs one conversion per pair.
   auto pack = [&](Value first, Value second, int p) -> Value {
-    if (w.mmaType.isF16()) {
-      // What rounding x to f16 leaves, in f32 (the low part before its own rounding).
-      auto rest = [&](Value x) -> Value {
-        if (p == 0)
-          return x;
-        Value narrow = arith::TruncFOp::create(b, loc, w.mmaType, x);
-        return arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, f32, narrow));
-      };
-      return pair(rest(first), rest(second));
-    }
-    Value hi = bf16Pair(first, second);
+    Value hi = convert(first, second);
     if (p == 0)
       return hi;
+    assert(w.mmaType.isBF16() && "only bf16x3 splits its operands");
     auto asF32 = [&](Value bits) { return arith::BitcastOp::create(b, loc, f32, bits); };
     Value lowHalf = asF32(arith::ShLIOp::create(
         b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16))));
     Value highHalf = asF32(arith::AndIOp::create(
         b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(int32_t(0xFFFF0000u)))));
-    return bf16Pair(arith::SubFOp::create(b, loc, first, lowHalf),
-                    arith::SubFOp::create(b, loc, second, highHalf));
+    return convert(arith::SubFOp::create(b, loc, first, lowHalf),
+                   arith::SubFOp::create(b, loc, second, highHalf));
   };
   auto [g, t2] = w.group(b, lane);
   SmallVector<Value> acc;
