@@ -470,6 +470,8 @@ void buildMoments(OpBuilder &b, Location loc, ComponentOp component, const Dims 
                         {{t.rows, "x", "rows"}, {t.rows, "y", "rows"}, {t.mask, "keep", "mask"},
                          {t.scale, "sum", "partial"}, {t.scale, "cross", "partial"}},
                         0, 0);
+  // Its tiles' rows: a GPU schedule sizes its chunks from them (MapTilesToGpu.h).
+  k.fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(s.T));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
   TileBuilder tb(b, loc, component, s, k.entry);
@@ -597,9 +599,6 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // The data statistics' prologue, for components whose parameters depend on q and k.
   if (usesStatistics(component)) {
     buildMoments(b, loc, component, s, t, (mapName + "_moments").str());
-    // Its tiles' rows: a GPU schedule sizes its chunks from them (MapTilesToGpu.h).
-    if (auto moments = module.lookupSymbol<func::FuncOp>((mapName + "_moments").str()))
-      moments->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(s.T));
     buildSumCombine(b, loc, component, s, (mapName + "_moments_combine").str(), "moments_combine",
                     "slices",
                     {{t.Dp, "sump", "slice"},
