@@ -833,7 +833,8 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
                               FeaturePartialsOp partials, const Dims &s, const Types &t,
                               StringRef name, unsigned numParams) {
   SmallVector<Arg> args = backwardArgs(t, "dq", "dqscale");
-  args.append({{t.St, "St0", "partial"}, {t.f, "z0", "partial"}, {t.f, "c0", "partial"}});
+  args.append({{t.St, "St0", "partial"}, {t.f, "z0", "partial"}, {t.f, "c0", "partial"},
+               {t.flag, "wgrad", "shared"}});
   Kernel k = makeKernel(b, loc, name, "causal_query_backward", "queries", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -850,6 +851,7 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;  // one set of sums for the tiles and the rows
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;
+  tiles.grad.weightGrad = rowTiles.grad.weightGrad = weightGradFlag(tb, k.arg(args.size() - 1));
   tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
     queryBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
       queryBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);
@@ -863,7 +865,8 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
                             FeaturePartialsOp partials, const Dims &s, const Types &t,
                             StringRef name, unsigned numParams) {
   SmallVector<Arg> args = backwardArgs(t, "dk", "dkscale");
-  args.append({{t.St, "Rt0", "partial"}, {t.f, "r0", "partial"}, {t.f, "e0", "partial"}});
+  args.append({{t.St, "Rt0", "partial"}, {t.f, "r0", "partial"}, {t.f, "e0", "partial"},
+               {t.flag, "wgrad", "shared"}});
   Kernel k = makeKernel(b, loc, name, "causal_key_backward", "keys", args, 8, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -882,6 +885,7 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;
+  tiles.grad.weightGrad = rowTiles.grad.weightGrad = weightGradFlag(tb, k.arg(args.size() - 1));
   tb.forTilesReversed(tb.dim(in.K, 0), [&](Value r0, Value rows) {
     keyBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
       keyBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);

@@ -110,6 +110,23 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used)
   return g;
 }
 
+Value weightGradFlag(TileBuilder &tb, Value wgrad) {
+  return arith::CmpFOp::create(tb.b, tb.loc, arith::CmpFPredicate::UNE, tb.load(wgrad, {tb.idx(0)}),
+                               tb.f32(0));
+}
+
+namespace {
+/// Runs `body` (the dW terms) only where the gradient tiles' weightGrad holds.
+void whenWeightGrad(TileBuilder &tb, const GradientTiles &g, function_ref<void()> body) {
+  if (!g.weightGrad)
+    return body();
+  auto branch = scf::IfOp::create(tb.b, tb.loc, g.weightGrad, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(tb.b);
+  tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
+  body();
+}
+} // namespace
+
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW) {
   tb.fill(g.dxxRow, 0);
@@ -122,12 +139,14 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
     Scalar x{nb, l};
     return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[1]), a[0]))};
   });
-  tb.matmul(g.dwx, X, dW, /*transposeA=*/true);
   auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
     return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
   };
-  if (g.dww)
-    tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
+  whenWeightGrad(tb, g, [&] {
+    tb.matmul(g.dwx, X, dW, /*transposeA=*/true);
+    if (g.dww)
+      tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
+  });
   for (unsigned p = 0; p < g.dp.size(); ++p)
     if (g.dp[p])
       tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
@@ -136,9 +155,11 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
                      Value dparams) {
   if (g.dww)
-    tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
-      Scalar x{nb, l};
-      return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+    whenWeightGrad(tb, g, [&] {
+      tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+      });
     });
   tb.fill(dparams, 0);
   for (unsigned p = 0; p < g.dp.size(); ++p)

@@ -329,6 +329,7 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
 /// Memref types of the kernel arguments.
 struct Types {
   MemRefType rows, values, mask, Wt, W, ww, params, S, St, f, qstat, scale;
+  MemRefType flag;  // memref<1xf32>: a switch the runtime sets (1: on, 0: off)
   MemRefType Sp, fp, Wp, paramsp, Dp;  // per-chunk partials, [C, ...] (combine kernels)
   Types(MLIRContext *ctx, const Dims &s, Type input) {
     Type f32 = Float32Type::get(ctx);
@@ -350,6 +351,7 @@ struct Types {
     f = MemRefType::get({s.F}, f32);
     qstat = MemRefType::get({dyn, 3}, f32);
     scale = MemRefType::get({s.D}, f32);
+    flag = MemRefType::get({1}, f32);
   }
 };
 
@@ -361,6 +363,10 @@ struct GradientTiles {
   SmallVector<bool> used;  // per argument (wx, xx, ww, params...)
   Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
   SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
+  /// An i1: whether dW is wanted (the `wgrad` argument; null: always). Without it the dW
+  /// product and its ||w||^2 term are skipped, a branch every thread of a GPU block takes
+  /// alike; the dW partials are then left as filled (0).
+  Value weightGrad;
   /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
   SmallVector<Value> outputs() const {
     SmallVector<Value> out = {dwx, dxx};
@@ -388,6 +394,10 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used)
 /// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW);
+
+/// The backward kernels' `wgrad` argument (memref<1xf32>, set by the runtime from whether W
+/// requires a gradient) as an i1: wgrad[0] != 0.
+Value weightGradFlag(TileBuilder &tb, Value wgrad);
 
 /// dW += 2 ww-term W and dparams = the accumulated sums (once per call).
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,

@@ -226,7 +226,8 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
                          {t.values, "gout", "rows"}, {t.qstat, "qstat", "rows"},
                          {t.rows, "dq", "rows"}, {t.S, "dS", "partial"}, {t.f, "dz", "partial"},
                          {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
-                         {t.scale, "qscale", "slice"}, {t.scale, "dqscale", "partial"}},
+                         {t.scale, "qscale", "slice"}, {t.scale, "dqscale", "partial"},
+                         {t.flag, "wgrad", "shared"}},
                         4, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -249,6 +250,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     Qd.push_back(tb.buffer({s.T, s.M}));
   }
   GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
+  g.weightGrad = weightGradFlag(tb, k.arg(19));
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.stage(gout, r0, rows, Gt, s.DV);
@@ -326,7 +328,8 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
                          {t.f, "c", "slice"}, {t.S, "dS", "slice"}, {t.St, "dSt", "slice"},
                          {t.f, "dz", "slice"}, {t.rows, "dk", "rows"}, {t.values, "dv", "rows"},
                          {t.W, "dW", "partial"}, {t.params, "dparams", "partial"},
-                         {t.scale, "kscale", "slice"}, {t.scale, "dkscale", "partial"}},
+                         {t.scale, "kscale", "slice"}, {t.scale, "dkscale", "partial"},
+                         {t.flag, "wgrad", "shared"}},
                         7, numParams);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);
@@ -345,6 +348,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     phi.push_back(tb.buffer({s.T, s.M}));
   }
   GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
+  g.weightGrad = weightGradFlag(tb, k.arg(18));
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);

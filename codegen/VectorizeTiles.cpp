@@ -313,13 +313,57 @@ private:
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
   }
 
+  /// Whether output k of a reduction is reduced (its map leaves out the reduction dim
+  /// `dim`) rather than written element by element (a fused elementwise output).
+  static bool reducedOutput(linalg::GenericOp op, unsigned k, unsigned dim) {
+    AffineMap map = op.getIndexingMapsArray()[op.getNumDpsInputs() + k];
+    return !llvm::is_contained(map.getResults(), getAffineDimExpr(dim, op.getContext()));
+  }
+  /// One iteration of a reduction at `ivs`, w lanes: the inputs loaded, the reduced outputs'
+  /// accumulators `acc` (in output order), the elementwise outputs loaded where the body
+  /// reads them; the body cloned, its elementwise results stored. Returns the accumulators.
+  SmallVector<Value> reductionStep(linalg::GenericOp op, ArrayRef<bool> reduced,
+                                   ArrayRef<Value> ivs, unsigned dim, int64_t w, ValueRange acc) {
+    unsigned numIns = op.getNumDpsInputs();
+    Block &body = op.getRegion().front();
+    SmallVector<Value> args;
+    for (unsigned a = 0; a < numIns; ++a)
+      args.push_back(operandAt(op, a, ivs, dim, w));
+    unsigned next = 0;
+    for (auto [k, red] : llvm::enumerate(reduced)) {
+      if (red)
+        args.push_back(acc[next++]);
+      else
+        args.push_back(body.getArgument(numIns + k).use_empty()
+                           ? Value()
+                           : operandAt(op, numIns + k, ivs, dim, w));
+    }
+    SmallVector<Value> yields = cloneBody(op, args, w), carried;
+    for (auto [k, red] : llvm::enumerate(reduced)) {
+      if (red)
+        carried.push_back(yields[k]);
+      else
+        vstore(yields[k], op->getOperand(numIns + k),
+               indices(op.getIndexingMapsArray()[numIns + k], ivs));
+    }
+    return carried;
+  }
+
+  /// Reductions along the innermost dim (a vector accumulator per row, its lanes combined
+  /// once), or along the outer one (whole vectors accumulated down the rows). Outputs whose
+  /// map keeps the reduction dim are written element by element on the way (an elementwise
+  /// result and its reduction in one generic).
   LogicalResult lowerRowReduction(linalg::GenericOp op) {
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     if (failed(checkMaps(op, 1)) || failed(checkBody(op)))
       return failure();
     unsigned numIns = op.getNumDpsInputs(), numOuts = op.getNumDpsInits();
+    SmallVector<bool> reduced;
     SmallVector<vector::CombiningKind> kinds;
     for (unsigned k = 0; k < numOuts; ++k) {
+      reduced.push_back(reducedOutput(op, k, 1));
+      if (!reduced.back())
+        continue;
       FailureOr<vector::CombiningKind> kind = combiner(op, k);
       if (failed(kind))
         return failure();
@@ -334,14 +378,6 @@ private:
         return arith::AddFOp::create(b, loc, x, y);
       return arith::MaximumFOp::create(b, loc, x, y);
     };
-    // Reduces the chunk at column j0 of width w into vector accumulators.
-    auto step = [&](Value i, Value j0, int64_t w, ValueRange acc) {
-      SmallVector<Value> args;
-      for (unsigned a = 0; a < numIns; ++a)
-        args.push_back(operandAt(op, a, {i, j0}, 1, w));
-      args.append(acc.begin(), acc.end());
-      return cloneBody(op, args, w);
-    };
     loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
       int64_t n = shape[1], full = n - n % VL;
       SmallVector<Value> sums;
@@ -352,25 +388,28 @@ private:
         for (vector::CombiningKind kind : kinds)
           init.push_back(splat(identity(kind), VL));
         SmallVector<Value> acc = loop(0, full, VL, init, [&](Value j0, ValueRange carried) {
-          return step(i, j0, VL, carried);
+          return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
         });
-        for (unsigned k = 0; k < numOuts; ++k)
+        for (unsigned k = 0; k < kinds.size(); ++k)
           sums[k] = acrossLanes(kinds[k], acc[k]);
       }
       if (n % VL) {
         SmallVector<Value> init;
         for (vector::CombiningKind kind : kinds)
           init.push_back(splat(identity(kind), n % VL));
-        SmallVector<Value> tail = step(i, idx(full), n % VL, init);
-        for (unsigned k = 0; k < numOuts; ++k)
-          sums[k] = combine(kinds[k], sums[k],
-                            acrossLanes(kinds[k], tail[k]));
+        SmallVector<Value> tail = reductionStep(op, reduced, {i, idx(full)}, 1, n % VL, init);
+        for (unsigned k = 0; k < kinds.size(); ++k)
+          sums[k] = combine(kinds[k], sums[k], acrossLanes(kinds[k], tail[k]));
       }
+      unsigned next = 0;
       for (unsigned k = 0; k < numOuts; ++k) {
+        if (!reduced[k])
+          continue;
         Value out = op->getOperand(numIns + k);
         SmallVector<Value> at = indices(op.getIndexingMapsArray()[numIns + k], {i, Value()});
         Value old = memref::LoadOp::create(b, loc, out, at);
-        memref::StoreOp::create(b, loc, combine(kinds[k], old, sums[k]), out, at);
+        memref::StoreOp::create(b, loc, combine(kinds[next], old, sums[next]), out, at);
+        ++next;
       }
       return SmallVector<Value>();
     });
@@ -382,20 +421,22 @@ private:
     if (failed(checkMaps(op, 1)) || failed(checkBody(op)))
       return failure();
     unsigned numIns = op.getNumDpsInputs(), numOuts = op.getNumDpsInits();
+    SmallVector<bool> reduced;
+    for (unsigned k = 0; k < numOuts; ++k)
+      reduced.push_back(reducedOutput(op, k, 0));
     chunks(shape[1], [&](Value j0, int64_t w) {
       SmallVector<Value> init;
       for (unsigned k = 0; k < numOuts; ++k)
-        init.push_back(operandAt(op, numIns + k, {Value(), j0}, 1, w));
+        if (reduced[k])
+          init.push_back(operandAt(op, numIns + k, {Value(), j0}, 1, w));
       SmallVector<Value> acc = loop(0, shape[0], 1, init, [&](Value i, ValueRange carried) {
-        SmallVector<Value> args;
-        for (unsigned a = 0; a < numIns; ++a)
-          args.push_back(operandAt(op, a, {i, j0}, 1, w));
-        args.append(carried.begin(), carried.end());
-        return cloneBody(op, args, w);
+        return reductionStep(op, reduced, {i, j0}, 1, w, carried);
       });
+      unsigned next = 0;
       for (unsigned k = 0; k < numOuts; ++k)
-        vstore(acc[k], op->getOperand(numIns + k),
-               indices(op.getIndexingMapsArray()[numIns + k], {Value(), j0}));
+        if (reduced[k])
+          vstore(acc[next++], op->getOperand(numIns + k),
+                 indices(op.getIndexingMapsArray()[numIns + k], {Value(), j0}));
     });
     return success();
   }

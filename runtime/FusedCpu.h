@@ -44,6 +44,11 @@ struct FusedInputs {
   /// to q and k itself (moments_backward adds it to dq and dk in place), so autograd sums no
   /// second gradient path into q and k. Undefined without compiled statistics.
   torch::Tensor qsum, qsq, ksum, ksq, qkeep, kkeep;
+  /// Backward only: whether W's gradient is wanted (autograd's needs_input_grad for W). A
+  /// fixed W (a buffer of the weight module) needs none: the backward kernels then skip the
+  /// dW product (2 m d multiply-adds per row of the 9 m d a bidirectional backward does) and
+  /// the combine, and dW comes back undefined.
+  bool weightGrad = true;
 };
 
 /// Computes FusedInputs (autograd follows through the statistics, parameters and
@@ -119,6 +124,7 @@ public:
     auto s = ctx->get_saved_variables();
     auto *self = reinterpret_cast<const Kernels *>(ctx->saved_data["self"].toInt());
     FusedInputs in{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]};
+    in.weightGrad = ctx->needs_input_grad(3);
     FusedForward saved{s[11], s[9], s[10], s[12], s[13], s[14], torch::Tensor()};
     torch::Tensor gout = grads[0].defined() ? grads[0] : torch::zeros_like(s[11]);
     // dq, dk (with respect to the unscaled inputs), dv, dW, dparams, dqscale, dkscale; the

@@ -432,6 +432,29 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
   return result;
 }
 
+namespace {
+/// The backward kernels' `wgrad` switch: [1] f32, 1 where W's gradient is wanted.
+torch::Tensor weightGradSwitch(const FusedInputs &in) {
+  return torch::full({1}, in.weightGrad ? 1.0 : 0.0,
+                     torch::TensorOptions().dtype(torch::kFloat32).device(in.qs.device()));
+}
+
+/// dW from the backward kernels' (slice, chunk) shares dWp [BH, C, M, D]: each slice's chunks,
+/// then the slices, in order. Undefined when the gradient is not wanted (the kernels skipped it).
+torch::Tensor weightGradient(const KernelLauncher &launcher, const KernelAbi &chunkCombine,
+                             const KernelAbi &combine, const FusedInputs &in,
+                             const torch::Tensor &dWp) {
+  if (!in.weightGrad)
+    return torch::Tensor();
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dWp.device());
+  torch::Tensor dWs = torch::empty({dWp.size(0), dWp.size(2), dWp.size(3)}, f32),
+                dW = torch::empty({dWp.size(2), dWp.size(3)}, f32);
+  run(launcher, chunkCombine, {{"dWp", dWp}, {"dWs", dWs}});
+  run(launcher, combine, {{"dWp", dWs}, {"dW", dW}});
+  return dW;
+}
+} // namespace
+
 std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
                                           const FusedForward &saved, const torch::Tensor &goutIn,
                                           int64_t F) {
@@ -463,6 +486,7 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   buf["dS"] = dSp;
   buf["dz"] = dzp;
   buf["dW"] = dWp.narrow(1, 0, Cq);
+  buf["wgrad"] = weightGradSwitch(in);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
   // The input scales' gradients per chunk (summed below: [BH, C, D] is tiny).
   torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
@@ -477,10 +501,8 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
   buf["dW"] = dWp.narrow(1, Cq, Ck);
   buf["dparams"] = dpp.narrow(1, Cq, Ck);
   run(launcher, kb, buf);
-  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32);
-  torch::Tensor dWs = torch::empty({BH, M, D}, f32);
-  run(launcher, dwc, {{"dWp", dWp}, {"dWs", dWs}});
-  run(launcher, dw, {{"dWp", dWs}, {"dW", dW}});
+  torch::Tensor dW = weightGradient(launcher, dwc, dw, in, dWp);
+  torch::Tensor dparams = torch::empty({BH, P}, f32);
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
   return {buf["dq"].view({B, H, Nq, D}),
           buf["dk"].view({B, H, Nk, D}),
@@ -591,6 +613,7 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                 dpp = torch::empty({BH, Cq + Ck, P}, f32);
   torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
   buf["dW"] = dWp.narrow(1, 0, Cq);
+  buf["wgrad"] = weightGradSwitch(in);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
   buf["dqscale"] = dqscale;
   run(launcher, qb, buf);
@@ -607,10 +630,8 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   buf["dparams"] = dpp.narrow(1, Cq, Ck);
   buf["dkscale"] = dkscale;
   run(launcher, kb, buf);
-  torch::Tensor dW = torch::empty({M, D}, f32), dparams = torch::empty({BH, P}, f32),
-                dWs = torch::empty({BH, M, D}, f32);
-  run(launcher, dwc, {{"dWp", dWp}, {"dWs", dWs}});
-  run(launcher, dw, {{"dWp", dWs}, {"dW", dW}});
+  torch::Tensor dW = weightGradient(launcher, dwc, dw, in, dWp);
+  torch::Tensor dparams = torch::empty({BH, P}, f32);
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
   return {buf["dq"].view({B, H, N, D}),
           buf["dk"].view({B, H, N, D}),

@@ -336,3 +336,64 @@ func.func @two_fills(%A: memref<2x3xf32>, %B: memref<3x16xf32>, %C: memref<2x16x
   }
   return
 }
+
+// -----
+
+// Tests a reduction whose generic also writes an elementwise result (an output whose map
+// keeps the reduction dim): e = exp(l - c) is stored element by element while its column
+// sums accumulate in the loop-carried vector; no second pass reads e back.
+#id = affine_map<(i, j) -> (i, j)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @exp_and_column_sums(
+// CHECK: scf.for %[[J:.*]] = %c0 to %c16 step %c8 {
+// CHECK: %[[INIT:.*]] = vector.load %arg3[%[[J]]] : memref<16xf32>, vector<8xf32>
+// CHECK: %[[SUM:.*]] = scf.for %[[I:.*]] = %c0 to %c4 step %c1 iter_args(%[[ACC:.*]] = %[[INIT]]) -> (vector<8xf32>) {
+// CHECK: %[[E:.*]] = math.exp
+// CHECK: %[[NEXT:.*]] = arith.addf %[[ACC]], %[[E]] : vector<8xf32>
+// CHECK: vector.store %[[E]], %arg2[%[[I]], %[[J]]] : memref<4x16xf32>, vector<8xf32>
+// CHECK: scf.yield %[[NEXT]]
+// CHECK: vector.store %[[SUM]], %arg3[%[[J]]] : memref<16xf32>, vector<8xf32>
+// CHECK-NOT: linalg.generic
+func.func @exp_and_column_sums(%l: memref<4x16xf32>, %c: memref<16xf32>, %e: memref<4x16xf32>,
+                               %z: memref<16xf32>) {
+  linalg.generic {indexing_maps = [#id, #col, #id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%l, %c : memref<4x16xf32>, memref<16xf32>) outs(%e, %z : memref<4x16xf32>, memref<16xf32>) {
+  ^bb0(%x: f32, %cc: f32, %old: f32, %acc: f32):
+    %d = arith.subf %x, %cc : f32
+    %p = math.exp %d : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %p, %s : f32, f32
+  }
+  return
+}
+
+// -----
+
+// The same along rows: the row maximum of l - c is taken while l - c is written; 12
+// columns are one vector of 8 and a tail of 4, each folded into the row's maximum.
+#id = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @shifted_and_row_maxima(
+// CHECK: scf.for %[[I:.*]] = %c0 to %c2 step %c1 {
+// CHECK: %[[D:.*]] = arith.subf %{{.*}}, %{{.*}} : vector<8xf32>
+// CHECK: vector.store %[[D]], %arg2[%[[I]], %c0] : memref<2x12xf32>, vector<8xf32>
+// CHECK: arith.maximumf {{.*}} : vector<4xf32>
+// CHECK: %[[T:.*]] = arith.subf %{{.*}}, %{{.*}} : vector<4xf32>
+// CHECK: vector.store %[[T]], %arg2[%[[I]], %c8] : memref<2x12xf32>, vector<4xf32>
+// CHECK: arith.maximumf {{.*}} : vector<2xf32>
+// CHECK: %[[OLD:.*]] = memref.load %arg3[%[[I]]] : memref<2xf32>
+// CHECK: %[[NEW:.*]] = arith.maximumf %[[OLD]], %{{.*}} : f32
+// CHECK: memref.store %[[NEW]], %arg3[%[[I]]] : memref<2xf32>
+// CHECK-NOT: linalg.generic
+func.func @shifted_and_row_maxima(%l: memref<2x12xf32>, %c: memref<12xf32>, %d: memref<2x12xf32>,
+                                  %m: memref<2xf32>) {
+  linalg.generic {indexing_maps = [#id, #col, #id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%l, %c : memref<2x12xf32>, memref<12xf32>) outs(%d, %m : memref<2x12xf32>, memref<2xf32>) {
+  ^bb0(%x: f32, %cc: f32, %old: f32, %acc: f32):
+    %s = arith.subf %x, %cc : f32
+    %n = arith.maximumf %s, %acc : f32
+    linalg.yield %s, %n : f32, f32
+  }
+  return
+}

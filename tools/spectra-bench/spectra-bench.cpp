@@ -99,13 +99,18 @@ struct Setup {
   torch::Dtype dtype = torch::kFloat32;
   SpectralAttentionOptions options;
   torch::Tensor q, k, v;
+  /// Whether W is learnable (a recipe with parameters, e.g. FastFoodL): then every method's
+  /// backward computes dW; a drawn W is a buffer, and no method computes its gradient (the
+  /// fused backward kernels skip the dW product). Set where the modules are made.
+  bool weightGrad = false;
 };
 
-SpectralAttention makeModule(const Setup &s, AttentionMode mode) {
+SpectralAttention makeModule(Setup &s, AttentionMode mode) {
   SpectralAttentionOptions o = s.options;
   o.mode = mode;
   SpectralAttention m(o);
   m->to(s.device);
+  s.weightGrad = m->weights->weights().W.requires_grad();
   return m;
 }
 
@@ -216,7 +221,7 @@ double flops(Method method, const Setup &s, int64_t m, int64_t features, bool ba
     return backward ? 3.5 * forward : forward;
   }
   double forward = 4 * N * (m * d + F * dv) * BH;
-  double backwardOnly = 4 * N * m * d + 8 * N * F * dv + 8 * N * F * d;
+  double backwardOnly = 4 * N * m * d + 8 * N * F * dv + (s.weightGrad ? 8 : 4) * N * F * d;
   return backward ? forward + backwardOnly * BH : forward;
 }
 /// Bytes every method must move: q, k, v and out (backward: also gout, dq, dk, dv, reading
@@ -234,20 +239,20 @@ double bytes(const Setup &s, bool backward) {
 /// P = qa kf^T and P V (T F + T dv), qa S and S += kf^T V; the queries' backward's G = gn v^T,
 /// a = gn S^T + G kf, dq and dW, S += kf^T v; the keys' backward's G, a = v R^T + G^T qb,
 /// dv = kb R + P^T gn with P = qb kb^T, dk and dW, R += qb^T gn. The masked halves of the
-/// T x T products are computed, so counted.
+/// T x T products are computed, so counted. dW only where W is learnable (s.weightGrad).
 double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t features) {
   double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features,
-         T = SPECTRA_CPU_CAUSAL_TILE_ROWS;
+         T = SPECTRA_CPU_CAUSAL_TILE_ROWS, dx = s.weightGrad ? 2 : 1;  // dq or dk, and dW
   if (kind == "kv" || kind == "readout")
     return 2 * N * (m * d + F * dv) * BH;
   if (kind == "query_backward" || kind == "key_backward")
-    return (2 * N * m * d + 4 * N * F * dv + 4 * N * F * d) * BH;
+    return (2 * N * m * d + 4 * N * F * dv + 2 * dx * N * F * d) * BH;
   if (kind == "causal_readout")
     return 2 * N * (2 * m * d + T * F + T * dv + 2 * F * dv) * BH;
   if (kind == "causal_query_backward")
-    return 2 * N * (2 * m * d + T * dv + 2 * F * dv + T * F + 2 * F * d) * BH;
+    return 2 * N * (2 * m * d + T * dv + 2 * F * dv + T * F + dx * F * d) * BH;
   if (kind == "causal_key_backward")
-    return 2 * N * (2 * m * d + 2 * T * dv + 3 * F * dv + 2 * T * F + 2 * F * d) * BH;
+    return 2 * N * (2 * m * d + 2 * T * dv + 3 * F * dv + 2 * T * F + dx * F * d) * BH;
   return 0;
 }
 
