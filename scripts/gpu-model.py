@@ -60,12 +60,14 @@ def row_chunks(kernel, N, BH, target_blocks):
         chunks = covered
 
 
-def kernel_work(kind, B, H, N, d, m, F, dv, element, C):
+def kernel_work(kind, B, H, N, d, m, F, dv, element, C, weight_grad=False):
     """(flops, exps, bytes) of one launch of `kind` over all slices, from the kernels' loops
     (codegen/TileKernels.h): contractions as 2 x multiply-adds; exps one per (row, feature);
     bytes read and written in global memory (rows in the input element size, the rest f32;
     W read once per block). C: the row chunks per slice of the kernel, or for a combine of
-    the kernel whose partial sums it reads."""
+    the kernel whose partial sums it reads. weight_grad: W is learnable, so the backward
+    kernels compute dW (a drawn W wants none: they skip its product and partials, and the
+    dW combines do not run)."""
     BH = B * H
     blocks = C * BH
     w_bytes = blocks * (m * d * 4 + m * 4)
@@ -83,9 +85,9 @@ def kernel_work(kind, B, H, N, d, m, F, dv, element, C):
         summary = blocks * (F * dv + 3 * F) * 4
         return 2 * BH * N * (m * d + F * dv), BH * N * F, rows(d) + rows(dv) + BH * N * 12 + w_bytes + summary
     if kind in ("query_backward", "key_backward"):
-        flops = BH * N * (2 * m * d + 4 * F * dv + 4 * F * d)
+        flops = BH * N * (2 * m * d + 4 * F * dv + (4 if weight_grad else 2) * F * d)
         summary = blocks * 2 * (F * dv + F) * 4
-        partials = blocks * (m * d + F * dv + F) * 4
+        partials = blocks * ((m * d if weight_grad else 0) + F * dv + F) * 4
         io = rows(d) * 2 + rows(dv) * 2 + BH * N * 12
         return flops, BH * N * F, io + w_bytes * 2 + summary + partials
     if kind == "dsummary_combine":
@@ -109,6 +111,9 @@ def main():
     p.add_argument("--chip", default="sm_90a", choices=["sm_80", "sm_90a"])
     p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16"],
                    help="the tensor-core path's precision (spectra-compile --mma)")
+    p.add_argument("--learnable-w", action="store_true",
+                   help="W is learnable (e.g. FastFoodL's factors): the backward computes dW; "
+                        "by default W is drawn and wants no gradient, as the runtime skips it")
     p.add_argument("--shapes", default="4x2x4096x32x128,1x16x65536x64x256,32x2x2000x32x128",
                    help="comma-separated BxHxNxdxm")
     args = p.parse_args()
@@ -118,7 +123,8 @@ def main():
     print(f"GPU model (ESTIMATES, not measurements): {args.variant} {args.dtype} on {gpu['name']}: "
           f"FP32 {gpu['fp32_flops'] / 1e12:.1f} TFLOP/s, bf16 tensor {gpu['tensor_flops'] / 1e12:.0f} "
           f"TFLOP/s, ex2 {gpu['exp_rate'] / 1e12:.2f} T/s, HBM {gpu['hbm_bytes'] / 1e12:.2f} TB/s, "
-          f"launch ~{gpu['launch_s'] * 1e6:.0f} us")
+          f"launch ~{gpu['launch_s'] * 1e6:.0f} us; "
+          f"{'a learnable W (dW computed)' if args.learnable_w else 'a drawn W (no dW)'}")
     with tempfile.TemporaryDirectory() as work:
         for shape in args.shapes.split(","):
             B, H, N, d, m = (int(x) for x in shape.split("x"))
@@ -160,12 +166,15 @@ def main():
                         "dweights_chunk_combine": "query_backward",
                         "dparams_combine": "query_backward", "moments_combine": "moments"}
             for k in artifact["kernels"]:
+                if k["kind"] in ("dweights_chunk_combine", "dweights_combine") and not args.learnable_w:
+                    continue  # not launched for a W that wants no gradient
                 C = chunks.get(k["kind"], chunks.get(producer.get(k["kind"], ""),
                                                      -(-N // k["chunk_rows"])))
                 if k["kind"] in ("dweights_chunk_combine", "dparams_combine"):
                     # Both backward kernels' shares (kernel_work counts 2 C): their mean.
                     C = (chunks.get("query_backward", C) + chunks.get("key_backward", C)) / 2
-                flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element, C)
+                flops, exps, nbytes = kernel_work(k["kind"], B, H, N, d, m, F, dv, element, C,
+                                                  args.learnable_w)
                 # The statistics' kernels run once per side (queries and keys).
                 launches = 2 if k["kind"].startswith("moments") else 1
                 flops, exps, nbytes = launches * flops, launches * exps, launches * nbytes
