@@ -844,14 +844,15 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
   CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(6), k.arg(7), k.arg(12),
                 k.arg(13), k.arg(10), k.arg(9), k.arg(11), k.params};
   BackwardArgs out{k.arg(5), k.arg(14), k.arg(17), Value(), Value(), k.arg(16), partials};
-  tb.fill(out.dW, 0);
+  Value wantW = weightGradFlag(tb, k.arg(args.size() - 1));
+  ifWeightGrad(tb, wantW, [&] { tb.fill(out.dW, 0); });
   tb.fill(out.dscale, 0);
   State st{Value(), k.arg(19), Value(), k.arg(20), k.arg(18)};
   SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;  // one set of sums for the tiles and the rows
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;
-  tiles.grad.weightGrad = rowTiles.grad.weightGrad = weightGradFlag(tb, k.arg(args.size() - 1));
+  tiles.grad.weightGrad = rowTiles.grad.weightGrad = wantW;
   tb.forTiles(tb.dim(in.Q, 0), [&](Value r0, Value rows) {
     queryBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
       queryBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);
@@ -876,7 +877,8 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   CausalArgs in{k.arg(0), k.arg(1), k.arg(2), k.arg(3), k.arg(4), k.arg(6), k.arg(7), k.arg(12),
                 k.arg(13), k.arg(10), k.arg(9), k.arg(11), k.params};
   BackwardArgs out{k.arg(5), k.arg(14), Value(), k.arg(17), k.arg(18), k.arg(16), partials};
-  tb.fill(out.dW, 0);
+  Value wantW = weightGradFlag(tb, k.arg(args.size() - 1));
+  ifWeightGrad(tb, wantW, [&] { tb.fill(out.dW, 0); });
   tb.fill(out.dscale, 0);
   // The suffix state carried into the chunk from the right (causal_suffix_scan): R transposed
   // [DV, F], r [F], e [F] (in the State's St, z, c), advanced in place.
@@ -885,7 +887,7 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;
-  tiles.grad.weightGrad = rowTiles.grad.weightGrad = weightGradFlag(tb, k.arg(args.size() - 1));
+  tiles.grad.weightGrad = rowTiles.grad.weightGrad = wantW;
   tb.forTilesReversed(tb.dim(in.K, 0), [&](Value r0, Value rows) {
     keyBackwardStep(tb, s, tiles, in, out, st, r0, rows, [&](Value r) {
       keyBackwardStep(rb, one, rowTiles, in, out, st, r, rb.idx(1), nullptr);

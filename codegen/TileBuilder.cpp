@@ -115,15 +115,19 @@ Value weightGradFlag(TileBuilder &tb, Value wgrad) {
                                tb.f32(0));
 }
 
-namespace {
-/// Runs `body` (the dW terms) only where the gradient tiles' weightGrad holds.
-void whenWeightGrad(TileBuilder &tb, const GradientTiles &g, function_ref<void()> body) {
-  if (!g.weightGrad)
+void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body) {
+  if (!flag)
     return body();
-  auto branch = scf::IfOp::create(tb.b, tb.loc, g.weightGrad, /*withElseRegion=*/false);
+  auto branch = scf::IfOp::create(tb.b, tb.loc, flag, /*withElseRegion=*/false);
   OpBuilder::InsertionGuard guard(tb.b);
   tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
   body();
+}
+
+namespace {
+/// Runs `body` (the dW terms) only where the gradient tiles' weightGrad holds.
+void whenWeightGrad(TileBuilder &tb, const GradientTiles &g, function_ref<void()> body) {
+  ifWeightGrad(tb, g.weightGrad, body);
 }
 } // namespace
 

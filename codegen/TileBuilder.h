@@ -398,6 +398,8 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
 /// The backward kernels' `wgrad` argument (memref<1xf32>, set by the runtime from whether W
 /// requires a gradient) as an i1: wgrad[0] != 0.
 Value weightGradFlag(TileBuilder &tb, Value wgrad);
+/// Runs `body` under scf.if on `flag` (an i1 from weightGradFlag); directly when null.
+void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body);
 
 /// dW += 2 ww-term W and dparams = the accumulated sums (once per call).
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,

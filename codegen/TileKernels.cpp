@@ -239,7 +239,8 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
   tb.fill(dS, 0);
   tb.fill(dqscale, 0);
   tb.fill(dz, 0);
-  tb.fill(dW, 0);
+  Value wantW = weightGradFlag(tb, k.arg(19));
+  ifWeightGrad(tb, wantW, [&] { tb.fill(dW, 0); });
   Value Qt = tb.buffer({s.T, s.D}), Gt = tb.buffer({s.T, s.DV}), Ot = tb.buffer({s.T, s.DV}),
         L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), Mq = tb.buffer({s.T}),
         rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), valid = tb.buffer({s.T});
@@ -250,7 +251,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     Qd.push_back(tb.buffer({s.T, s.M}));
   }
   GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
-  g.weightGrad = weightGradFlag(tb, k.arg(19));
+  g.weightGrad = wantW;
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.stage(gout, r0, rows, Gt, s.DV);
@@ -338,7 +339,8 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
         rowscale = k.arg(6), c = k.arg(8), dS = k.arg(9), dSt = k.arg(10), dz = k.arg(11),
         dk = k.arg(12), dv = k.arg(13), dW = k.arg(14), dparams = k.arg(15), kscale = k.arg(16),
         dkscale = k.arg(17);
-  tb.fill(dW, 0);
+  Value wantW = weightGradFlag(tb, k.arg(18));
+  ifWeightGrad(tb, wantW, [&] { tb.fill(dW, 0); });
   tb.fill(dkscale, 0);
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T}),
         L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), dVt = tb.buffer({s.T, s.DV});
@@ -348,7 +350,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     phi.push_back(tb.buffer({s.T, s.M}));
   }
   GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
-  g.weightGrad = weightGradFlag(tb, k.arg(18));
+  g.weightGrad = wantW;
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);

@@ -35,11 +35,13 @@
 //       (M, guarded denominator, 1 if the guard fired) per query.
 //   <map>_query_backward(q, Wt, W [M,D], ww, params, S, St [DV,F], z, c, out,
 //            gout [N,DV], qstat, dq [N,D], dS [F,DV], dz [F], dW [M,D], dparams [P],
-//            qscale, dqscale [D])
+//            qscale, dqscale [D], wgrad [1])
 //   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
-//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale, dkscale [D])
+//            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale, dkscale [D],
+//            wgrad [1])
 //       dS, dz, dW, dparams and dqscale/dkscale are this call's share (zeroed first);
 //       dqscale = sum_n dx_n x_n over the scaled rows x (the runtime divides by the scale).
+//       wgrad[0] == 0 (W wants no gradient): dW is neither formed nor written.
 //   <map>_kv_combine(Sp [C,F,DV], zp [C,F], zabsp [C,F], cp [C,F], S, z, zabs, c)
 //       the second stage of the keys' split reduction: the chunks' partials
 //       merged in chunk order (c = max, the rest rescaled by exp(c_chunk - c)).

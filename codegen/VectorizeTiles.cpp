@@ -319,6 +319,39 @@ private:
     AffineMap map = op.getIndexingMapsArray()[op.getNumDpsInputs() + k];
     return !llvm::is_contained(map.getResults(), getAffineDimExpr(dim, op.getContext()));
   }
+  /// A reduction's outputs are reduced (their map leaves the reduction dim out) or written
+  /// element by element: those have the identity map and do not read an accumulator (a
+  /// lane's accumulator along a row is a partial sum, not the running value).
+  LogicalResult checkReductionOutputs(linalg::GenericOp op, ArrayRef<bool> reduced) {
+    Block &body = op.getRegion().front();
+    unsigned numIns = op.getNumDpsInputs();
+    llvm::SmallPtrSet<Value, 8> accumulators;
+    for (auto [k, red] : llvm::enumerate(reduced))
+      if (red)
+        accumulators.insert(body.getArgument(numIns + k));
+    for (auto [k, red] : llvm::enumerate(reduced)) {
+      if (red)
+        continue;
+      if (!op.getIndexingMapsArray()[numIns + k].isIdentity())
+        return op.emitOpError("spectra-vectorize-tiles: an output of a reduction must leave the "
+                              "reduction dimension out or be written element by element "
+                              "(identity map)");
+      SmallVector<Value> work = {body.getTerminator()->getOperand(k)};
+      llvm::SmallPtrSet<Value, 16> seen;
+      while (!work.empty()) {
+        Value v = work.pop_back_val();
+        if (!seen.insert(v).second)
+          continue;
+        if (accumulators.contains(v))
+          return op.emitOpError("spectra-vectorize-tiles: an elementwise output of a reduction "
+                                "must not read the accumulator");
+        if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &body)
+          work.append(def->operand_begin(), def->operand_end());
+      }
+    }
+    return success();
+  }
+
   /// One iteration of a reduction at `ivs`, w lanes: the inputs loaded, the reduced outputs'
   /// accumulators `acc` (in output order), the elementwise outputs loaded where the body
   /// reads them; the body cloned, its elementwise results stored. Returns the accumulators.
@@ -369,6 +402,8 @@ private:
         return failure();
       kinds.push_back(*kind);
     }
+    if (failed(checkReductionOutputs(op, reduced)))
+      return failure();
     auto identity = [&](vector::CombiningKind kind) {
       double v = kind == vector::CombiningKind::ADD ? 0.0 : -std::numeric_limits<double>::infinity();
       return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v))).getResult();
@@ -424,6 +459,8 @@ private:
     SmallVector<bool> reduced;
     for (unsigned k = 0; k < numOuts; ++k)
       reduced.push_back(reducedOutput(op, k, 0));
+    if (failed(checkReductionOutputs(op, reduced)))
+      return failure();
     chunks(shape[1], [&](Value j0, int64_t w) {
       SmallVector<Value> init;
       for (unsigned k = 0; k < numOuts; ++k)

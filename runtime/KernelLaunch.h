@@ -204,7 +204,9 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
 /// The backward plan: query_backward, dsummary_combine, key_backward, dweights_chunk_combine
 /// (each slice's chunks), dweights_combine (the slices),
 /// dparams_combine. Returns {dq, dk, dv (in the inputs' dtypes), dW, dparams, dqscale,
-/// dkscale} (the last two [B, H, D]: the input scales' gradients).
+/// dkscale} (the last two [B, H, D]: the input scales' gradients). Without in.weightGrad the
+/// backward kernels skip dW (their `wgrad` switch is 0), the two dW combines are not launched
+/// and dW comes back undefined.
 std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const FusedInputs &in,
                                           const FusedForward &saved, const torch::Tensor &gout,
                                           int64_t features);
@@ -219,8 +221,8 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
 /// The causal backward plan: causal_query_backward (per row chunk, from the carried
 /// states), causal_suffix (each chunk's summary of the keys' suffix state) and
 /// causal_suffix_scan (the state carried into each chunk from the right), causal_key_backward
-/// (per row chunk, last row to first), then the sums of the dW and dparams shares; returns
-/// what launchBackward returns.
+/// (per row chunk, last row to first), then the sums of the dW (only with in.weightGrad) and
+/// dparams shares; returns what launchBackward returns.
 std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
                                                 const FusedInputs &in, const FusedForward &saved,
                                                 const torch::Tensor &gout, int64_t features);

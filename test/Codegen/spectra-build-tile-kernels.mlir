@@ -39,8 +39,22 @@
 // CHECK-SAME: outs(%{{.*}} : memref<16x8xf32, strided<[8, 1]>>)
 // CHECK-LABEL: func.func @posrf_orf_readout(
 // CHECK: arith.cmpf ule
+// The backward kernels take a last `wgrad` switch; dW is zeroed and formed (dW += dwx^T q,
+// the first operand transposed, into the [16 x 8] dW) only where it is not 0.
 // CHECK-LABEL: func.func @posrf_orf_query_backward(
+// CHECK-SAME: %[[QWG:[a-z0-9]+]]: memref<1xf32>) attributes
+// CHECK-SAME: spectra.arg_names = [{{.*}}"dW", "dparams", "qscale", "dqscale", "wgrad"]
+// CHECK: %[[QFLAG:.*]] = memref.load %[[QWG]]
+// CHECK: %[[QWANT:.*]] = arith.cmpf une, %[[QFLAG]]
+// CHECK: scf.if %[[QWANT]] {
+// CHECK: linalg.fill {{.*}} outs(%{{.*}} : memref<16x8xf32>)
+// CHECK-NEXT: }
+// CHECK: scf.for
+// CHECK: scf.if %[[QWANT]] {
+// CHECK-NEXT: linalg.generic {indexing_maps = [#[[$AT]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]}
+// CHECK-SAME: outs(%{{.*}} : memref<16x8xf32>)
 // CHECK-LABEL: func.func @posrf_orf_key_backward(
+// CHECK-SAME: spectra.arg_names = [{{.*}}"dW", "dparams", "kscale", "dkscale", "wgrad"]
 // CHECK-NOT: memref.alloc(
 // DV-LABEL: func.func @posrf_orf_kv(
 // DV-SAME: memref<?x8xf32>, %{{.*}}: memref<?x5xf32>

@@ -61,3 +61,38 @@ func.func @region_op(%y: memref<8x8xf32>, %z: memref<8x8xf32>, %c: i1) {
   }
   return
 }
+
+// -----
+
+// Tests that an output of a column reduction that keeps the reduction dim but drops the
+// vector dim (a vector store at one element) is refused.
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+func.func @partial_elementwise_output(%y: memref<8x8xf32>, %z: memref<8xf32>, %s: memref<8xf32>) {
+  // expected-error@+1 {{'linalg.generic' op spectra-vectorize-tiles: an output of a reduction must leave the reduction dimension out or be written element by element (identity map)}}
+  linalg.generic {indexing_maps = [#full, #row, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%y : memref<8x8xf32>) outs(%z, %s : memref<8xf32>, memref<8xf32>) {
+  ^bb0(%v: f32, %o: f32, %acc: f32):
+    %a = arith.addf %acc, %v : f32
+    linalg.yield %v, %a : f32, f32
+  }
+  return
+}
+
+// -----
+
+// Tests that an elementwise output of a row reduction may not read the accumulator (its lanes
+// hold partial sums, not the running value).
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+func.func @running_sum_output(%y: memref<8x8xf32>, %z: memref<8x8xf32>, %s: memref<8xf32>) {
+  // expected-error@+1 {{'linalg.generic' op spectra-vectorize-tiles: an elementwise output of a reduction must not read the accumulator}}
+  linalg.generic {indexing_maps = [#full, #full, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%y : memref<8x8xf32>) outs(%z, %s : memref<8x8xf32>, memref<8xf32>) {
+  ^bb0(%v: f32, %o: f32, %acc: f32):
+    %a = arith.addf %acc, %v : f32
+    linalg.yield %a, %a : f32, f32
+  }
+  return
+}

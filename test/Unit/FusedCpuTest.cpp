@@ -230,8 +230,9 @@ using AttendFn = std::function<torch::Tensor(const torch::Tensor &, const torch:
                                              const torch::Tensor &, const Weights &)>;
 
 /// A drawn W (no gradient wanted) and the same W as a leaf that wants one: dq, dk and dv
-/// come out bit for bit the same, dW only in the second run, and there it matches float64
-/// autograd of the reference. The backward kernels skip the dW product for a fixed W.
+/// come out bit for bit the same, dW only in the second run (its combines launched only
+/// there), and there it matches float64 autograd of the reference. The backward kernels skip
+/// the dW product for a fixed W.
 void expectWeightGradientOnlyWhenAsked(const Descriptor &desc, const AttendFn &attend,
                                        bool causal, const std::string &what) {
   Case c = makeCase(0.7, 11);
@@ -245,7 +246,13 @@ void expectWeightGradientOnlyWhenAsked(const Descriptor &desc, const AttendFn &a
     EXPECT_FALSE(w.W.requires_grad()) << what;
     if (wantW)
       w.W = w.W.detach().clone().requires_grad_();
+    KernelTimer launches;  // the plan's launches by kind
     (attend(q32, k32, v32, w).to(torch::kFloat64) * probe).sum().backward();
+    auto kinds = launches.totals();
+    EXPECT_EQ(kinds.count(causal ? "causal_key_backward" : "key_backward"), 1u) << what;
+    EXPECT_EQ(kinds.count("dweights_chunk_combine") + kinds.count("dweights_combine"),
+              wantW ? 2u : 0u)
+        << what << (wantW ? ": dW asked for but not combined" : ": dW combined for a drawn W");
     return std::vector<torch::Tensor>{q32.grad(), k32.grad(), v32.grad(), w.W.grad()};
   };
   std::vector<torch::Tensor> fixed = run(false), learnt = run(true);

@@ -99,9 +99,11 @@ struct Setup {
   torch::Dtype dtype = torch::kFloat32;
   SpectralAttentionOptions options;
   torch::Tensor q, k, v;
-  /// Whether W is learnable (a recipe with parameters, e.g. FastFoodL): then every method's
-  /// backward computes dW; a drawn W is a buffer, and no method computes its gradient (the
-  /// fused backward kernels skip the dW product). Set where the modules are made.
+  /// Whether W is learnable (a recipe with parameters, e.g. FastFoodL): then the fused and
+  /// the eager backward compute dW and the flop counts include it (the hand-written torch
+  /// linear attention takes W detached, so its count is high by dW there); a drawn W is a
+  /// buffer, and no method computes its gradient (the fused backward kernels skip the dW
+  /// product). Set where the modules are made.
   bool weightGrad = false;
 };
 
