@@ -579,7 +579,8 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
   std::cout << std::fixed << std::setprecision(4);
   std::cout << "causal " << opt.at("variant") << "  B=" << s.B << " H=" << s.H << " N=" << s.N
             << " d=" << s.d << " m=" << desc.m << " (features " << features << "), cpu "
-            << opt.at("dtype") << ", " << threads << " threads, heap " << opt.at("heap") << "\n";
+            << opt.at("dtype") << ", " << threads << " threads, heap " << opt.at("heap") << ", "
+            << (s.weightGrad ? "W learnable (dW computed)" : "W drawn (no dW)") << "\n";
   // A left-out baseline prints as "-".
   auto num = [](double x, int precision) {
     std::ostringstream os;
@@ -785,7 +786,8 @@ int main(int argc, char **argv) {
               << " d=" << s.d << " m=" << desc.m << " (features " << desc.numFeatures() << "), "
               << opt["device"] << " " << opt["dtype"]
               << (s.device.is_cuda() ? "" : ", " + std::to_string(torch::get_num_threads()) + " threads")
-              << ", heap " << opt["heap"] << "\n";
+              << ", heap " << opt["heap"] << ", "
+              << (s.weightGrad ? "W learnable (dW computed)" : "W drawn (no dW)") << "\n";
     std::cout << "JIT: cold compile " << cold << " s, disk-cache hit " << disk
               << " s, memory-cache hit " << std::setprecision(6) << memory << std::setprecision(4)
               << " s\n";
