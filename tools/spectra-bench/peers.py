@@ -2,7 +2,9 @@
 """Spectra's fused attention beside what a user would run instead, in one process.
 
 Runs PosRF-ORF (FAVOR+) forward+backward, f32, on the CPU, with the same random features W:
-  - Spectra: torch.ops.spectra.attention (the JIT-compiled fused kernels);
+  - Spectra: torch.ops.spectra.attention (the JIT-compiled fused kernels), with the drawn W
+    (a buffer: no dW, as performer's projection matrix), then the same W as a leaf that wants
+    its gradient ("spectra learnable W": the backward forms dW);
   - performer-pytorch's FastAttention, eager;
   - the same FastAttention under torch.compile (inductor's generated C++/OpenMP kernels);
   - torch's scaled_dot_product_attention (softmax, the quadratic baseline);
@@ -117,7 +119,15 @@ def main():
             return torch.ops.spectra.attention(q, k, v, None, args.variant, m, 0, "fused",
                                                causal=args.causal)
 
-        methods = [("spectra fused", spectra), ("performer eager", performer)]
+        def spectra_learnable_w(q, k, v):
+            # The same op with W a leaf that wants its gradient (as FastFoodL's factors make
+            # it): the backward then forms dW, which it skips for the drawn W above.
+            Wl = W.detach().requires_grad_()
+            return torch.ops.spectra.feature_attention(q, k, v, Wl, feature=args.variant, m=m,
+                                                       causal=args.causal)
+
+        methods = [("spectra fused", spectra), ("spectra learnable W", spectra_learnable_w),
+                   ("performer eager", performer)]
         if compiled is not None:
             methods.append(("performer compiled", compiled))
         if args.causal:
