@@ -124,13 +124,6 @@ void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body) {
   body();
 }
 
-namespace {
-/// Runs `body` (the dW terms) only where the gradient tiles' weightGrad holds.
-void whenWeightGrad(TileBuilder &tb, const GradientTiles &g, function_ref<void()> body) {
-  ifWeightGrad(tb, g.weightGrad, body);
-}
-} // namespace
-
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW) {
   tb.fill(g.dxxRow, 0);
@@ -146,7 +139,7 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
   auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
     return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
   };
-  whenWeightGrad(tb, g, [&] {
+  ifWeightGrad(tb, g.weightGrad, [&] {
     tb.matmul(g.dwx, X, dW, /*transposeA=*/true);
     if (g.dww)
       tb.reduceCols({{g.dww}}, {g.dwwAcc}, sum);
@@ -159,7 +152,7 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
                      Value dparams) {
   if (g.dww)
-    whenWeightGrad(tb, g, [&] {
+    ifWeightGrad(tb, g.weightGrad, [&] {
       tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
         return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};

@@ -365,7 +365,7 @@ struct GradientTiles {
   SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
   /// An i1: whether dW is wanted (the `wgrad` argument; null: always). Without it the dW
   /// product and its ||w||^2 term are skipped, a branch every thread of a GPU block takes
-  /// alike; the dW partials are then left as filled (0).
+  /// alike, and the dW partials are not written.
   Value weightGrad;
   /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
   SmallVector<Value> outputs() const {
