@@ -27,6 +27,7 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.tileRows = tileRows;
     options.maxTileRows = maxTileRows;
     options.sharedLimit = sharedLimit;
+    options.minTileRows = minTileRows;
     options.inputType = inputType;
     options.causal = causal;
     NamedAttrList missing;

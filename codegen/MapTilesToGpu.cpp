@@ -397,11 +397,17 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
                                                type.getLayout(), space));
   }
   reinferSubviews(blocks);
-  if (sharedBytes > o.sharedLimit)
-    return tile.emitOpError("spectra-map-tiles-to-gpu: the tiles of kernel '")
-           << tile.getSymName() << "' need " << sharedBytes
-           << " bytes of workgroup (shared) memory, more than the " << o.sharedLimit
-           << "-byte limit of a block's static shared memory; use fewer tile rows";
+  if (sharedBytes > o.sharedLimit) {
+    auto diag = tile.emitOpError("spectra-map-tiles-to-gpu: the tiles of kernel '")
+                << tile.getSymName() << "' need " << sharedBytes
+                << " bytes of workgroup (shared) memory, more than the " << o.sharedLimit
+                << "-byte limit of a block's static shared memory";
+    // A kernel already at one row per tile cannot shrink further: the head is too large.
+    if (tileRowsAttr && tileRowsAttr.getInt() <= 1)
+      return diag << " at 1 row per tile (the buffers sized by the features and the head "
+                     "dims alone); use fewer features (m) or a smaller head";
+    return diag << "; use fewer tile rows";
+  }
   fn->setAttr(kKernelSharedBytesAttr, b.getI64IntegerAttr(sharedBytes));
   fn->setAttr(kKernelThreadsAttr, b.getI64IntegerAttr(o.threads));
   fn->setAttr(kKernelChunkRowsAttr, b.getI64IntegerAttr(o.chunkRows));
@@ -710,10 +716,13 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // On tensor cores a 4-row tile pads the mma's 8-row n (or k) to twice its work: each row
   // kernel takes 16 rows per tile, or 8, where its tiles fit the block's shared memory
   // (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
-  if (tensorCores && o.maxTileRows > tiles.tileRows) {
+  if (tensorCores && o.maxTileRows > tiles.tileRows)
     tiles.maxTileRows = o.maxTileRows;
-    tiles.sharedLimit = staticSharedLimit(o.chip);
-  }
+  // Larger heads (d = 64, m = 256: OPRF's and SADERF's query backward, TrigRF's causal
+  // kernels) take fewer rows per tile where tile-rows rows would not fit; spectra-map-tiles-
+  // to-gpu refuses what does not fit at min-tile-rows.
+  tiles.sharedLimit = staticSharedLimit(o.chip);
+  tiles.minTileRows = o.minTileRows;
   pm.addPass(createSpectraBuildTileKernels(tiles));
   pm.addPass(createSpectraKeepKernels());
   pm.addPass(createCanonicalizerPass());

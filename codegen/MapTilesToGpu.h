@@ -67,10 +67,17 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                            llvm::cl::desc("value head dimension (0: the feature map's d)"),
                            llvm::cl::init(0)};
   // 4 rows keep every paper variant's tiles (m = 128, d = 32, backward included) within
-  // the 48 KiB of static shared memory; larger heads are refused with the limit named.
+  // the 48 KiB of static shared memory; a row kernel of a larger head whose tiles would not
+  // fit takes fewer rows (min-tile-rows), and past that is refused with the limit named.
   Option<int64_t> tileRows{*this, "tile-rows",
                            llvm::cl::desc("rows of q or k per tile (workgroup memory)"),
                            llvm::cl::init(4)};
+  Option<int64_t> minTileRows{
+      *this, "min-tile-rows",
+      llvm::cl::desc("a row kernel whose tiles at tile-rows rows would not fit the shared "
+                     "memory keeps halving its rows down to this many (at least tile-rows: "
+                     "exactly tile-rows, or the limit's error)"),
+      llvm::cl::init(1)};
   Option<int64_t> maxTileRows{
       *this, "max-tile-rows",
       llvm::cl::desc("on tensor cores (bf16/f16): the bidirectional row kernels take up to this "

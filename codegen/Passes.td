@@ -38,6 +38,9 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
            "tile, halving from this to tile-rows, whose tiles fit shared-limit bytes">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"0",
            "bytes the tile buffers of one row kernel may take (with max-tile-rows)">,
+    Option<"minTileRows", "min-tile-rows", "int64_t", /*default=*/"0",
+           "with shared-limit: a row kernel whose tiles at tile-rows would not fit keeps "
+           "halving down to this many rows (0: tile-rows)">,
     Option<"inputType", "input-type", "std::string", /*default=*/"\"f32\"",
            "element type of q, k, v, out and their gradients: f32, bf16 or f16">,
     Option<"causal", "causal", "bool", /*default=*/"false",

@@ -614,8 +614,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   }
   // The row kernels take the most rows per tile, from maxTileRows down by halves to
   // tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's static shared memory):
-  // larger tiles fill the tensor cores' 8- and 16-row shapes. `build` adds one kernel, or a
-  // group (the causal kernels) that shares the choice.
+  // larger tiles fill the tensor cores' 8- and 16-row shapes. Where even tileRows rows would
+  // not fit (larger heads), they keep halving down to minTileRows. `build` adds one kernel,
+  // or a group (the causal kernels) that shares the choice.
+  const int64_t fewest =
+      options.minTileRows > 0 ? std::min(options.minTileRows, s.T) : s.T;
   auto grow = [&](function_ref<void(const Dims &, const Types &)> build) {
     int64_t rows = std::max(options.maxTileRows, s.T);
     while (true) {
@@ -639,14 +642,14 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         });
         most = std::max(most, bytes);
       }
-      if (rows <= s.T || options.sharedLimit <= 0 || most <= options.sharedLimit) {
+      if (rows <= fewest || options.sharedLimit <= 0 || most <= options.sharedLimit) {
         for (func::FuncOp fn : added)
           fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
         return;
       }
       for (func::FuncOp fn : added)
         fn.erase();
-      rows = std::max(s.T, rows / 2);
+      rows = std::max(fewest, rows / 2);
     }
   };
   grow([&](const Dims &sr, const Types &tr) {

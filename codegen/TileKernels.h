@@ -92,6 +92,9 @@ struct TileKernelOptions {
   /// down to tileRows, whose tile buffers fit `sharedLimit` bytes.
   int64_t maxTileRows = 0;
   int64_t sharedLimit = 0;
+  /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit, it keeps
+  /// halving down to this many rows (larger heads: d = 64, m = 256); 0 means tileRows.
+  int64_t minTileRows = 0;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
   std::string inputType = "f32";
   /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal

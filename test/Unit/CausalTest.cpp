@@ -8,9 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/spectra_compiler.h"
 #include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedEmulated.h"
+#include "runtime/KernelLaunch.h"
 #include "runtime/SpectralAttention.h"
 #include "runtime/WeightFactory.h"
 
@@ -132,7 +134,7 @@ void expectFusedMatches(const std::string &variant, int64_t N, double scale, dou
 void expectMatches(const Descriptor &desc, const Attend &attend, const std::string &variant,
                    int64_t N, double scale, double outTol, double gradTol, bool masked,
                    torch::ScalarType dtype) {
-  Inputs in = inputs(2, 2, N, 8, 6, scale, 3);
+  Inputs in = inputs(2, 2, N, desc.d, 6, scale, 3);
   std::optional<torch::Tensor> mask;
   if (masked) {
     mask = torch::ones({2, N}, torch::kBool);
@@ -225,6 +227,24 @@ TEST(FusedCausal, GpuScheduleRunOnTheCpuMatchesTheReference) {
                   bf16 ? 3e-2 : 2e-5, bf16 ? 1e-1 : 2e-4, /*masked=*/true,
                   bf16 ? torch::kBFloat16 : torch::kFloat32);
   }
+}
+
+TEST(FusedCausal, LargerHeadsOnTheGpuScheduleTakeOneRowPerTile) {
+  // d = 64, m = 256: TrigRF's causal kernels (two outputs per feature) do not fit a block's
+  // 48 KiB of static shared memory at 2 rows per tile; they take 1 (the launch description
+  // says so), and run as gpu-emulated within the same tolerances. Over a 256-row chunk.
+  char *error = nullptr;
+  spectra_cpu_kernel *k =
+      spectra_emulated_compile_variant("trigrf-orf", 256, 64, 0, "", "f32", 0, 1, &error);
+  ASSERT_NE(k, nullptr) << (error ? error : "");
+  EXPECT_EQ(KernelAbi::parse(spectra_cpu_kernel_abi(k, "causal_query_backward")).tileRows, 1);
+  spectra_cpu_kernel_free(k);
+  FusedEmulatedAttention emulated("trigrf-orf", config(256, 64), "f32", /*causal=*/true);
+  expectMatches(emulated.descriptor(),
+                [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                  return emulated.attention(q, k, v, w, mask);
+                },
+                "trigrf-orf d=64 m=256 gpu-emulated", 300, 0.3, 2e-5, 2e-4, /*masked=*/true);
 }
 
 void expectCausal(const std::string &variant);

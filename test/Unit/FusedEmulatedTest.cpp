@@ -281,6 +281,38 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
   EXPECT_TRUE(torch::equal(a, b));
 }
 
+TEST(FusedEmulated, LargerHeadsTakeFewerRowsPerTile) {
+  // d = 64, m = 256: OPRF's and SADERF's backward kernels need more than a block's 48 KiB
+  // of static shared memory at the default 4 rows per tile; they take 2 (the launch
+  // description says so; kv and the readout keep theirs) and match the float64 reference.
+  char *error = nullptr;
+  spectra_cpu_kernel *k =
+      spectra_emulated_compile_variant("oprf-orf", 256, 64, 0, "", "f32", 0, 0, &error);
+  ASSERT_NE(k, nullptr) << (error ? error : "");
+  auto rows = [&](const char *kind) {
+    return KernelAbi::parse(spectra_cpu_kernel_abi(k, kind)).tileRows;
+  };
+  EXPECT_EQ(rows("kv"), 4);
+  EXPECT_EQ(rows("readout"), 4);
+  EXPECT_EQ(rows("query_backward"), 2);
+  EXPECT_EQ(rows("key_backward"), 2);
+  spectra_cpu_kernel_free(k);
+  VariantConfig config;
+  config.m = 256;
+  config.d = 64;
+  for (const char *dtype : {"f32", "bf16"}) {
+    const char *variant = std::string(dtype) == "f32" ? "oprf-orf" : "saderf-mm";
+    FusedEmulatedAttention fused(variant, config, dtype);
+    torch::manual_seed(7);
+    Case c{torch::randn({2, 2, 21, 64}, torch::kFloat64) * 0.3,
+           torch::randn({2, 2, 19, 64}, torch::kFloat64) * 0.3,
+           torch::randn({2, 2, 19, 64}, torch::kFloat64), torch::ones({2, 19}, torch::kBool)};
+    c.mask.index_put_({1, torch::indexing::Slice(16)}, false);
+    expectMatches(fused, c, std::string(dtype) == "f32" ? 2e-3 : 2e-2,
+                  std::string(variant) + " d=64 m=256 " + dtype);
+  }
+}
+
 TEST(FusedEmulated, TheKernelAbiIsGeneratedAndChecked) {
   char *error = nullptr;
   spectra_cpu_kernel *k =

@@ -90,9 +90,11 @@ static cl::opt<bool> causal("causal",
                             cl::init(false), cl::cat(category));
 static cl::opt<int64_t> tileRows("tile-rows",
                                  cl::desc("rows of q or k per tile (default on the CPU 32, 16 for --causal; on a GPU, "
-                                          "where the tiles live in 48 KiB of shared memory, 4, "
-                                          "and with bf16/f16 inputs up to 16 per kernel where "
-                                          "they fit)"),
+                                          "where the tiles live in 48 KiB of shared memory, 4 "
+                                          "(fewer for a kernel of a larger head whose tiles "
+                                          "would not fit), and with bf16/f16 inputs up to 16 "
+                                          "per kernel where they fit; a value given here is "
+                                          "taken as is)"),
                                  cl::init(0), cl::cat(category));
 static cl::opt<std::string> mma(
     "mma",
@@ -260,9 +262,11 @@ int main(int argc, char **argv) {
   gpuOptions.valueDim = valueDim;
   gpuOptions.causal = causal;
   if (tileRows > 0) {
-    // Tiles of exactly the rows asked for (no growth on tensor cores).
+    // Tiles of exactly the rows asked for (no growth on tensor cores, no shrinking where
+    // they would not fit: the shared-memory limit's error instead).
     gpuOptions.tileRows = tileRows;
     gpuOptions.maxTileRows = tileRows;
+    gpuOptions.minTileRows = tileRows;
   }
   if (mma != "bf16x3" && mma != "bf16" && mma != "f16" && mma != "none")
     return fail("--mma must be bf16x3, bf16, f16 or none, got '" + mma + "'");
