@@ -28,6 +28,7 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.maxTileRows = maxTileRows;
     options.sharedLimit = sharedLimit;
     options.minTileRows = minTileRows;
+    options.dynamicSharedLimit = dynamicSharedLimit;
     options.inputType = inputType;
     options.causal = causal;
     NamedAttrList missing;

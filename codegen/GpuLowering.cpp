@@ -47,6 +47,7 @@ static std::string cudaToolkit() {
 }
 
 static std::unique_ptr<Pass> createMinBlocksPerSmPass();
+static std::unique_ptr<Pass> createExternDynamicSharedPass();
 
 void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary) {
   GpuNVVMAttachTargetOptions target;
@@ -74,6 +75,7 @@ void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, 
   llvmFuncs.addPass(createCSEPass());
   kernels.addPass(createReconcileUnrealizedCastsPass());
   kernels.addPass(createMinBlocksPerSmPass());
+  kernels.addPass(createExternDynamicSharedPass());
   if (toBinary)
     pm.addPass(createSerializeKernelsToPtxPass());
 }
@@ -168,6 +170,36 @@ struct MinBlocksPerSmPass
 
 static std::unique_ptr<Pass> createMinBlocksPerSmPass() {
   return std::make_unique<MinBlocksPerSmPass>();
+}
+
+namespace {
+
+/// gpu.dynamic_shared_memory lowers to an internal zero-length shared global, which PTX
+/// prints as a one-byte static variable: the block's dynamic shared memory then starts
+/// after it, and the kernel's first buffer overlaps it. As an external declaration it is
+/// PTX's `.extern .shared .align 16 .b8 name[]`, the dynamic region itself.
+struct ExternDynamicSharedPass
+    : public PassWrapper<ExternDynamicSharedPass, OperationPass<gpu::GPUModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ExternDynamicSharedPass)
+  StringRef getArgument() const final { return "spectra-extern-dynamic-shared"; }
+  StringRef getDescription() const final {
+    return "declare the dynamic shared memory base as PTX .extern .shared (not a static byte)";
+  }
+  void runOnOperation() override {
+    for (LLVM::GlobalOp g : getOperation().getOps<LLVM::GlobalOp>()) {
+      auto array = dyn_cast<LLVM::LLVMArrayType>(g.getGlobalType());
+      if (g.getAddrSpace() == 3 && array && array.getNumElements() == 0 &&
+          g.getSymName().starts_with("__dynamic_shmem__") && !g.getValueOrNull() &&
+          g.getInitializerRegion().empty())
+        g.setLinkage(LLVM::Linkage::External);
+    }
+  }
+};
+
+} // namespace
+
+static std::unique_ptr<Pass> createExternDynamicSharedPass() {
+  return std::make_unique<ExternDynamicSharedPass>();
 }
 
 namespace {

@@ -401,7 +401,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     auto diag = tile.emitOpError("spectra-map-tiles-to-gpu: the tiles of kernel '")
                 << tile.getSymName() << "' need " << sharedBytes
                 << " bytes of workgroup (shared) memory, more than the " << o.sharedLimit
-                << "-byte limit of a block's static shared memory";
+                << "-byte limit of a block's shared memory";
     // A kernel already at one row per tile cannot shrink further: the head is too large.
     if (tileRowsAttr && tileRowsAttr.getInt() <= 1)
       return diag << " at 1 row per tile (the buffers sized by the features and the head "
@@ -510,13 +510,26 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   for (auto alloca : blocks.getBody()->getOps<memref::AllocaOp>())
     if (isWorkgroup(alloca.getType()))
       buffers.push_back(alloca);
+  // Up to 48 KiB the buffers are workgroup attributions (static shared memory); past that,
+  // views at 16-byte aligned offsets of the block's dynamic shared memory, whose size the
+  // launch carries (the runtime opts the kernel in: cuFuncSetAttribute).
+  int64_t total = 0;
+  SmallVector<int64_t> offsets;
+  for (memref::AllocaOp a : buffers) {
+    offsets.push_back(total);
+    total += llvm::alignTo(bufferBytes(a.getType()), 16);
+  }
+  bool dynamic = total > kStaticSharedBytes;
   SmallVector<Type> attributions;
-  for (memref::AllocaOp a : buffers)
-    attributions.push_back(a.getType());
+  if (!dynamic)
+    for (memref::AllocaOp a : buffers)
+      attributions.push_back(a.getType());
+  Value dynamicBytes =
+      dynamic ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), total).getResult() : Value();
   auto launchOp = gpu::LaunchOp::create(
       b, loc, ubs[0], ubs.size() > 1 ? ubs[1] : one, one,
-      arith::ConstantIndexOp::create(b, loc, threads), one, one, nullptr, nullptr, ValueRange{},
-      attributions);
+      arith::ConstantIndexOp::create(b, loc, threads), one, one, dynamicBytes, nullptr,
+      ValueRange{}, attributions);
   Block &body = launchOp.getBody().front();
   b.setInsertionPointToEnd(&body);
   auto terminator = gpu::TerminatorOp::create(b, loc);
@@ -528,9 +541,22 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     iv.replaceAllUsesWith(blockIds[i]);
   forallBody->getTerminator()->erase();
   body.getOperations().splice(terminator->getIterator(), forallBody->getOperations());
-  for (auto [a, arg] : llvm::zip(buffers, launchOp.getWorkgroupAttributions())) {
-    a.getResult().replaceAllUsesWith(arg);
-    a.erase();
+  if (dynamic) {
+    OpBuilder vb = OpBuilder::atBlockBegin(&body);
+    auto bytes = MemRefType::get({ShapedType::kDynamic}, vb.getI8Type(), MemRefLayoutAttrInterface(),
+                                 workgroupSpace(b.getContext()));
+    Value pool = gpu::DynamicSharedMemoryOp::create(vb, loc, bytes);
+    for (auto [a, offset] : llvm::zip(buffers, offsets)) {
+      Value at = arith::ConstantIndexOp::create(vb, loc, offset);
+      a.getResult().replaceAllUsesWith(
+          memref::ViewOp::create(vb, loc, a.getType(), pool, at, ValueRange{}).getResult());
+      a.erase();
+    }
+  } else {
+    for (auto [a, arg] : llvm::zip(buffers, launchOp.getWorkgroupAttributions())) {
+      a.getResult().replaceAllUsesWith(arg);
+      a.erase();
+    }
   }
   blocks.erase();
   // Thread nests: predicated on the thread id, a barrier after each.
@@ -665,16 +691,27 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
       launchOp.setKernelAttr(SymbolRefAttr::get(
           joined.getSymNameAttr(),
           ArrayRef<FlatSymbolRefAttr>{FlatSymbolRefAttr::get(moved.getNameAttr())}));
-      int64_t shared = 0;
+      int64_t shared = 0, dynamicShared = 0;
       for (BlockArgument a : moved.getWorkgroupAttributions())
         shared += bufferBytes(cast<MemRefType>(a.getType()));
+      if (Value size = launchOp.getDynamicSharedMemorySize()) {
+        std::optional<int64_t> n = getConstantIntValue(size);
+        if (!n) {
+          launchOp.emitOpError("spectra-describe-gpu-kernels: the dynamic shared memory size "
+                               "is not a constant");
+          return signalPassFailure();
+        }
+        dynamicShared = *n;
+      }
       llvm::json::Object description{{"kind", kind.getValue()},
                                      {"name", fn.getSymName()},
                                      {"grid", gridRule.getValue()},
                                      {"block", threadCount.getInt()},
                                      {"chunk_rows", chunkRowCount.getInt()},
-                                     {"shared_bytes", shared},
+                                     {"shared_bytes", shared + dynamicShared},
                                      {"args", std::move(args)}};
+      if (dynamicShared > 0)
+        description.insert({"dynamic_shared_bytes", dynamicShared});
       if (auto rows = fn->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr))
         description.insert({"tile_rows", rows.getInt()});
       if (auto chunks = fn->getAttrOfType<StringAttr>(kKernelChunksAttr))
@@ -695,7 +732,20 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
 int64_t mlir::spectra::staticSharedLimit(StringRef chip) {
   // Both targets cap a block's static shared memory at 48 KiB.
   (void)chip;
-  return 48 * 1024;
+  return kStaticSharedBytes;
+}
+
+int64_t mlir::spectra::blockSharedLimit(StringRef chip) {
+  // The opt-in maximum per block (CUDA programming guide, compute capabilities): 163 KiB on
+  // sm_80, 227 KiB on sm_90.
+  return chip.starts_with("sm_90") ? 227 * 1024 : 163 * 1024;
+}
+
+int64_t mlir::spectra::twoBlockSharedLimit(StringRef chip) {
+  // Half an SM's shared memory (164 KiB on sm_80, 228 KiB on sm_90) less the 1 KiB the
+  // system reserves per block: what two resident blocks each may use.
+  int64_t perSm = chip.starts_with("sm_90") ? 228 * 1024 : 164 * 1024;
+  return perSm / 2 - 1024;
 }
 
 void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleOptions &o) {
@@ -723,6 +773,11 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // to-gpu refuses what does not fit at min-tile-rows.
   tiles.sharedLimit = staticSharedLimit(o.chip);
   tiles.minTileRows = o.minTileRows;
+  // On tensor cores, before fewer rows (padding the mma's 8-row shapes), more shared memory:
+  // dynamic, up to what keeps two blocks per SM. f32 (FMA) takes fewer rows in static memory
+  // (measured at d = 64, m = 256 on sm_80: OPRF's query backward spills 24 B at 4 rows, none
+  // at 2); tiles that fit nowhere at min-tile-rows go dynamic on both.
+  tiles.dynamicSharedLimit = o.dynamicShared && tensorCores ? twoBlockSharedLimit(o.chip) : 0;
   pm.addPass(createSpectraBuildTileKernels(tiles));
   pm.addPass(createSpectraKeepKernels());
   pm.addPass(createCanonicalizerPass());
@@ -733,7 +788,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // The bidirectional sets size the chunks of kv, the backward kernels and the moments at
   // launch; the causal set keeps chunk-rows rows (its readout's chunks are the keys').
   map.partialChunks = !o.causal;
-  map.sharedLimit = staticSharedLimit(o.chip);
+  map.sharedLimit = o.dynamicShared ? blockSharedLimit(o.chip) : staticSharedLimit(o.chip);
   if (tensorCores)
     map.mmaType = mma;
   pm.addPass(createSpectraMapTilesToGpu(map));

@@ -52,9 +52,16 @@ inline constexpr llvm::StringLiteral kKernelChunksAttr = "spectra.chunks";
 /// The module attribute holding the launch description (JSON) of the outlined kernels.
 inline constexpr llvm::StringLiteral kGpuKernelsAttr = "spectra.gpu_kernels";
 
-/// The bytes of static shared memory one block may use on `chip` (sm_80, sm_90a: 48 KiB;
-/// more needs dynamic shared memory, which these kernels do not use).
+/// A block's static shared memory (48 KiB on every chip); a launch whose buffers need more
+/// takes them from dynamic shared memory (spectra-launch-mapped-kernels).
+inline constexpr int64_t kStaticSharedBytes = 48 * 1024;
+/// The bytes of static shared memory one block may use on `chip` (sm_80, sm_90a: 48 KiB).
 int64_t staticSharedLimit(llvm::StringRef chip);
+/// The most shared memory one block may opt into on `chip` (sm_80: 163 KiB, sm_90a: 227 KiB).
+int64_t blockSharedLimit(llvm::StringRef chip);
+/// The shared memory per block that keeps two blocks resident per SM on `chip` (sm_80:
+/// 81 KiB, sm_90a: 113 KiB).
+int64_t twoBlockSharedLimit(llvm::StringRef chip);
 
 /// The options of the mapped GPU pipelines.
 struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
@@ -68,7 +75,8 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                            llvm::cl::init(0)};
   // 4 rows keep every paper variant's tiles (m = 128, d = 32, backward included) within
   // the 48 KiB of static shared memory; a row kernel of a larger head whose tiles would not
-  // fit takes fewer rows (min-tile-rows), and past that is refused with the limit named.
+  // fit takes dynamic shared memory (dynamic-shared) or fewer rows (min-tile-rows), and past
+  // the block's opt-in maximum is refused with the limit named.
   Option<int64_t> tileRows{*this, "tile-rows",
                            llvm::cl::desc("rows of q or k per tile (workgroup memory)"),
                            llvm::cl::init(4)};
@@ -84,6 +92,15 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                      "many rows per tile, halving to tile-rows where the tiles would not fit "
                      "the shared memory (at most tile-rows: no growth)"),
       llvm::cl::init(16)};
+  Option<bool> dynamicShared{
+      *this, "dynamic-shared",
+      llvm::cl::desc("on tensor cores, a row kernel whose tiles at tile-rows rows exceed the "
+                     "48 KiB of static shared memory takes the most rows (up to max-tile-rows) "
+                     "that fit in dynamic shared memory at two blocks per SM, before fewer "
+                     "rows; on every schedule, tiles that exceed 48 KiB at min-tile-rows may use "
+                     "dynamic shared memory up to the block's opt-in maximum (sm_80: 163 KiB, "
+                     "sm_90a: 227 KiB); false: 48 KiB of static shared memory only"),
+      llvm::cl::init(true)};
   Option<bool> causal{*this, "causal",
                       llvm::cl::desc("the causal kernels (with at most 2 tile rows)"),
                       llvm::cl::init(false)};

@@ -38,6 +38,10 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
            "tile, halving from this to tile-rows, whose tiles fit shared-limit bytes">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"0",
            "bytes the tile buffers of one row kernel may take (with max-tile-rows)">,
+    Option<"dynamicSharedLimit", "dynamic-shared-limit", "int64_t", /*default=*/"0",
+           "with shared-limit: a row kernel whose tiles at tile-rows rows exceed it takes the "
+           "most rows whose tiles fit this many bytes (dynamic shared memory) before fewer "
+           "rows; 0: none">,
     Option<"minTileRows", "min-tile-rows", "int64_t", /*default=*/"0",
            "with shared-limit: a row kernel whose tiles at tile-rows would not fit keeps "
            "halving down to this many rows (0: tile-rows)">,
@@ -213,7 +217,8 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "sequence would write one partial per chunk-rows rows (spectra.chunks = "
            "\"partials\")">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"49152",
-           "bytes of static shared memory a block may use">,
+           "bytes of shared memory a block may use (past 48 KiB, spectra-launch-mapped-"
+           "kernels takes the buffers from dynamic shared memory)">,
     Option<"mmaType", "mma-type", "std::string", /*default=*/"\"\"",
            "the contractions on tensor cores, as warp nests of 16 x 8 tiles "
            "(MapContractionsToMma.h): bf16 or f16 (operands rounded), bf16x3 (operands "

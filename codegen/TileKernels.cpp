@@ -615,13 +615,14 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // The row kernels take the most rows per tile, from maxTileRows down by halves to
   // tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's static shared memory):
   // larger tiles fill the tensor cores' 8- and 16-row shapes. Where even tileRows rows would
-  // not fit (larger heads), they keep halving down to minTileRows. `build` adds one kernel,
-  // or a group (the causal kernels) that shares the choice.
+  // not fit (larger heads), they take the most rows whose tiles fit dynamicSharedLimit bytes
+  // (dynamic shared memory, still two blocks per SM), and failing that keep halving down to
+  // minTileRows (what does not fit there, spectra-map-tiles-to-gpu refuses). `build` adds one
+  // kernel, or a group (the causal kernels) that shares the choice.
   const int64_t fewest =
       options.minTileRows > 0 ? std::min(options.minTileRows, s.T) : s.T;
   auto grow = [&](function_ref<void(const Dims &, const Types &)> build) {
-    int64_t rows = std::max(options.maxTileRows, s.T);
-    while (true) {
+    auto attempt = [&](int64_t rows) {
       llvm::SmallPtrSet<Operation *, 16> before;
       for (func::FuncOp fn : module.getOps<func::FuncOp>())
         before.insert(fn);
@@ -642,11 +643,31 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         });
         most = std::max(most, bytes);
       }
-      if (rows <= fewest || options.sharedLimit <= 0 || most <= options.sharedLimit) {
-        for (func::FuncOp fn : added)
-          fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
-        return;
+      return std::make_pair(added, most);
+    };
+    auto keep = [&](ArrayRef<func::FuncOp> added, int64_t rows) {
+      for (func::FuncOp fn : added)
+        fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
+    };
+    int64_t rows = std::max(options.maxTileRows, s.T);
+    int64_t dynamicRows = 0;  // the most rows whose tiles fit dynamicSharedLimit
+    while (true) {
+      auto [added, most] = attempt(rows);
+      bool fitsStatic = options.sharedLimit <= 0 || most <= options.sharedLimit;
+      if (fitsStatic && (rows >= s.T || dynamicRows == 0))
+        return keep(added, rows);
+      if (!dynamicRows && most <= options.dynamicSharedLimit)
+        dynamicRows = rows;
+      if (dynamicRows && rows <= s.T) {
+        if (dynamicRows != rows) {
+          for (func::FuncOp fn : added)
+            fn.erase();
+          added = attempt(dynamicRows).first;
+        }
+        return keep(added, dynamicRows);
       }
+      if (rows <= fewest)
+        return keep(added, rows);
       for (func::FuncOp fn : added)
         fn.erase();
       rows = std::max(fewest, rows / 2);

@@ -95,6 +95,11 @@ struct TileKernelOptions {
   /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit, it keeps
   /// halving down to this many rows (larger heads: d = 64, m = 256); 0 means tileRows.
   int64_t minTileRows = 0;
+  /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit sharedLimit
+  /// (a GPU block's static shared memory), it takes the most rows, from maxTileRows down to
+  /// minTileRows, whose tiles fit this many bytes (dynamic shared memory, at two blocks per
+  /// SM) before fewer rows in static memory; 0: none.
+  int64_t dynamicSharedLimit = 0;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
   std::string inputType = "f32";
   /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal

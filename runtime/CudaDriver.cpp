@@ -18,6 +18,8 @@ using CUcontext = void *;
 constexpr int kJitErrorLogBuffer = 5, kJitErrorLogBufferSize = 6;
 constexpr int kComputeCapabilityMajor = 75, kComputeCapabilityMinor = 76;
 constexpr int kMultiprocessorCount = 16;
+constexpr int kMaxSharedPerBlockOptin = 97;      // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr int kMaxDynamicSharedSizeBytes = 8;    // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 struct Api {
   CUresult (*cuInit)(unsigned);
@@ -30,6 +32,7 @@ struct Api {
   CUresult (*cuLaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, Stream, void **, void **);
   CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuFuncSetAttribute)(Function, int, int);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   // For devices() only: bound when present, never required.
@@ -67,6 +70,7 @@ const Api &api() {
           bind(lib, "cuModuleGetFunction", a.cuModuleGetFunction, a.error) &&
           bind(lib, "cuLaunchKernel", a.cuLaunchKernel, a.error) &&
           bind(lib, "cuDeviceGetAttribute", a.cuDeviceGetAttribute, a.error) &&
+          bind(lib, "cuFuncSetAttribute", a.cuFuncSetAttribute, a.error) &&
           bind(lib, "cuGetErrorName", a.cuGetErrorName, a.error) &&
           bind(lib, "cuGetErrorString", a.cuGetErrorString, a.error)))
       return;
@@ -202,6 +206,21 @@ Function getFunction(Module module, const std::string &name) {
   Function f = nullptr;
   check(api().cuModuleGetFunction(&f, module, name.c_str()), "looking up kernel '" + name + "'");
   return f;
+}
+
+void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes) {
+  if (bytes <= 0)
+    return;
+  ensureContext(device);
+  CUdevice dev;
+  check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
+  int most = 0;
+  check(api().cuDeviceGetAttribute(&most, kMaxSharedPerBlockOptin, dev), "cuDeviceGetAttribute");
+  TORCH_CHECK(bytes <= most, "spectra: kernel '", name, "' needs ", bytes,
+              " bytes of shared memory per block, more than the ", most, " cuda:", device,
+              " allows; use fewer features (m) or a smaller head");
+  check(api().cuFuncSetAttribute(function, kMaxDynamicSharedSizeBytes, int(bytes)),
+        "allowing kernel '" + name + "' " + std::to_string(bytes) + " bytes of dynamic shared memory");
 }
 
 void launch(int device, Function function, const std::string &name, const unsigned grid[3],

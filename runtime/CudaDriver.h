@@ -37,6 +37,10 @@ std::pair<int, int> computeCapability(int device);
 /// The streaming multiprocessors of `device`.
 int multiprocessors(int device);
 
+/// Lets `function` (`name`, for messages) take `bytes` of dynamic shared memory per block
+/// (above 48 KiB a kernel must opt in); throws when `device` allows less. 0: nothing to do.
+void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes);
+
 /// Launches `name` (for messages) on `stream` in `device`'s primary context;
 /// `params` as cuLaunchKernel takes them.
 void launch(int device, Function function, const std::string &name, const unsigned grid[3],

@@ -38,6 +38,10 @@ KernelAbi kernelOf(const json &k) {
     abi.chunksFromPartials = true;
   }
   abi.sharedBytes = k.at("shared_bytes").get<int64_t>();
+  abi.dynamicSharedBytes = k.value("dynamic_shared_bytes", int64_t(0));
+  if (abi.dynamicSharedBytes < 0 || abi.dynamicSharedBytes > abi.sharedBytes)
+    badArtifact("kernel '" + abi.name + "' has " + std::to_string(abi.dynamicSharedBytes) +
+                " dynamic shared bytes of " + std::to_string(abi.sharedBytes));
   if (abi.grid != "keys" && abi.grid != "queries" && abi.grid != "slices" && abi.grid != "one")
     badArtifact("kernel '" + abi.name + "' has an unknown grid rule '" + abi.grid + "'");
   if (abi.threads < 1 || abi.threads > 1024)
@@ -210,9 +214,9 @@ struct CudaLauncher : KernelLauncher {
       memrefs.back().append(params);
     }
     cuda::Stream stream = c10::cuda::getCurrentCUDAStream(device).stream();
-    // The kernels' shared memory is static (workgroup attributions): no dynamic bytes.
+    // Tiles past 48 KiB are dynamic shared memory (the function opted in at load).
     cuda::launch(device, functions.at(abi.kind), abi.name, g.grid.data(), g.block.data(),
-                 /*sharedBytes=*/0, stream, params.data());
+                 unsigned(abi.dynamicSharedBytes), stream, params.data());
   }
 };
 
@@ -232,8 +236,10 @@ const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Te
   Loaded l;
   l.artifact = GpuArtifact::fromJson(compile(target, dtype, dv));
   l.module = cuda::loadPtx(device, l.artifact.ptx, descriptor().name + " (" + target + ")");
-  for (const auto &[kind, abi] : l.artifact.kernels)
+  for (const auto &[kind, abi] : l.artifact.kernels) {
     l.functions[kind] = cuda::getFunction(l.module, abi.name);
+    cuda::allowDynamicShared(device, l.functions[kind], abi.name, abi.dynamicSharedBytes);
+  }
   Loaded &stored = loaded.emplace(key, std::move(l)).first->second;
   stored.launcher = std::make_shared<CudaLauncher>(stored.artifact, stored.functions, device);
   return stored;

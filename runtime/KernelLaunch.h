@@ -58,10 +58,11 @@ torch::ScalarType scalarTypeOf(const std::string &dtype);
 
 /// A compiled kernel's ABI: its kind, symbol, grid rule ("keys", "queries": a block
 /// per (row chunk, slice); "slices": a block per slice; "one": one block), rows per
-/// block, threads per block, static shared bytes and its arguments in order.
+/// block, threads per block, shared bytes (of which dynamicSharedBytes are dynamic: the
+/// launch passes them) and its arguments in order.
 struct KernelAbi {
   std::string kind, name, grid;
-  int64_t chunkRows = 0, threads = 1, sharedBytes = 0;
+  int64_t chunkRows = 0, threads = 1, sharedBytes = 0, dynamicSharedBytes = 0;
   /// A mapped row kernel with partial sums whose chunk count is theirs (spectra.chunks =
   /// "partials", codegen/MapTilesToGpu.h): the host picks it (rowChunks), the kernel covers
   /// ceil(N / C) rows per chunk rounded up to `tileRows`.

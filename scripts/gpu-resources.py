@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The GPU kernels' resource report: compiles variants' GPU kernels (spectra-compile
 --emit=artifact: the tile layer through spectra-gpu-pipeline, with the launch description)
-and reports per kernel what ptxas says it uses (registers, spill bytes, static shared bytes),
+and reports per kernel what ptxas says it uses (registers, spill bytes, static shared bytes;
+plus the dynamic shared bytes of the launch description, where the tiles exceed 48 KiB:
+marked "dyn"),
 the occupancy at the launch's block size (resident blocks per SM and warps of 64, from the
 registers, shared memory and threads), and static instruction counts: mma.sync in the PTX,
 and in the SASS (nvdisasm on the cubin, when found) HMMA, MUFU.EX2 and BAR barriers. It also
@@ -141,9 +143,12 @@ def run_one(args, variant, workdir):
         rows.append(f"{name}: the artifact lacks kernels {missing}")
     for entry, kernel in kinds.items():
         s = stats.get(entry, {"regs": 0, "spill": 0, "smem": 0})
-        blocks, warps = occupancy(args.chip, s["regs"], s["smem"], kernel["block"])
+        dynamic = kernel.get("dynamic_shared_bytes", 0)
+        smem = s["smem"] + dynamic
+        blocks, warps = occupancy(args.chip, s["regs"], smem, kernel["block"])
         row = (f"{name:28s} {kernel['kind']:22s} regs {s['regs']:>3} spill {s['spill']:>3} B"
-               f" smem {s['smem']:>6} B  rows {kernel.get('tile_rows', '-'):>2}"
+               f" smem {smem:>6} B{' dyn' if dynamic else '    '}"
+               f"  rows {kernel.get('tile_rows', '-'):>2}"
                f"  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
                f" {100 * warps:>5.1f}% warps  mma {mma.get(entry, 0):>3}")
         if sass is not None and entry in sass:

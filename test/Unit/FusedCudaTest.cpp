@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <iostream>
 #include <regex>
 
@@ -76,6 +77,28 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
     std::regex atomic(R"((^|\s)(atom|red)\.)");
     EXPECT_FALSE(std::regex_search(a.ptx, atomic)) << "no atomic instruction (" << dtype << ")";
   }
+}
+
+TEST(FusedCudaHost, TilesPastStaticSharedMemoryAreDynamicAndDescribed) {
+  // d = 64, m = 256 on tensor cores: OPRF's backward tiles need more than the 48 KiB of
+  // static shared memory at 4 rows. They keep 4 rows on sm_80 and take 8 on sm_90a (what fits
+  // two blocks per SM: 81 and 113 KiB), from dynamic shared memory: the launch description
+  // carries the bytes the launch passes, and the PTX declares the one dynamic region.
+  for (auto [chip, rows] : {std::pair<const char *, int64_t>{"sm_80", 4}, {"sm_90a", 8}}) {
+    GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(256, 64), chip, "bf16", 0));
+    const KernelAbi &qb = a.kernel("query_backward");
+    EXPECT_EQ(qb.tileRows, rows) << chip;
+    EXPECT_GT(qb.dynamicSharedBytes, 48 * 1024) << chip;
+    EXPECT_EQ(qb.dynamicSharedBytes, qb.sharedBytes) << chip << ": every tile in the dynamic region";
+    EXPECT_LE(qb.dynamicSharedBytes, (strcmp(chip, "sm_80") == 0 ? 164 : 228) * 1024 / 2 - 1024) << chip;
+    EXPECT_EQ(a.kernel("kv").dynamicSharedBytes, 0) << chip << ": kv's tiles fit static memory";
+    EXPECT_NE(a.ptx.find(".extern .shared .align 16 .b8 __dynamic_shmem__0[];"), std::string::npos)
+        << chip;
+  }
+  // f32 (no tensor cores) takes fewer rows in static memory instead.
+  GpuArtifact f = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(256, 64), "sm_80", "f32", 0));
+  EXPECT_EQ(f.kernel("query_backward").tileRows, 2);
+  EXPECT_EQ(f.kernel("query_backward").dynamicSharedBytes, 0);
 }
 
 TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
@@ -156,6 +179,16 @@ TEST(FusedCudaHost, BadArtifactsAreRejectedWithTheField) {
     FAIL();
   } catch (const std::invalid_argument &e) {
     EXPECT_NE(std::string(e.what()).find("unknown grid rule 'rows'"), std::string::npos) << e.what();
+  }
+  try {
+    GpuArtifact::fromJson(R"({"version": 3, "feature_map": "x", "target": "sm_80", "dtype": "f32",
+      "dv": 0, "ptx": ".entry x_kv(", "kernels": [{"kind": "kv", "name": "x_kv", "grid": "keys",
+      "block": 256, "chunk_rows": 256, "shared_bytes": 1024, "dynamic_shared_bytes": 65536,
+      "args": []}]})");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("has 65536 dynamic shared bytes of 1024"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(GpuArtifact::fromJson("{"), std::invalid_argument);
 }

@@ -283,8 +283,10 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
 
 TEST(FusedEmulated, LargerHeadsTakeFewerRowsPerTile) {
   // d = 64, m = 256: OPRF's and SADERF's backward kernels need more than a block's 48 KiB
-  // of static shared memory at the default 4 rows per tile; they take 2 (the launch
-  // description says so; kv and the readout keep theirs) and match the float64 reference.
+  // of static shared memory at the default 4 rows per tile. In f32 they take 2 (the launch
+  // description says so; kv and the readout keep theirs); on tensor cores (bf16, the sm_90a
+  // schedule the emulation runs) they take 8 from dynamic shared memory. Both match the
+  // float64 reference.
   char *error = nullptr;
   spectra_cpu_kernel *k =
       spectra_emulated_compile_variant("oprf-orf", 256, 64, 0, "", "f32", 0, 0, &error);
@@ -296,6 +298,11 @@ TEST(FusedEmulated, LargerHeadsTakeFewerRowsPerTile) {
   EXPECT_EQ(rows("readout"), 4);
   EXPECT_EQ(rows("query_backward"), 2);
   EXPECT_EQ(rows("key_backward"), 2);
+  spectra_cpu_kernel_free(k);
+  k = spectra_emulated_compile_variant("saderf-mm", 256, 64, 0, "", "bf16", 0, 0, &error);
+  ASSERT_NE(k, nullptr) << (error ? error : "");
+  EXPECT_EQ(rows("query_backward"), 8);
+  EXPECT_EQ(rows("key_backward"), 8);
   spectra_cpu_kernel_free(k);
   VariantConfig config;
   config.m = 256;
