@@ -769,8 +769,8 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   if (tensorCores && o.maxTileRows > tiles.tileRows)
     tiles.maxTileRows = o.maxTileRows;
   // Larger heads (d = 64, m = 256: OPRF's and SADERF's query backward, TrigRF's causal
-  // kernels) take fewer rows per tile where tile-rows rows would not fit; spectra-map-tiles-
-  // to-gpu refuses what does not fit at min-tile-rows.
+  // kernels), where tile-rows rows would not fit 48 KiB: dynamic shared memory or fewer rows
+  // (below); spectra-map-tiles-to-gpu refuses what does not fit the block at min-tile-rows.
   tiles.sharedLimit = staticSharedLimit(o.chip);
   tiles.minTileRows = o.minTileRows;
   // On tensor cores, before fewer rows (padding the mma's 8-row shapes), more shared memory:

@@ -90,11 +90,13 @@ static cl::opt<bool> causal("causal",
                             cl::init(false), cl::cat(category));
 static cl::opt<int64_t> tileRows("tile-rows",
                                  cl::desc("rows of q or k per tile (default on the CPU 32, 16 for --causal; on a GPU, "
-                                          "where the tiles live in 48 KiB of shared memory, 4 "
-                                          "(fewer for a kernel of a larger head whose tiles "
-                                          "would not fit), and with bf16/f16 inputs up to 16 "
-                                          "per kernel where they fit; a value given here is "
-                                          "taken as is)"),
+                                          "where the tiles live in shared memory, 4, and with "
+                                          "bf16/f16 inputs up to 16 per kernel where they fit; "
+                                          "past the 48 KiB of static shared memory, bf16/f16 "
+                                          "tiles keep their rows from dynamic shared memory "
+                                          "while two blocks fit an SM, f32 tiles take fewer; a "
+                                          "value given here is taken as is, up to the block's "
+                                          "opt-in maximum: 163 KiB on sm_80, 227 KiB on sm_90a)"),
                                  cl::init(0), cl::cat(category));
 static cl::opt<std::string> mma(
     "mma",
