@@ -217,8 +217,8 @@ void allowDynamicShared(int device, Function function, const std::string &name, 
   int most = 0;
   check(api().cuDeviceGetAttribute(&most, kMaxSharedPerBlockOptin, dev), "cuDeviceGetAttribute");
   TORCH_CHECK(bytes <= most, "spectra: kernel '", name, "' needs ", bytes,
-              " bytes of shared memory per block, more than the ", most, " cuda:", device,
-              " allows; use fewer features (m) or a smaller head");
+              " bytes of shared memory per block, more than cuda:", device, "'s opt-in maximum of ",
+              most, "; use fewer features (m) or a smaller head");
   check(api().cuFuncSetAttribute(function, kMaxDynamicSharedSizeBytes, int(bytes)),
         "allowing kernel '" + name + "' " + std::to_string(bytes) + " bytes of dynamic shared memory");
 }
