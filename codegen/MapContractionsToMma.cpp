@@ -20,6 +20,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 using namespace mlir;
@@ -127,7 +128,7 @@ std::optional<MmaPlan> mlir::spectra::planMma(linalg::GenericOp op) {
 
 void mlir::spectra::mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan,
                                           int64_t warps, Type mmaType, bool split,
-                                          StringRef nestAttr) {
+                                          StringRef nestAttr, const Epilogue *epilogue) {
   MLIRContext *ctx = op.getContext();
   Location loc = op.getLoc();
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
@@ -201,6 +202,35 @@ void mlir::spectra::mapContractionToWarps(linalg::GenericOp op, const MmaPlan &p
                                        b.getNamedAttr("k_step", b.getI64IntegerAttr(plan.kStep)),
                                        b.getNamedAttr("split", b.getBoolAttr(split)),
                                        b.getNamedAttr("type", TypeAttr::get(mmaType))}));
+  if (epilogue) {
+    // The epilogue on the tile's window (its dims are the contraction's loop dims 0 and 1),
+    // right after the tile (the windows' views above it).
+    linalg::GenericOp e = epilogue->op;
+    b.setInsertionPoint(tileOp);
+    SmallVector<Value> windows;
+    for (OpOperand &operand : e->getOpOperands()) {
+      SmallVector<OpFoldResult> offsets, sizes, strides;
+      for (AffineExpr x : e.getMatchingIndexingMap(&operand).getResults()) {
+        bool rows = cast<AffineDimExpr>(x).getPosition() == plan.mDim;
+        offsets.push_back(rows ? OpFoldResult(offM) : OpFoldResult(offN));
+        sizes.push_back(rows ? sizeM : sizeN);
+        strides.push_back(b.getIndexAttr(1));
+      }
+      windows.push_back(memref::SubViewOp::create(b, loc, operand.get(), offsets, sizes, strides));
+    }
+    unsigned numIns = e.getNumDpsInputs();
+    b.setInsertionPointAfter(tileOp);
+    auto window = linalg::GenericOp::create(
+        b, loc, TypeRange{}, ArrayRef<Value>(windows).take_front(numIns),
+        ArrayRef<Value>(windows).drop_front(numIns), e.getIndexingMapsArray(),
+        e.getIteratorTypesArray());
+    IRMapping same;
+    e.getRegion().cloneInto(&window.getRegion(), same);
+    window->setAttr(kMmaEpilogueAttr,
+                    b.getDictionaryAttr({b.getNamedAttr("input", b.getI64IntegerAttr(epilogue->input)),
+                                         b.getNamedAttr("store", b.getBoolAttr(epilogue->storeOutput))}));
+    e->erase();
+  }
   op->erase();
 }
 
@@ -218,8 +248,63 @@ struct WarpTile {
   int64_t staticM = 0, staticN = 0, staticK = 0;
   Value sizeM, sizeN;
 
+  /// The tile's epilogue (the next op, marked kMmaEpilogueAttr), its input that reads the
+  /// tile, and whether the tile is still stored.
+  mutable linalg::GenericOp epilogue;
+  unsigned epilogueInput = 0;
+  bool storeTile = true;
+
   /// Reads the spectra.mma attribute; the builder's insertion point must be at `op`.
   static FailureOr<WarpTile> get(OpBuilder &b, linalg::GenericOp op, StringRef pass);
+
+  /// Element i of the lane's finished accumulator fragment, `value`: stored to the tile
+  /// (unless only the epilogue reads it), and the epilogue's body run on it at its (row,
+  /// column), its other operands loaded there, its results stored; nothing outside the
+  /// clipped window.
+  void finish(OpBuilder &b, Value g, Value t2, int64_t i, Value value) const {
+    auto [row, col] = cAt(b, g, t2, i);
+    if (storeTile)
+      storeC(b, value, row, col);
+    if (!epilogue)
+      return;
+    Location loc = op.getLoc();
+    OpBuilder::InsertionGuard guard(b);
+    if (Value ok = both(b, rowOk(b, row), colOk(b, col))) {
+      auto branch = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/false);
+      b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    }
+    // The epilogue's dims are the contraction's loop dims 0 and 1.
+    auto at = [&](AffineMap map) {
+      SmallVector<Value> idx;
+      for (AffineExpr x : map.getResults())
+        idx.push_back(cast<AffineDimExpr>(x).getPosition() == plan.mDim ? row : col);
+      return idx;
+    };
+    Block &body = epilogue.getRegion().front();
+    IRMapping map;
+    for (OpOperand &operand : epilogue->getOpOperands()) {
+      unsigned k = operand.getOperandNumber();
+      BlockArgument arg = body.getArgument(k);
+      if (k == epilogueInput)
+        map.map(arg, value);
+      else if (!arg.use_empty())
+        map.map(arg, memref::LoadOp::create(b, loc, operand.get(),
+                                            at(epilogue.getMatchingIndexingMap(&operand))));
+    }
+    for (Operation &inner : body.without_terminator())
+      b.clone(inner, map);
+    unsigned numIns = epilogue.getNumDpsInputs();
+    for (auto [k, y] : llvm::enumerate(body.getTerminator()->getOperands())) {
+      OpOperand &out = epilogue->getOpOperand(numIns + k);
+      memref::StoreOp::create(b, loc, map.lookupOrDefault(y), out.get(),
+                              at(epilogue.getMatchingIndexingMap(&out)));
+    }
+  }
+  /// Erases the epilogue once the fragments ran it.
+  void dropEpilogue() const {
+    if (epilogue)
+      epilogue->erase();
+  }
 
   Value idx(OpBuilder &b, int64_t v) const {
     return arith::ConstantIndexOp::create(b, op.getLoc(), v);
@@ -368,6 +453,20 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
     }
     return {Value(), ShapedType::kDynamic};
   };
+  if (auto next = dyn_cast_or_null<linalg::GenericOp>(op->getNextNode())) {
+    if (auto e = next->getAttrOfType<DictionaryAttr>(kMmaEpilogueAttr)) {
+      auto input = e.getAs<IntegerAttr>("input");
+      auto store = e.getAs<BoolAttr>("store");
+      if (!input || !store || input.getInt() < 0 ||
+          input.getInt() >= static_cast<int64_t>(next.getNumDpsInputs()) ||
+          next.getDpsInputs()[input.getInt()].getType() != w.C.getType())
+        return next.emitOpError(pass) << ": a spectra.mma_epilogue needs its input (the "
+                                         "tile, an input of the tile's type) and store";
+      w.epilogue = next;
+      w.epilogueInput = input.getInt();
+      w.storeTile = store.getValue();
+    }
+  }
   std::tie(w.sizeM, w.staticM) = extent(m);
   std::tie(w.sizeN, w.staticN) = extent(n);
   w.staticK = extent(k).second;
@@ -477,10 +576,9 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
     mma(aHigh, bHigh);
     scf::YieldOp::create(b, loc, c);
   }
-  for (int64_t i = 0; i < 4; ++i) {
-    auto [row, col] = w.cAt(b, g, t2, i);
-    w.storeC(b, loop.getResult(i), row, col);
-  }
+  for (int64_t i = 0; i < 4; ++i)
+    w.finish(b, g, t2, i, loop.getResult(i));
+  w.dropEpilogue();
   op->erase();
   return success();
 }
@@ -586,11 +684,10 @@ LogicalResult mlir::spectra::emulateWarpMma(linalg::GenericOp op) {
       });
   });
   eachLane([&](Value lane, Value g, Value t2) {
-    for (int64_t i = 0; i < 4; ++i) {
-      auto [row, col] = w.cAt(b, g, t2, i);
-      w.storeC(b, memref::LoadOp::create(b, loc, regC, ValueRange{lane, w.idx(b, i)}), row, col);
-    }
+    for (int64_t i = 0; i < 4; ++i)
+      w.finish(b, g, t2, i, memref::LoadOp::create(b, loc, regC, ValueRange{lane, w.idx(b, i)}));
   });
+  w.dropEpilogue();
   op->erase();
   return success();
 }

@@ -22,6 +22,7 @@
 #ifndef SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H
 #define SPECTRA_CODEGEN_MAPCONTRACTIONSTOMMA_H
 
+#include "codegen/Epilogue.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/IR/Builders.h"
 
@@ -47,23 +48,36 @@ struct MmaPlan {
 /// contractions, such as the causal kernels' 2 x 2 products, stay on the FMA units).
 std::optional<MmaPlan> planMma(linalg::GenericOp op);
 
+/// The attribute marking a warp tile's epilogue (Epilogue.h), the generic right after its
+/// contraction on the same 16 x 8 window: a dictionary whose `store` says whether the
+/// contraction's output must still be stored once the epilogue runs on the fragments.
+inline constexpr llvm::StringLiteral kMmaEpilogueAttr = "spectra.mma_epilogue";
+
 /// Replaces `op` by a warp nest (at most `warps` warps, marked with `nestAttr`) over its
 /// 16 x 8 output tiles, each tile's contraction marked kMmaAttr with operands rounded to
 /// `mmaType`; `split`: each operand x as hi + lo (hi = x rounded, lo = the rest rounded)
 /// and the products as lo hi + hi lo + hi hi, three mma per step with nearly f32 products
-/// (2^-16 relative instead of bf16's 2^-8).
+/// (2^-16 relative instead of bf16's 2^-8). With `epilogue` (Epilogue.h), each tile's
+/// contraction is followed by the epilogue on the tile's window, marked kMmaEpilogueAttr,
+/// and the epilogue generic goes: at this stage (and so in gpu-emulated's mapped IR before
+/// the lanes are emulated) it reads the tile from memory; the lane lowerings below run it
+/// on the accumulator fragment.
 void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t warps,
-                           Type mmaType, bool split, StringRef nestAttr);
+                           Type mmaType, bool split, StringRef nestAttr,
+                           const Epilogue *epilogue = nullptr);
 
 /// Lowers a tile contraction marked kMmaAttr (inside a warp, `lane` = thread id mod 32)
-/// to fragments and nvvm.mma.sync; fails on an op that is not one.
+/// to fragments and nvvm.mma.sync; fails on an op that is not one. Its epilogue (the next
+/// op, marked kMmaEpilogueAttr) runs on each lane's four accumulator elements, and the
+/// tile is stored only where the epilogue's `store` asks.
 LogicalResult lowerWarpMma(linalg::GenericOp op, Value lane);
 
 /// The same on the CPU (gpu-emulated, spectra-emulate-warp-mma): the 32 lanes' fragments,
 /// built by the lane maps lowerWarpMma uses, go to a per-warp register file in memory, and
 /// a model of mma.sync that reads each operand element where the PTX ISA's fragment tables
 /// put it (written independently, from row and column) multiplies them. A wrong lane map
-/// gives wrong numbers here, in every emulated test.
+/// gives wrong numbers here, in every emulated test. An epilogue runs on the emulated
+/// lanes' accumulators as lowerWarpMma runs it on the GPU's.
 LogicalResult emulateWarpMma(linalg::GenericOp op);
 
 } // namespace mlir::spectra

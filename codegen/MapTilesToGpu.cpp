@@ -424,13 +424,23 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     mmaType = b.getF16Type();
   SmallVector<linalg::LinalgOp> ops;
   blocks.getBody()->walk([&](linalg::LinalgOp op) { ops.push_back(op); });
+  // A contraction on tensor cores runs its epilogue (Epilogue.h: the features after the
+  // logits) on each warp tile's accumulators: no thread nest, no barrier, no pass over the
+  // tile in shared memory for it.
+  llvm::DenseSet<Operation *> fused;
   for (linalg::LinalgOp op : ops) {
+    if (fused.contains(op))
+      continue;
     auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
     std::optional<MmaPlan> plan;
     if (mmaType && generic && o.threads % 32 == 0)
       plan = planMma(generic);
     if (plan) {
-      mapContractionToWarps(generic, *plan, o.threads / 32, mmaType, split, kNestAttr);
+      std::optional<Epilogue> epilogue = epilogueOf(generic);
+      if (epilogue)
+        fused.insert(epilogue->op);
+      mapContractionToWarps(generic, *plan, o.threads / 32, mmaType, split, kNestAttr,
+                            epilogue ? &*epilogue : nullptr);
       continue;
     }
     if (failed(distribute(op, o.threads)))

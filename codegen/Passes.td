@@ -85,6 +85,11 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     contraction into a tile that the linalg.fill just before it set to +0
     (no op with memory effects between, no operand in the same buffer)
     starts its accumulators at 0 and only writes the tile; the fill goes.
+    An elementwise generic right after a contraction (no op with memory
+    effects between) that reads the contraction's output tile element by
+    element (the features after the logits) runs as its epilogue, on each
+    register tile's finished accumulators; the output tile is then stored
+    only if something else reads it.
     The CPU pipeline picks the width from the host (8 for AVX2, 16 for
     AVX-512).
 

@@ -236,15 +236,16 @@ public:
     });
   }
 
-  /// L = X W^T and xx = ||x||^2 of a staged tile.
+  /// xx = ||x||^2 and L = X W^T of a staged tile (in that order: the features that read
+  /// both can follow the product directly, as its epilogue on the CPU).
   void logits(Value X, Value Wt, Value L, Value xx) {
-    fill(L, 0);
-    matmul(X, Wt, L);
     fill(xx, 0);
     reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
       Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
       return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
     });
+    fill(L, 0);
+    matmul(X, Wt, L);
   }
 
   /// Feature f's window of a [F] or [F, W] buffer for output o.

@@ -7,7 +7,10 @@
 //    `vector-width`) accumulators held in loop-carried vectors across k:
 //    per k one load of B's row segment, one broadcast of A per row, and
 //    register-rows x register-vectors vector.fma (the outer-product form of
-//    an FMA micro-kernel); C is read and written once per tile;
+//    an FMA micro-kernel); C is read and written once per tile; an
+//    elementwise generic right after it that reads C element by element (the
+//    features after the logits) runs on the finished accumulators as the
+//    tile's epilogue, and C is stored only if something else reads it;
 //  - contractions C[m, n] += A[m, k] B[n, k] (both operands contiguous along
 //    k: the causal kernels' q k^T products) become dot products: per
 //    (row, column) pair of a register tile a vector accumulator along k,
@@ -25,6 +28,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Epilogue.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -54,6 +58,13 @@ public:
   /// For a contraction: whether its output holds zeros on entry (the fill before it was
   /// dropped): the accumulators start at 0 and C is only written.
   bool zeroOutput = false;
+  /// For a contraction: the elementwise generic just after it that reads its output C
+  /// element by element (operand `epilogueInput`), run on the accumulators of each register
+  /// tile as they are complete (an epilogue), so C is not read back; C itself is stored
+  /// only when `storeOutput` (something else reads it).
+  linalg::GenericOp epilogue;
+  unsigned epilogueInput = 0;
+  bool storeOutput = true;
 
   LogicalResult lower(Operation *op) {
     if (auto fill = dyn_cast<linalg::FillOp>(op))
@@ -503,8 +514,12 @@ private:
     Value A = op->getOperand(0), B = op->getOperand(1), C = op->getOperand(2);
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     int64_t M = shape[0], N = shape[1], K = shape[2], NR = NV * VL;
-    if (transposedB)
-      return lowerDotContraction(A, B, C, M, N, K);
+    if (transposedB) {
+      // The dot form stores C; an epilogue then runs as its own elementwise loop.
+      if (failed(lowerDotContraction(A, B, C, M, N, K)))
+        return failure();
+      return epilogue ? lowerElementwise(epilogue) : success();
+    }
 
     // One register tile: `rows` x widths accumulators, loop-carried across k.
     auto tile = [&](Value row0, int64_t rows, Value col0, ArrayRef<int64_t> ws) {
@@ -540,9 +555,17 @@ private:
         }
         return next;
       });
+      // An epilogue's operands indexed by the row alone or the columns alone are read once
+      // per register tile.
+      EpilogueReads reads;
       for (int64_t r = 0; r < rows; ++r)
-        for (auto [v, w] : llvm::enumerate(ws))
-          vstore(acc[r * ws.size() + v], C, {rowAt[r], colAt[v]});
+        for (auto [v, w] : llvm::enumerate(ws)) {
+          Value done = acc[r * ws.size() + v];
+          if (!epilogue || storeOutput)
+            vstore(done, C, {rowAt[r], colAt[v]});
+          if (epilogue)
+            epilogueAt(done, rowAt[r], colAt[v], w, reads);
+        }
     };
     // Full column blocks of NR in a loop, the remaining columns once (full vectors and a tail).
     auto rowBlock = [&](Value row0, int64_t rows) {
@@ -564,6 +587,42 @@ private:
     if (M % MR)
       rowBlock(idx(fullRows), M % MR);
     return success();
+  }
+
+  /// The epilogue's body at (row, col0 ...) on w lanes, its input `epilogueInput` the
+  /// finished accumulator `acc`; its results stored.
+  /// `reads`: the operands read by the row alone or the columns alone so far in this
+  /// register tile, by (operand, row or first column, width).
+  using EpilogueReads = std::map<std::tuple<unsigned, const void *, int64_t>, Value>;
+  void epilogueAt(Value acc, Value row, Value col0, int64_t w, EpilogueReads &reads) {
+    linalg::GenericOp op = epilogue;
+    unsigned numIns = op.getNumDpsInputs();
+    Block &body = op.getRegion().front();
+    SmallVector<Value> ivs = {row, col0}, args;
+    for (unsigned a = 0; a < op->getNumOperands(); ++a) {
+      if (a == epilogueInput) {
+        args.push_back(acc);
+        continue;
+      }
+      if (a >= numIns && body.getArgument(a).use_empty()) {
+        args.push_back(Value());
+        continue;
+      }
+      AffineMap map = op.getIndexingMapsArray()[a];
+      if (map.getNumResults() != 1) {
+        args.push_back(operandAt(op, a, ivs, 1, w));
+        continue;
+      }
+      Value &read = reads[{a, (alongDim(map, 1) ? col0 : row).getAsOpaquePointer(), w}];
+      if (!read)
+        read = operandAt(op, a, ivs, 1, w);
+      args.push_back(read);
+    }
+    SmallVector<Value> yields = cloneBody(op, args, w);
+    for (auto [k, y] : llvm::enumerate(yields)) {
+      unsigned o = numIns + k;
+      vstore(y, op->getOperand(o), indices(op.getIndexingMapsArray()[o], ivs));
+    }
   }
 
   /// The lane sums of `vs` (vectors of `width` lanes, a power of two), computed together: the
@@ -747,17 +806,36 @@ struct VectorizeTilesPass
       zeroed.insert(op);
       dropped.insert(fill);
     }
+    // Epilogues: an elementwise generic right after a contraction (nothing with memory
+    // effects between) that reads the contraction's output tile C element by element runs
+    // on the register tiles' accumulators; C is then stored only if something else reads it.
+    llvm::DenseMap<Operation *, spectra::Epilogue> epilogues;
+    llvm::DenseSet<Operation *> fused;
+    for (Operation *op : ops)
+      if (auto generic = dyn_cast<linalg::GenericOp>(op))
+        if (std::optional<spectra::Epilogue> e = spectra::epilogueOf(generic)) {
+          epilogues[op] = *e;
+          fused.insert(e->op);
+        }
     OpBuilder b(&getContext());
     for (Operation *op : ops) {
-      if (!dropped.contains(op)) {
+      if (!dropped.contains(op) && !fused.contains(op)) {
         b.setInsertionPoint(op);
         Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
         v.zeroOutput = zeroed.contains(op);
+        if (auto it = epilogues.find(op); it != epilogues.end()) {
+          v.epilogue = it->second.op;
+          v.epilogueInput = it->second.input;
+          v.storeOutput = it->second.storeOutput;
+        }
         if (failed(v.lower(op)))
           return signalPassFailure();
       }
-      op->erase();
+      if (!fused.contains(op))
+        op->erase();
     }
+    for (Operation *op : fused)
+      op->erase();
   }
 };
 

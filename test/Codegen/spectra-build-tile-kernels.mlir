@@ -23,9 +23,10 @@
 // CHECK-NOT: memref.alloc(
 // CHECK-NOT: memref.alloca(%
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c4
+// ||k||^2, then the logits, right before the features that read both.
+// CHECK: iterator_types = ["parallel", "reduction"]
 // CHECK: linalg.generic {indexing_maps = [#[[$A]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]}
 // CHECK-SAME: outs(%{{.*}} : memref<4x16xf32>)
-// CHECK: iterator_types = ["parallel", "reduction"]
 // The features region: l = wx - xx / 2, masked keys' logits -inf.
 // CHECK: iterator_types = ["parallel", "parallel"]
 // CHECK: arith.mulf %{{.*}}, %cst

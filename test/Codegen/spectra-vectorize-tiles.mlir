@@ -397,3 +397,117 @@ func.func @shifted_and_row_maxima(%l: memref<2x12xf32>, %c: memref<12xf32>, %d: 
   }
   return
 }
+
+// -----
+
+// Tests that the elementwise generic right after a contraction, reading its output C
+// element by element, runs as the contraction's epilogue: on each register tile's
+// finished accumulators (a row operand read once per row, a column operand once per
+// column vector), its result stored, and C (a local tile nothing else reads) neither
+// stored nor read back (the alloca goes).
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @epilogue(
+// CHECK-NOT: memref.alloca
+// CHECK: scf.for %[[ROW:.*]] = %c0 to %c4 step %c2 {
+// CHECK: %[[ACC:.*]]:4 = scf.for
+// CHECK: vector.fma
+// CHECK: scf.yield
+// CHECK: %[[X:.*]] = memref.load %arg2[%[[ROW]]] : memref<4xf32>
+// CHECK: %[[XB:.*]] = vector.broadcast %[[X]] : f32 to vector<8xf32>
+// CHECK: %[[W0:.*]] = vector.load %arg3[%c0] : memref<16xf32>, vector<8xf32>
+// CHECK: %[[D:.*]] = arith.subf %[[ACC]]#0, %[[XB]] : vector<8xf32>
+// CHECK: %[[E:.*]] = arith.mulf %[[D]], %[[W0]] : vector<8xf32>
+// CHECK: vector.store %[[E]], %arg4[%[[ROW]], %c0] : memref<4x16xf32>, vector<8xf32>
+// CHECK: %[[W1:.*]] = vector.load %arg3[%c8] : memref<16xf32>, vector<8xf32>
+// CHECK: arith.subf %[[ACC]]#1, %[[XB]] : vector<8xf32>
+// CHECK: memref.load %arg2[%{{.*}}] : memref<4xf32>
+// CHECK: arith.subf %[[ACC]]#2
+// CHECK: arith.mulf %{{.*}}, %[[W0]] : vector<8xf32>
+// CHECK: arith.subf %[[ACC]]#3
+// CHECK: arith.mulf %{{.*}}, %[[W1]] : vector<8xf32>
+// CHECK-NOT: memref.load %arg3
+// CHECK-NOT: vector.load %arg3
+// CHECK-NOT: scf.for
+// CHECK: return
+func.func @epilogue(%A: memref<4x3xf32>, %B: memref<3x16xf32>, %xx: memref<4xf32>,
+                    %ww: memref<16xf32>, %out: memref<4x16xf32>) {
+  %C = memref.alloca() : memref<4x16xf32>
+  %zero = arith.constant 0.000000e+00 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<4x16xf32>)
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#full, #row, #col, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%C, %xx, %ww : memref<4x16xf32>, memref<4xf32>, memref<16xf32>) outs(%out : memref<4x16xf32>) {
+  ^bb0(%l: f32, %x: f32, %w: f32, %o: f32):
+    %d = arith.subf %l, %x : f32
+    %e = arith.mulf %d, %w : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that an epilogue still lets C be stored where something else may read it (here an
+// argument), and that a write to memory between the two keeps them apart.
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+#full = affine_map<(i, j) -> (i, j)>
+// CHECK-LABEL: func.func @epilogue_stores_argument(
+// CHECK: %[[ACC:.*]]:4 = scf.for
+// CHECK: vector.store %[[ACC]]#0, %arg2
+// CHECK: math.exp %[[ACC]]#0 : vector<8xf32>
+// CHECK: vector.store %{{.*}}, %arg3
+// CHECK-LABEL: func.func @no_epilogue_across_a_write(
+// CHECK: vector.fma
+// CHECK: vector.store %{{.*}}, %arg2
+// CHECK: memref.store
+// CHECK: vector.load %arg2
+// CHECK: math.exp
+func.func @epilogue_stores_argument(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
+                                    %C: memref<2x16xf32>, %out: memref<2x16xf32>) {
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32>) outs(%out : memref<2x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
+                                      %C: memref<2x16xf32>, %out: memref<2x16xf32>,
+                                      %i: index, %v: f32) {
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  memref.store %v, %C[%i, %i] : memref<2x16xf32>
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32>) outs(%out : memref<2x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}

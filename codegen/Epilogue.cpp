@@ -1,0 +1,111 @@
+//===- Epilogue.cpp - contraction epilogues, for both schedules -----------===//
+//
+// See Epilogue.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/Epilogue.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+namespace {
+/// The buffer a view is of (through subviews and casts).
+Value root(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto view = dyn_cast<ViewLikeOpInterface>(def))
+      v = view.getViewSource();
+    else
+      break;
+  }
+  return v;
+}
+} // namespace
+
+bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *reader) {
+  Value base = root(tile);
+  if (!base.getDefiningOp<memref::AllocaOp>() && !base.getDefiningOp<memref::AllocOp>())
+    return true;
+  SmallVector<Value> work = {base};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    for (Operation *user : v.getUsers()) {
+      if (user == writer || user == reader || isa<linalg::FillOp>(user))
+        continue;
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user); view && view.getViewSource() == v) {
+        work.append(user->result_begin(), user->result_end());
+        continue;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
+  MLIRContext *ctx = op.getContext();
+  if (op.getNumLoops() != 3 || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      op.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+    return std::nullopt;
+  Value A = op.getDpsInputs()[0], B = op.getDpsInputs()[1], C = op.getDpsInits()[0];
+  Operation *next = op->getNextNode();
+  while (next && isMemoryEffectFree(next))
+    next = next->getNextNode();
+  auto e = dyn_cast_or_null<linalg::GenericOp>(next);
+  if (!e || e.getNumLoops() != 2 || e.getNumReductionLoops() != 0 ||
+      !e.hasPureBufferSemantics())
+    return std::nullopt;
+  SmallVector<int64_t> shape = op.getStaticLoopRanges(), eshape = e.getStaticLoopRanges();
+  if (eshape[0] != shape[0] || eshape[1] != shape[1])
+    return std::nullopt;
+  for (Operation &inner : e.getRegion().front().without_terminator())
+    if (inner.getNumRegions() != 0 ||
+        !llvm::isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
+        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
+      return std::nullopt;
+  std::optional<unsigned> input;
+  Value base = root(C);
+  for (OpOperand &operand : e->getOpOperands()) {
+    AffineMap map = e.getMatchingIndexingMap(&operand);
+    for (AffineExpr x : map.getResults())
+      if (!isa<AffineDimExpr>(x))
+        return std::nullopt;
+    // Vectors run along the column dim: it must be innermost wherever it appears.
+    for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
+      if (map.getResult(r) == getAffineDimExpr(1, ctx))
+        return std::nullopt;
+    unsigned i = operand.getOperandNumber();
+    bool isInit = i >= e.getNumDpsInputs();
+    if (isInit) {
+      if (!map.isIdentity() || root(operand.get()) == root(A) || root(operand.get()) == root(B))
+        return std::nullopt;
+      continue;
+    }
+    if (operand.get() == C && map.isIdentity() && !input) {
+      input = i;
+      continue;
+    }
+    if (root(operand.get()) == base)
+      return std::nullopt;
+  }
+  if (!input)
+    return std::nullopt;
+  // What E reads may be computed between the two (views, indices: nothing with memory
+  // effects, and the contraction has no results): it moves above the contraction.
+  for (Operation *between = op->getNextNode(); between != e.getOperation();) {
+    Operation *move = between;
+    between = between->getNextNode();
+    move->moveBefore(op);
+  }
+  // Written in place, C's last store is the epilogue's.
+  bool writesC = llvm::is_contained(e.getDpsInits(), C);
+  return Epilogue{e, *input, !writesC && readElsewhere(C, op, e)};
+}
+

@@ -1,0 +1,47 @@
+//===- Epilogue.h - contraction epilogues, for both schedules -------------===//
+//
+// A tile contraction C[m, n] += A B is often followed at once by an elementwise
+// generic that reads C element by element: the features after the logits. Both
+// schedules run that generic as the contraction's epilogue, on the finished
+// accumulators, decided here once on the target-free tile kernels:
+//  - CPU (VectorizeTiles.cpp): on each register tile's accumulator vectors;
+//  - GPU (MapContractionsToMma.h): on each warp tile's accumulator fragment, lane
+//    by lane (the four elements a lane holds), emulated the same way on the CPU.
+// C is then stored only where something else reads it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_EPILOGUE_H
+#define SPECTRA_CODEGEN_EPILOGUE_H
+
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+
+#include <optional>
+
+namespace mlir::spectra {
+
+/// A contraction's epilogue: the generic, its input that reads C, and whether C must still
+/// be stored (something other than the contraction and the epilogue reads its buffer).
+struct Epilogue {
+  linalg::GenericOp op;
+  unsigned input = 0;
+  bool storeOutput = true;
+};
+
+/// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and
+/// `reader` (fills only write; views are followed to their users). True for a buffer that
+/// is not a local alloca (an argument: the caller may read it).
+bool readElsewhere(Value tile, Operation *writer, Operation *reader);
+
+/// The epilogue of a contraction C[m, n] += A B (2 inputs, output indexed (m, n)): the next
+/// op with memory effects, when it is an all-parallel 2-D generic over C's shape that reads
+/// C itself (identity map) once, whose outputs are written element by element (identity
+/// maps) and are not A or B, whose other operands are not in C's buffer and index the
+/// column dim innermost, and whose body is arith and math on scalars. The ops without
+/// memory effects between the two (views, indices) move above the contraction, so the
+/// epilogue's operands are defined where the contraction runs.
+std::optional<Epilogue> epilogueOf(linalg::GenericOp op);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_EPILOGUE_H
