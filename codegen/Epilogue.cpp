@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 
@@ -109,3 +110,28 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
   return Epilogue{e, *input, !writesC && readElsewhere(C, op, e)};
 }
 
+
+linalg::FillOp mlir::spectra::zeroFillBefore(linalg::GenericOp op) {
+  MLIRContext *ctx = op.getContext();
+  if (op.getNumLoops() != 3 || op.getNumDpsInits() != 1 ||
+      op.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+    return {};
+  Value C = op.getDpsInits()[0];
+  // Back over ops that touch no memory, and fills of other buffers (they write nothing the
+  // contraction writes), to the fill of C.
+  Operation *prev = op->getPrevNode();
+  auto otherFill = [&](Operation *o) {
+    auto f = dyn_cast<linalg::FillOp>(o);
+    return f && f.getDpsInits()[0] != C && root(f.getDpsInits()[0]) != root(C);
+  };
+  while (prev && (isMemoryEffectFree(prev) || otherFill(prev)))
+    prev = prev->getPrevNode();
+  auto fill = dyn_cast_or_null<linalg::FillOp>(prev);
+  if (!fill || fill.getDpsInits()[0] != C || !matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
+    return {};
+  // An operand in the same buffer would have read the zeros.
+  if (llvm::any_of(op.getDpsInputs(), [&](Value in) { return root(in) == root(C); }))
+    return {};
+  return fill;
+}

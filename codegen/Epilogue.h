@@ -7,7 +7,8 @@
 //  - CPU (VectorizeTiles.cpp): on each register tile's accumulator vectors;
 //  - GPU (MapContractionsToMma.h): on each warp tile's accumulator fragment, lane
 //    by lane (the four elements a lane holds), emulated the same way on the CPU.
-// C is then stored only where something else reads it.
+// C is then stored only where something else reads it. A contraction whose output a fill
+// just set to 0 starts its accumulators at 0 instead (zeroFillBefore).
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +42,13 @@ bool readElsewhere(Value tile, Operation *writer, Operation *reader);
 /// memory effects between the two (views, indices) move above the contraction, so the
 /// epilogue's operands are defined where the contraction runs.
 std::optional<Epilogue> epilogueOf(linalg::GenericOp op);
+
+/// The linalg.fill that sets a contraction's whole output tile C to +0 just before it (only
+/// ops without memory effects, and fills of other buffers, between; no input of the
+/// contraction in C's buffer), or null. The contraction writes every element of C, so its
+/// accumulators can start at 0 instead (CPU: registers; GPU: each warp tile's fragment) and
+/// the fill goes.
+linalg::FillOp zeroFillBefore(linalg::GenericOp op);
 
 } // namespace mlir::spectra
 

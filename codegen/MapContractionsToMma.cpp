@@ -21,7 +21,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 using namespace mlir;
 using namespace mlir::spectra;
@@ -128,7 +130,8 @@ std::optional<MmaPlan> mlir::spectra::planMma(linalg::GenericOp op) {
 
 void mlir::spectra::mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan,
                                           int64_t warps, Type mmaType, bool split,
-                                          StringRef nestAttr, const Epilogue *epilogue) {
+                                          StringRef nestAttr, const Epilogue *epilogue,
+                                          bool zeroInit) {
   MLIRContext *ctx = op.getContext();
   Location loc = op.getLoc();
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
@@ -174,6 +177,9 @@ void mlir::spectra::mapContractionToWarps(linalg::GenericOp op, const MmaPlan &p
     }
     operands.push_back(memref::SubViewOp::create(b, loc, operand.get(), offsets, sizes, strides));
   }
+  if (zeroInit)
+    linalg::FillOp::create(b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))},
+                           ValueRange{operands[2]});
   auto tileOp = linalg::GenericOp::create(
       b, loc, TypeRange{}, ValueRange{operands[0], operands[1]}, ValueRange{operands[2]},
       op.getIndexingMapsArray(), op.getIteratorTypesArray(), "", "",
@@ -253,6 +259,15 @@ struct WarpTile {
   mutable linalg::GenericOp epilogue;
   unsigned epilogueInput = 0;
   bool storeTile = true;
+  /// The fill of the tile with 0 just before it (the accumulators start at 0), or null.
+  mutable linalg::FillOp zeroFill;
+
+  /// The accumulator's initial element at (row, col): 0, or the tile's.
+  Value initial(OpBuilder &b, Value row, Value col) const {
+    if (zeroFill)
+      return arith::ConstantOp::create(b, op.getLoc(), b.getF32FloatAttr(0));
+    return loadC(b, row, col);
+  }
 
   /// Reads the spectra.mma attribute; the builder's insertion point must be at `op`.
   static FailureOr<WarpTile> get(OpBuilder &b, linalg::GenericOp op, StringRef pass);
@@ -300,10 +315,12 @@ struct WarpTile {
                               at(epilogue.getMatchingIndexingMap(&out)));
     }
   }
-  /// Erases the epilogue once the fragments ran it.
+  /// Erases the epilogue and the zero fill once the fragments took their place.
   void dropEpilogue() const {
     if (epilogue)
       epilogue->erase();
+    if (zeroFill)
+      zeroFill->erase();
   }
 
   Value idx(OpBuilder &b, int64_t v) const {
@@ -453,6 +470,12 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
     }
     return {Value(), ShapedType::kDynamic};
   };
+  Operation *prev = op->getPrevNode();
+  while (prev && isMemoryEffectFree(prev))
+    prev = prev->getPrevNode();
+  if (auto fill = dyn_cast_or_null<linalg::FillOp>(prev);
+      fill && fill.getDpsInits()[0] == w.C && matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
+    w.zeroFill = fill;
   if (auto next = dyn_cast_or_null<linalg::GenericOp>(op->getNextNode())) {
     if (auto e = next->getAttrOfType<DictionaryAttr>(kMmaEpilogueAttr)) {
       auto input = e.getAs<IntegerAttr>("input");
@@ -524,7 +547,7 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
   SmallVector<Value> acc;
   for (int64_t i = 0; i < 4; ++i) {
     auto [row, col] = w.cAt(b, g, t2, i);
-    acc.push_back(w.loadC(b, row, col));
+    acc.push_back(w.initial(b, row, col));
   }
   int64_t steps = ceilDiv(w.staticK, ks);
   auto loop = scf::ForOp::create(b, loc, w.idx(b, 0), w.idx(b, steps * ks), w.idx(b, ks), acc);
@@ -621,7 +644,7 @@ LogicalResult mlir::spectra::emulateWarpMma(linalg::GenericOp op) {
   eachLane([&](Value lane, Value g, Value t2) {
     for (int64_t i = 0; i < 4; ++i) {
       auto [row, col] = w.cAt(b, g, t2, i);
-      memref::StoreOp::create(b, loc, w.loadC(b, row, col), regC, ValueRange{lane, w.idx(b, i)});
+      memref::StoreOp::create(b, loc, w.initial(b, row, col), regC, ValueRange{lane, w.idx(b, i)});
     }
   });
   forRange(zero, ceilDiv(w.staticK, ks) * ks, ks, [&](Value k0) {

@@ -61,13 +61,16 @@ inline constexpr llvm::StringLiteral kMmaEpilogueAttr = "spectra.mma_epilogue";
 /// contraction is followed by the epilogue on the tile's window, marked kMmaEpilogueAttr,
 /// and the epilogue generic goes: at this stage (and so in gpu-emulated's mapped IR before
 /// the lanes are emulated) it reads the tile from memory; the lane lowerings below run it
-/// on the accumulator fragment.
+/// on the accumulator fragment. With `zeroInit` (the fill before `op` set its output to
+/// 0 and goes: Epilogue.h's zeroFillBefore), each tile is preceded by a fill of its window
+/// with 0, which the lane lowerings take as accumulators starting at 0 (the tile not read).
 void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t warps,
                            Type mmaType, bool split, StringRef nestAttr,
-                           const Epilogue *epilogue = nullptr);
+                           const Epilogue *epilogue = nullptr, bool zeroInit = false);
 
 /// Lowers a tile contraction marked kMmaAttr (inside a warp, `lane` = thread id mod 32)
-/// to fragments and nvvm.mma.sync; fails on an op that is not one. Its epilogue (the next
+/// to fragments and nvvm.mma.sync; fails on an op that is not one. A fill of the tile
+/// with 0 just before it starts the accumulators at 0 and goes. Its epilogue (the next
 /// op, marked kMmaEpilogueAttr) runs on each lane's four accumulator elements, and the
 /// tile is stored only where the epilogue's `store` asks.
 LogicalResult lowerWarpMma(linalg::GenericOp op, Value lane);

@@ -427,20 +427,41 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   // A contraction on tensor cores runs its epilogue (Epilogue.h: the features after the
   // logits) on each warp tile's accumulators: no thread nest, no barrier, no pass over the
   // tile in shared memory for it.
+  // One whose output a fill just set to 0 starts each warp tile's accumulators at 0: the
+  // fill's thread nest and barrier go too.
+  struct OnTensorCores {
+    MmaPlan plan;
+    std::optional<Epilogue> epilogue;
+    bool zeroInit = false;
+  };
+  llvm::DenseMap<Operation *, OnTensorCores> tensorCores;
   llvm::DenseSet<Operation *> fused;
+  if (mmaType && o.threads % 32 == 0)
+    for (linalg::LinalgOp op : ops) {
+      auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+      std::optional<MmaPlan> plan = generic ? planMma(generic) : std::nullopt;
+      if (!plan)
+        continue;
+      OnTensorCores t{*plan, epilogueOf(generic), false};
+      if (t.epilogue)
+        fused.insert(t.epilogue->op);
+      if (linalg::FillOp fill = zeroFillBefore(generic)) {
+        t.zeroInit = true;
+        fused.insert(fill);
+      }
+      tensorCores[op] = t;
+    }
   for (linalg::LinalgOp op : ops) {
-    if (fused.contains(op))
+    if (fused.contains(op)) {
+      if (isa<linalg::FillOp>(op.getOperation()))
+        op->erase();
       continue;
-    auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
-    std::optional<MmaPlan> plan;
-    if (mmaType && generic && o.threads % 32 == 0)
-      plan = planMma(generic);
-    if (plan) {
-      std::optional<Epilogue> epilogue = epilogueOf(generic);
-      if (epilogue)
-        fused.insert(epilogue->op);
-      mapContractionToWarps(generic, *plan, o.threads / 32, mmaType, split, kNestAttr,
-                            epilogue ? &*epilogue : nullptr);
+    }
+    if (auto it = tensorCores.find(op); it != tensorCores.end()) {
+      const OnTensorCores &t = it->second;
+      mapContractionToWarps(cast<linalg::GenericOp>(op.getOperation()), t.plan, o.threads / 32,
+                            mmaType, split, kNestAttr, t.epilogue ? &*t.epilogue : nullptr,
+                            t.zeroInit);
       continue;
     }
     if (failed(distribute(op, o.threads)))

@@ -779,33 +779,12 @@ struct VectorizeTilesPass
     // between) set to +0 writes the whole tile: its accumulators start at 0 and the fill
     // goes, so the tile is neither stored as zeros nor loaded back.
     llvm::DenseSet<Operation *> zeroed, dropped;
-    for (Operation *op : ops) {
-      auto generic = dyn_cast<linalg::GenericOp>(op);
-      if (!generic || generic.getNumLoops() != 3 || generic.getNumDpsInits() != 1)
-        continue;
-      MLIRContext *ctx = op->getContext();
-      if (generic.getIndexingMapsArray().back() !=
-          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
-        continue;
-      Value C = generic.getDpsInits()[0];
-      // Back over ops that touch no memory, and fills of other buffers (they write nothing
-      // the contraction writes), to the fill of C.
-      Operation *prev = op->getPrevNode();
-      auto otherFill = [&](Operation *o) {
-        auto f = dyn_cast<linalg::FillOp>(o);
-        return f && f.getDpsInits()[0] != C && root(f.getDpsInits()[0]) != root(C);
-      };
-      while (prev && (isMemoryEffectFree(prev) || otherFill(prev)))
-        prev = prev->getPrevNode();
-      auto fill = dyn_cast_or_null<linalg::FillOp>(prev);
-      if (!fill || fill.getDpsInits()[0] != C || !matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
-        continue;
-      // An operand in the same buffer would have read the zeros.
-      if (llvm::any_of(generic.getDpsInputs(), [&](Value in) { return root(in) == root(C); }))
-        continue;
-      zeroed.insert(op);
-      dropped.insert(fill);
-    }
+    for (Operation *op : ops)
+      if (auto generic = dyn_cast<linalg::GenericOp>(op))
+        if (linalg::FillOp fill = spectra::zeroFillBefore(generic)) {
+          zeroed.insert(op);
+          dropped.insert(fill);
+        }
     // Epilogues: an elementwise generic right after a contraction (nothing with memory
     // effects between) that reads the contraction's output tile C element by element runs
     // on the register tiles' accumulators; C is then stored only if something else reads it.
