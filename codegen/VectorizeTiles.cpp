@@ -36,8 +36,6 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
-#include "mlir/IR/Matchers.h"
-#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #define DEBUG_TYPE "spectra-vectorize-tiles"
 
@@ -749,17 +747,6 @@ private:
   Location loc;
   int64_t VL, MR, NV;
 };
-
-/// The buffer a view is of (through subviews and casts).
-Value root(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (auto view = dyn_cast<ViewLikeOpInterface>(def))
-      v = view.getViewSource();
-    else
-      break;
-  }
-  return v;
-}
 
 struct VectorizeTilesPass
     : mlir::spectra::impl::SpectraVectorizeTilesBase<VectorizeTilesPass> {
