@@ -254,11 +254,9 @@ struct WarpTile {
   int64_t staticM = 0, staticN = 0, staticK = 0;
   Value sizeM, sizeN;
 
-  /// The tile's epilogue (the next op, marked kMmaEpilogueAttr), its input that reads the
-  /// tile, and whether the tile is still stored.
-  mutable linalg::GenericOp epilogue;
-  unsigned epilogueInput = 0;
-  bool storeTile = true;
+  /// The tile's epilogue (the next op, marked kMmaEpilogueAttr: its input that reads the
+  /// tile, and whether the tile is still stored), or none.
+  std::optional<Epilogue> epilogue;
   /// The fill of the tile with 0 just before it (the accumulators start at 0), or null.
   mutable linalg::FillOp zeroFill;
 
@@ -278,7 +276,7 @@ struct WarpTile {
   /// clipped window.
   void finish(OpBuilder &b, Value g, Value t2, int64_t i, Value value) const {
     auto [row, col] = cAt(b, g, t2, i);
-    if (storeTile)
+    if (!epilogue || epilogue->storeOutput)
       storeC(b, value, row, col);
     if (!epilogue)
       return;
@@ -295,30 +293,31 @@ struct WarpTile {
         idx.push_back(cast<AffineDimExpr>(x).getPosition() == plan.mDim ? row : col);
       return idx;
     };
-    Block &body = epilogue.getRegion().front();
+    linalg::GenericOp e = epilogue->op;
+    Block &body = e.getRegion().front();
     IRMapping map;
-    for (OpOperand &operand : epilogue->getOpOperands()) {
+    for (OpOperand &operand : e->getOpOperands()) {
       unsigned k = operand.getOperandNumber();
       BlockArgument arg = body.getArgument(k);
-      if (k == epilogueInput)
+      if (k == epilogue->input)
         map.map(arg, value);
       else if (!arg.use_empty())
         map.map(arg, memref::LoadOp::create(b, loc, operand.get(),
-                                            at(epilogue.getMatchingIndexingMap(&operand))));
+                                            at(e.getMatchingIndexingMap(&operand))));
     }
     for (Operation &inner : body.without_terminator())
       b.clone(inner, map);
-    unsigned numIns = epilogue.getNumDpsInputs();
+    unsigned numIns = e.getNumDpsInputs();
     for (auto [k, y] : llvm::enumerate(body.getTerminator()->getOperands())) {
-      OpOperand &out = epilogue->getOpOperand(numIns + k);
+      OpOperand &out = e->getOpOperand(numIns + k);
       memref::StoreOp::create(b, loc, map.lookupOrDefault(y), out.get(),
-                              at(epilogue.getMatchingIndexingMap(&out)));
+                              at(e.getMatchingIndexingMap(&out)));
     }
   }
   /// Erases the epilogue and the zero fill once the fragments took their place.
   void dropEpilogue() const {
     if (epilogue)
-      epilogue->erase();
+      epilogue->op->erase();
     if (zeroFill)
       zeroFill->erase();
   }
@@ -485,9 +484,7 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
           next.getDpsInputs()[input.getInt()].getType() != w.C.getType())
         return next.emitOpError(pass) << ": a spectra.mma_epilogue needs its input (the "
                                          "tile, an input of the tile's type) and store";
-      w.epilogue = next;
-      w.epilogueInput = input.getInt();
-      w.storeTile = store.getValue();
+      w.epilogue = Epilogue{next, static_cast<unsigned>(input.getInt()), store.getValue()};
     }
   }
   std::tie(w.sizeM, w.staticM) = extent(m);

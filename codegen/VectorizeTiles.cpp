@@ -56,13 +56,10 @@ public:
   /// For a contraction: whether its output holds zeros on entry (the fill before it was
   /// dropped): the accumulators start at 0 and C is only written.
   bool zeroOutput = false;
-  /// For a contraction: the elementwise generic just after it that reads its output C
-  /// element by element (operand `epilogueInput`), run on the accumulators of each register
-  /// tile as they are complete (an epilogue), so C is not read back; C itself is stored
-  /// only when `storeOutput` (something else reads it).
-  linalg::GenericOp epilogue;
-  unsigned epilogueInput = 0;
-  bool storeOutput = true;
+  /// For a contraction: its epilogue (Epilogue.h), run on the accumulators of each register
+  /// tile as they are complete, so C is not read back; C is still stored where the epilogue's
+  /// storeOutput says something else reads it.
+  const spectra::Epilogue *epilogue = nullptr;
 
   LogicalResult lower(Operation *op) {
     if (auto fill = dyn_cast<linalg::FillOp>(op))
@@ -516,7 +513,7 @@ private:
       // The dot form stores C; an epilogue then runs as its own elementwise loop.
       if (failed(lowerDotContraction(A, B, C, M, N, K)))
         return failure();
-      return epilogue ? lowerElementwise(epilogue) : success();
+      return epilogue ? lowerElementwise(epilogue->op) : success();
     }
 
     // One register tile: `rows` x widths accumulators, loop-carried across k.
@@ -559,7 +556,7 @@ private:
       for (int64_t r = 0; r < rows; ++r)
         for (auto [v, w] : llvm::enumerate(ws)) {
           Value done = acc[r * ws.size() + v];
-          if (!epilogue || storeOutput)
+          if (!epilogue || epilogue->storeOutput)
             vstore(done, C, {rowAt[r], colAt[v]});
           if (epilogue)
             epilogueAt(done, rowAt[r], colAt[v], w, reads);
@@ -587,18 +584,18 @@ private:
     return success();
   }
 
-  /// The epilogue's body at (row, col0 ...) on w lanes, its input `epilogueInput` the
-  /// finished accumulator `acc`; its results stored.
+  /// The epilogue's body at (row, col0 ...) on w lanes, the input that reads C the finished
+  /// accumulator `acc`; its results stored.
   /// `reads`: the operands read by the row alone or the columns alone so far in this
   /// register tile, by (operand, row or first column, width).
   using EpilogueReads = std::map<std::tuple<unsigned, const void *, int64_t>, Value>;
   void epilogueAt(Value acc, Value row, Value col0, int64_t w, EpilogueReads &reads) {
-    linalg::GenericOp op = epilogue;
+    linalg::GenericOp op = epilogue->op;
     unsigned numIns = op.getNumDpsInputs();
     Block &body = op.getRegion().front();
     SmallVector<Value> ivs = {row, col0}, args;
     for (unsigned a = 0; a < op->getNumOperands(); ++a) {
-      if (a == epilogueInput) {
+      if (a == epilogue->input) {
         args.push_back(acc);
         continue;
       }
@@ -789,11 +786,8 @@ struct VectorizeTilesPass
         b.setInsertionPoint(op);
         Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
         v.zeroOutput = zeroed.contains(op);
-        if (auto it = epilogues.find(op); it != epilogues.end()) {
-          v.epilogue = it->second.op;
-          v.epilogueInput = it->second.input;
-          v.storeOutput = it->second.storeOutput;
-        }
+        if (auto it = epilogues.find(op); it != epilogues.end())
+          v.epilogue = &it->second;
         if (failed(v.lower(op)))
           return signalPassFailure();
       }
