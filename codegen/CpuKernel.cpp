@@ -121,6 +121,8 @@ struct KeepKernelsPass : spectra::impl::SpectraKeepKernelsBase<KeepKernelsPass> 
 
 } // namespace
 
+int64_t mlir::spectra::cpuRegisterRows(int64_t vectorWidth) { return vectorWidth >= 16 ? 8 : 4; }
+
 void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o, CpuStage stage) {
   switch (stage) {
   case CpuStage::Tiles: {
@@ -140,7 +142,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
   case CpuStage::Vectors: {
     SpectraVectorizeTilesOptions vectors;
     vectors.vectorWidth = o.vectorWidth;
-    vectors.registerRows = o.registerRows;
+    vectors.registerRows = o.registerRows > 0 ? int64_t(o.registerRows) : cpuRegisterRows(o.vectorWidth);
     vectors.registerVectors = o.registerVectors;
     pm.addNestedPass<func::FuncOp>(createSpectraVectorizeTiles(vectors));
     pm.addPass(createCanonicalizerPass());
