@@ -453,6 +453,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   options.valueDim = dv;
   options.causal = causal;
   options.vectorWidth = sp::hostVectorWidth();
+  options.expScalef = sp::hostHasAvx512();
   sp::GpuScheduleOptions emulated;
   emulated.valueDim = dv;
   emulated.causal = causal;

@@ -64,8 +64,11 @@ int64_t mlir::spectra::hostVectorWidth() {
                    << "' (takes 4, 8 or 16)\n";
     });
   }
-  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  return features.lookup("avx512f") ? 16 : 8;
+  return hostHasAvx512() ? 16 : 8;
+}
+
+bool mlir::spectra::hostHasAvx512() {
+  return llvm::sys::getHostCPUFeatures().lookup("avx512f");
 }
 
 namespace mlir::spectra {
@@ -76,9 +79,58 @@ namespace mlir::spectra {
 } // namespace mlir::spectra
 
 namespace {
+/// exp(x) on vector<16xf32> for AVX-512: x = n ln2 + a with n = floor(x log2e + 1/2) and
+/// |a| <= ln2/2, e^a by the same Cephes polynomial as MLIR's approximation (relative error
+/// below 2^-22.5), and z 2^n by vscalefps, whose zero mask flushes x < -87.336 (results below
+/// 2^-126) to 0, so no denormal comes out. NaN passes through (the clamps and the mask's
+/// compare are unordered); +inf gives +inf. About 15 instructions where the generic form,
+/// which clamps n, converts it and builds 2^n from its bits, takes about 20.
+struct ScalefExp : OpRewritePattern<math::ExpOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::ExpOp op, PatternRewriter &rewriter) const override {
+    auto type = dyn_cast<VectorType>(op.getType());
+    if (!type || type.getRank() != 1 || type.getNumElements() != 16 || type.isScalable() ||
+        !type.getElementType().isF32())
+      return rewriter.notifyMatchFailure(op, "not a vector<16xf32>");
+    Location loc = op.getLoc();
+    auto c = [&](float v) -> Value {
+      return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
+    };
+    auto fma = [&](Value a, Value b, Value d) -> Value {
+      return math::FmaOp::create(rewriter, loc, a, b, d);
+    };
+    auto clamp = [&](arith::CmpFPredicate pred, Value v, float bound) -> Value {
+      Value b = c(bound);
+      Value keep = arith::CmpFOp::create(rewriter, loc, pred, v, b);
+      return arith::SelectOp::create(rewriter, loc, keep, v, b);
+    };
+    Value x = clamp(arith::CmpFPredicate::UGE, op.getOperand(), -88.0f);
+    x = clamp(arith::CmpFPredicate::ULE, x, 88.8f);
+    Value live = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE, x, c(-87.336f));
+    Value n = math::FloorOp::create(rewriter, loc, fma(x, c(1.44269504088896341f), c(0.5f)));
+    Value a = fma(c(-0.693359375f), n, x);
+    a = fma(c(2.12194440e-4f), n, a);
+    Value z = fma(a, c(1.9875691500e-4f), c(1.3981999507e-3f));
+    for (float p : {8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+      z = fma(z, a, c(p));
+    z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
+    z = arith::AddFOp::create(rewriter, loc, z, c(1.0f));
+    Value mask = LLVM::BitcastOp::create(rewriter, loc, rewriter.getI16Type(), live);
+    Value rounding = arith::ConstantOp::create(rewriter, loc, rewriter.getI32IntegerAttr(4));
+    auto scaled = LLVM::CallIntrinsicOp::create(
+        rewriter, loc, type, rewriter.getStringAttr("llvm.x86.avx512.mask.scalef.ps.512"),
+        ValueRange{z, n, c(0.0f), mask, rounding});
+    rewriter.replaceOp(op, scaled.getResults());
+    return success();
+  }
+};
+
 struct PolynomialExpPass : spectra::impl::SpectraPolynomialExpBase<PolynomialExpPass> {
+  using SpectraPolynomialExpBase::SpectraPolynomialExpBase;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
+    if (scalef)
+      patterns.add<ScalefExp>(&getContext(), /*benefit=*/2);
     populateMathPolynomialApproximationPatterns(
         patterns, [](StringRef name) { return name == "exp" || name == "math.exp"; });
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
@@ -150,7 +202,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     return;
   }
   case CpuStage::LLVM:
-    pm.addPass(createSpectraPolynomialExp());
+    pm.addPass(createSpectraPolynomialExp({o.expScalef}));
     if (o.selectMaxima)
       pm.addPass(createSpectraSelectMaxima());
     pm.addPass(createSCFToControlFlowPass());

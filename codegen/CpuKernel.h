@@ -44,6 +44,10 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
   Option<int64_t> registerVectors{*this, "register-vectors",
                                   llvm::cl::desc("vectors per row of a register tile"),
                                   llvm::cl::init(2)};
+  Option<bool> expScalef{*this, "exp-scalef",
+                         llvm::cl::desc("16-lane exps with AVX-512's vscalefps "
+                                        "(spectra-polynomial-exp's scalef; for avx512f hosts)"),
+                         llvm::cl::init(false)};
   Option<bool> selectMaxima{*this, "select-maxima",
                             llvm::cl::desc("maxima as one compare-and-select (spectra-select-maxima); "
                                            "off where the GPU's max.NaN is emulated"),
@@ -70,6 +74,10 @@ void buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &options, CpuStag
 /// The f32 lanes of the host's widest vector unit (16 with AVX-512F, else 8), or
 /// SPECTRA_CPU_VECTOR_WIDTH (4, 8 or 16) when set. Part of the kernel cache key.
 int64_t hostVectorWidth();
+
+/// Whether the host has AVX-512F (whatever SPECTRA_CPU_VECTOR_WIDTH says): the kernels may
+/// then use its instructions (spectra-polynomial-exp's scalef).
+bool hostHasAvx512();
 
 /// Registers the dialects the CPU kernels use and their convert-to-llvm
 /// interfaces; every tool that runs the CPU pipeline needs them.

@@ -116,15 +116,23 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
     The CPU kernels spend much of their time in `exp`; lowered as a libm call
     it is scalar and opaque to the loop vectoriser. This pass applies MLIR's
     polynomial approximation of `math.exp` (arith ops only, within a few ulp
-    in f32), run by spectra-cpu-lowering before the conversion to LLVM.
+    in f32), run by spectra-cpu-lowering before the conversion to LLVM. With
+    `scalef` (AVX-512 hosts), a 16-lane exp forms z 2^n with one vscalefps
+    instead of clamping n, converting it and building 2^n from its bits.
 
     ```mlir
     %e = math.exp %x : f32   // becomes arith.mulf/addf/... and a bitcast
     ```
   }];
-  // The approximation of a vector exp builds vector constants (vector.broadcast).
+  let options = [
+    Option<"scalef", "scalef", "bool", /*default=*/"false",
+           "exp of vector<16xf32> with AVX-512's vscalefps (z 2^n in one instruction, "
+           "results below 2^-126 flushed to 0 by its zero mask): for hosts with avx512f">
+  ];
+  // The approximation of a vector exp builds vector constants (vector.broadcast); the
+  // AVX-512 form calls an LLVM intrinsic.
   let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
-                           "::mlir::vector::VectorDialect"];
+                           "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect"];
 }
 
 def SpectraSelectMaxima : Pass<"spectra-select-maxima"> {

@@ -51,6 +51,18 @@ if os.path.exists("/usr/local/cuda/bin/nvdisasm") or os.system(
         f"sys.exit(not os.path.exists(os.path.join(list(nvidia.cu13.__path__)[0], \"bin\", \"nvdisasm\")))'"
         " > /dev/null 2>&1") == 0:
     config.available_features.add("nvdisasm")
+# AVX-512F on this machine (the AVX-512 exp runs only there) and mlir-runner to run it.
+try:
+    with open("/proc/cpuinfo") as f:
+        if " avx512f" in f.read():
+            config.available_features.add("avx512f")
+except OSError:
+    pass
+if os.path.exists(os.path.join(config.llvm_tools_dir, "mlir-runner")):
+    config.available_features.add("mlir-runner")
+    config.substitutions.append(
+        ("%mlir_runner_utils", os.path.join(os.path.dirname(config.llvm_tools_dir), "lib",
+                                            "libmlir_c_runner_utils.so")))
 # Kernels compiled by the tests are cached in the build tree, never in the user's cache.
 config.environment["SPECTRA_CACHE_DIR"] = os.path.join(config.spectra_obj_root, "test-kernel-cache")
 
