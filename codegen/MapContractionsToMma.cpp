@@ -499,6 +499,38 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
 
 } // namespace
 
+Value mlir::spectra::packMmaPair(OpBuilder &b, Location loc, Type mmaType, Value first,
+                                 Value second, int part) {
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  // Two f32 rounded (RN) as one register, the first in the low half: a vector<2xf16> for
+  // f16, an i32 for bf16 (what nvvm.mma.sync takes for each). One cvt.rn.{f16,bf16}x2.f32
+  // as NVVM's op (its a, the upper half, is the second), opaque to LLVM, which would
+  // otherwise split a pair whose low half alone is read back into two scalar conversions.
+  auto convert = [&](Value lo, Value hi) -> Value {
+    Type pair = VectorType::get({2}, mmaType);
+    if (mmaType.isF16())
+      return NVVM::ConvertF32x2ToF16x2Op::create(b, loc, pair, /*src_hi=*/hi, /*src_lo=*/lo,
+                                                 /*random_bits=*/Value(), NVVM::FPRoundingMode::RN);
+    Value v = NVVM::ConvertF32x2ToBF16x2Op::create(b, loc, pair, /*src_hi=*/hi, /*src_lo=*/lo,
+                                                   /*random_bits=*/Value(),
+                                                   NVVM::FPRoundingMode::RN);
+    return LLVM::BitcastOp::create(b, loc, i32, v);
+  };
+  Value hi = convert(first, second);
+  if (part == 0)
+    return hi;
+  // Only bf16x3 splits (bf16): the lo part reads the rounded pair's halves back as f32 from
+  // its bits (a bf16 is an f32's top half), so a part costs one conversion per pair.
+  assert(mmaType.isBF16() && "only bf16x3 splits its operands");
+  auto asF32 = [&](Value bits) { return arith::BitcastOp::create(b, loc, f32, bits); };
+  Value lowHalf = asF32(arith::ShLIOp::create(
+      b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16))));
+  Value highHalf = asF32(arith::AndIOp::create(
+      b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(int32_t(0xFFFF0000u)))));
+  return convert(arith::SubFOp::create(b, loc, first, lowHalf),
+                 arith::SubFOp::create(b, loc, second, highHalf));
+}
+
 LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
   OpBuilder b(op);
   FailureOr<WarpTile> tile = WarpTile::get(b, op, "spectra-launch-mapped-kernels");
@@ -506,39 +538,11 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
     return failure();
   const WarpTile &w = *tile;
   Location loc = op.getLoc();
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Type f32 = b.getF32Type();
   NVVM::MMATypes ptxType = w.mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   int64_t ks = w.plan.kStep;
-  // Two f32 rounded (RN) as one register, the first in the low half: a vector<2xf16> for f16,
-  // an i32 for bf16 (what nvvm.mma.sync takes for each). One cvt.rn.{f16,bf16}x2.f32 as
-  // NVVM's op (its a, the upper half, is the second), opaque to LLVM, which would otherwise
-  // split a pair whose low half alone is read back into two scalar conversions.
-  auto convert = [&](Value first, Value second) -> Value {
-    Type pair = VectorType::get({2}, w.mmaType);
-    if (w.mmaType.isF16())
-      return NVVM::ConvertF32x2ToF16x2Op::create(b, loc, pair, /*src_hi=*/second,
-                                                 /*src_lo=*/first, /*random_bits=*/Value(),
-                                                 NVVM::FPRoundingMode::RN);
-    Value v = NVVM::ConvertF32x2ToBF16x2Op::create(b, loc, pair, /*src_hi=*/second,
-                                                   /*src_lo=*/first, /*random_bits=*/Value(),
-                                                   NVVM::FPRoundingMode::RN);
-    return LLVM::BitcastOp::create(b, loc, i32, v);
-  };
-  // Two elements' part p (WarpTile::part) as one register. Only bf16x3 splits (bf16): the lo
-  // part reads the rounded pair's halves back as f32 from its bits (a bf16 is an f32's top
-  // half), so a part costs one conversion per pair.
-  auto pack = [&](Value first, Value second, int p) -> Value {
-    Value hi = convert(first, second);
-    if (p == 0)
-      return hi;
-    assert(w.mmaType.isBF16() && "only bf16x3 splits its operands");
-    auto asF32 = [&](Value bits) { return arith::BitcastOp::create(b, loc, f32, bits); };
-    Value lowHalf = asF32(arith::ShLIOp::create(
-        b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(16))));
-    Value highHalf = asF32(arith::AndIOp::create(
-        b, loc, hi, arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(int32_t(0xFFFF0000u)))));
-    return convert(arith::SubFOp::create(b, loc, first, lowHalf),
-                   arith::SubFOp::create(b, loc, second, highHalf));
+  auto pack = [&](Value first, Value second, int p) {
+    return packMmaPair(b, loc, w.mmaType, first, second, p);
   };
   auto [g, t2] = w.group(b, lane);
   SmallVector<Value> acc;

@@ -68,6 +68,12 @@ void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t wa
                            Type mmaType, bool split, StringRef nestAttr,
                            const Epilogue *epilogue = nullptr, bool zeroInit = false);
 
+/// Part `part` of two f32 values as one mma operand register, `first` in the low half:
+/// part 0 is each rounded (RN) to `mmaType` (bf16 or f16); part 1 (bf16x3, bf16 only) what
+/// that rounding left, rounded. An i32 for bf16, a vector<2xf16> for f16 (what
+/// nvvm.mma.sync takes).
+Value packMmaPair(OpBuilder &b, Location loc, Type mmaType, Value first, Value second, int part);
+
 /// Lowers a tile contraction marked kMmaAttr (inside a warp, `lane` = thread id mod 32)
 /// to fragments and nvvm.mma.sync; fails on an op that is not one. A fill of the tile
 /// with 0 just before it starts the accumulators at 0 and goes. Its epilogue (the next

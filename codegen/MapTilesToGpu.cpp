@@ -25,6 +25,7 @@
 
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/MapContractionsToMma.h"
+#include "codegen/WarpChains.h"
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuLowering.h"
 #include "codegen/Passes.h"
@@ -436,8 +437,35 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   };
   llvm::DenseMap<Operation *, OnTensorCores> tensorCores;
   llvm::DenseSet<Operation *> fused;
+  // Warp chains (WarpChains.h): a contraction, its epilogue and the ops reading the tiles it
+  // forms, with those tiles in registers, where the warps' partials fit static shared memory.
+  llvm::DenseSet<Operation *> chained;
+  if (mmaType && o.threads % 32 == 0 && o.warpChains)
+    for (linalg::LinalgOp op : ops) {
+      if (chained.contains(op))
+        continue;
+      auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+      if (!generic || !planMma(generic))
+        continue;
+      std::optional<WarpChainMapping> chain =
+          mapWarpChain(generic, o.threads, mmaType, split, kNestAttr, sharedBytes,
+                       kStaticSharedBytes);
+      if (!chain)
+        continue;
+      chained.insert(chain->ops.begin(), chain->ops.end());
+      for (Value tile : chain->registerTiles) {
+        auto type = cast<MemRefType>(tile.getType());
+        sharedBytes -= bufferBytes(type);
+        tile.setType(MemRefType::get(type.getShape(), type.getElementType(), type.getLayout()));
+      }
+      sharedBytes += chain->partialBytes;
+      reinferSubviews(blocks);
+      fn->setAttr(kKernelSharedBytesAttr, b.getI64IntegerAttr(sharedBytes));
+    }
   if (mmaType && o.threads % 32 == 0)
     for (linalg::LinalgOp op : ops) {
+      if (chained.contains(op))
+        continue;
       auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
       std::optional<MmaPlan> plan = generic ? planMma(generic) : std::nullopt;
       if (!plan)
@@ -452,6 +480,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
       tensorCores[op] = t;
     }
   for (linalg::LinalgOp op : ops) {
+    if (chained.contains(op))
+      continue;
     if (fused.contains(op)) {
       if (isa<linalg::FillOp>(op.getOperation()))
         op->erase();
@@ -476,7 +506,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
 struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTilesToGpuPass> {
   using SpectraMapTilesToGpuBase::SpectraMapTilesToGpuBase;
   void runOnOperation() override {
-    MapTilesOptions o{threads, chunkRows, partialChunks, sharedLimit, mmaType};
+    MapTilesOptions o{threads, chunkRows, partialChunks, sharedLimit, mmaType, warpChains};
     if (!o.mmaType.empty() && o.mmaType != "bf16" && o.mmaType != "bf16x3" && o.mmaType != "f16") {
       getOperation().emitError() << "spectra-map-tiles-to-gpu: mma-type must be bf16, bf16x3, "
                                     "f16 or empty (no tensor cores), got '"
@@ -518,6 +548,14 @@ struct StripWorkgroupMemoryPass : mlir::spectra::impl::SpectraStripWorkgroupMemo
 /// The tensor-core tiles lane by lane on the CPU (MapContractionsToMma.h).
 struct EmulateWarpMmaPass : mlir::spectra::impl::SpectraEmulateWarpMmaBase<EmulateWarpMmaPass> {
   void runOnOperation() override {
+    SmallVector<scf::ForallOp> chains;
+    getOperation().walk([&](scf::ForallOp nest) {
+      if (isWarpChain(nest))
+        chains.push_back(nest);
+    });
+    for (scf::ForallOp nest : chains)
+      if (failed(emulateWarpChain(nest)))
+        return signalPassFailure();
     SmallVector<linalg::GenericOp> tiles;
     getOperation().walk([&](linalg::GenericOp g) {
       if (g->hasAttr(kMmaAttr))
@@ -598,6 +636,11 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
       nests.push_back(f);
   });
   for (scf::ForallOp nest : nests) {
+    if (isWarpChain(nest)) {
+      if (failed(lowerWarpChain(nest, launchOp, tid, threads)))
+        return failure();
+      continue;
+    }
     OpBuilder nb(nest);
     std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
     // A warp nest: its induction variable is the warp (tid / 32), its contractions

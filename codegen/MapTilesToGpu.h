@@ -40,6 +40,8 @@ struct MapTilesOptions {
   int64_t sharedLimit = 48 * 1024;
   /// The operand type of the contractions on tensor cores (bf16 or f16); empty: none.
   std::string mmaType;
+  /// With mmaType: warp chains (WarpChains.h) where they apply.
+  bool warpChains = true;
 };
 
 /// Attributes a mapped kernel carries besides the ABI (TileKernels.h).

@@ -236,6 +236,11 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "the contractions on tensor cores, as warp nests of 16 x 8 tiles "
            "(MapContractionsToMma.h): bf16 or f16 (operands rounded), bf16x3 (operands "
            "split in two bf16 parts, three mma); empty: every contraction a thread nest">,
+    Option<"warpChains", "warp-chains", "bool", /*default=*/"true",
+           "with mma-type: a contraction, its epilogue and the ops that read the tiles it "
+           "forms (the features, their row maximum, the exponential, the next contraction) "
+           "as one warp nest with those tiles in registers (WarpChains.h); false: each "
+           "contraction its own warp nest, the tiles in shared memory">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];

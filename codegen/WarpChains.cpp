@@ -1,0 +1,1035 @@
+//===- WarpChains.cpp - an exponential kept in registers between two mma --===//
+//
+// See WarpChains.h. The lane maps are MapContractionsToMma.cpp's (g = lane / 4,
+// t = lane % 4): accumulator element i of a 16 x 8 tile at (g + 8 (i / 2),
+// 2t + i % 2); A register r, half h, of a k16 step at (g + 8 (r % 2),
+// 2t + 8 (r / 2) + h), of a k8 step at (g + 8 r, 2t + h); B register r, half h
+// at (2t + 8 r + h, g). So A register r of k16 step s is elements 2 (r % 2) and
+// 2 (r % 2) + 1 of the accumulator tile 2 s + r / 2 (k8 step s: elements 2 r,
+// 2 r + 1 of tile s), and a lane's two rows are g and g + 8.
+//
+//===----------------------------------------------------------------------===//
+
+#include "codegen/WarpChains.h"
+#include "codegen/Epilogue.h"
+#include "codegen/MapContractionsToMma.h"
+#include "codegen/TileKernels.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+#include <functional>
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+namespace {
+
+/// The buffer a view is of (through subviews and casts).
+Value root(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (auto view = dyn_cast<ViewLikeOpInterface>(def))
+      v = view.getViewSource();
+    else
+      break;
+  }
+  return v;
+}
+
+/// The alloca a view is of, or null.
+Value localRoot(Value v) {
+  Value r = root(v);
+  return r.getDefiningOp<memref::AllocaOp>() ? r : Value();
+}
+
+SmallVector<unsigned> dimsOf(AffineMap map) {
+  SmallVector<unsigned> dims;
+  for (AffineExpr e : map.getResults()) {
+    auto d = dyn_cast<AffineDimExpr>(e);
+    if (!d)
+      return {};
+    dims.push_back(d.getPosition());
+  }
+  return dims;
+}
+
+bool isDims(AffineMap map, ArrayRef<unsigned> dims) {
+  SmallVector<unsigned> got = dimsOf(map);
+  return map.getNumResults() == dims.size() && ArrayRef<unsigned>(got) == dims;
+}
+
+/// Whether the body is scalar arith and math only.
+bool scalarBody(linalg::GenericOp op) {
+  for (Operation &inner : op.getRegion().front().without_terminator())
+    if (inner.getNumRegions() != 0 ||
+        !llvm::isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
+        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
+      return false;
+  return true;
+}
+
+enum class Kind { Elementwise, Reduce, Contract };
+
+/// One op of the chain after the first contraction and its epilogue.
+struct Step {
+  Kind kind = Kind::Elementwise;
+  linalg::GenericOp op;
+  /// Elementwise and Reduce: the loop dims of the rows and the columns.
+  unsigned rowDim = 0, colDim = 1;
+  /// Contract: m = the rows, n = its output's columns, k = the tile's columns; aInput the tile.
+  MmaPlan plan;
+  /// Reduce, per output: its (+) (an addf or a maximumf with the output's block argument),
+  /// the (+)'s other operand, and whether a later op of the chain reads the output.
+  SmallVector<Operation *> combiners;
+  SmallVector<Value> terms;
+  SmallVector<bool> combined;
+};
+
+struct Chain {
+  linalg::GenericOp first;
+  MmaPlan plan;
+  Epilogue epilogue;
+  SmallVector<Step> steps;
+  /// The register tiles' buffers (allocas), the first contraction's output included.
+  llvm::SmallPtrSet<Value, 8> tiles;
+  int64_t T = 0, M = 0, W = 0, cw = 0, ks2 = 16;
+
+  SmallVector<Operation *> ops() const {
+    SmallVector<Operation *> all = {first, epilogue.op};
+    for (const Step &s : steps)
+      all.push_back(s.op);
+    return all;
+  }
+};
+
+/// The chain starting at `first`, a contraction whose output a fill just set to 0
+/// (`zeroFill`, allowed to touch its output; null at the lowering, where it is gone), with
+/// `W` warps splitting the columns; none if there is none.
+std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zeroFill) {
+  Chain c;
+  c.first = first;
+  c.W = W;
+  if (W < 1 || !first.hasPureBufferSemantics() || first.getNumLoops() != 3 ||
+      first.getNumDpsInputs() != 2 || first.getNumDpsInits() != 1 || !planMma(first))
+    return std::nullopt;
+  SmallVector<utils::IteratorType> it = first.getIteratorTypesArray();
+  if (it[0] != utils::IteratorType::parallel || it[1] != utils::IteratorType::parallel ||
+      it[2] != utils::IteratorType::reduction)
+    return std::nullopt;
+  std::optional<Epilogue> e = epilogueOf(first);
+  if (!e || e->storeOutput)
+    return std::nullopt;
+  c.epilogue = *e;
+  SmallVector<AffineMap> maps = first.getIndexingMapsArray();
+  auto sameSet = [](AffineMap map, unsigned x, unsigned y) {
+    SmallVector<unsigned> d = dimsOf(map);
+    return d.size() == 2 && llvm::is_contained(d, x) && llvm::is_contained(d, y);
+  };
+  c.plan.mDim = 0;
+  c.plan.nDim = 1;
+  c.plan.kDim = 2;
+  if (sameSet(maps[0], 0, 2) && sameSet(maps[1], 1, 2))
+    c.plan.aInput = 0;
+  else if (sameSet(maps[1], 0, 2) && sameSet(maps[0], 1, 2))
+    c.plan.aInput = 1;
+  else
+    return std::nullopt;
+  SmallVector<int64_t> ranges = first.getStaticLoopRanges();
+  c.plan.kStep = ranges[2] > 8 ? 16 : 8;
+  c.T = ranges[0];
+  c.M = ranges[1];
+  if (c.T < 1 || c.T > 16 || c.M % (8 * W) != 0)
+    return std::nullopt;
+  c.cw = c.M / W;
+  c.ks2 = c.cw % 16 == 0 ? 16 : 8;
+  if (c.ks2 == 8 && c.cw != 8)
+    return std::nullopt;
+
+  linalg::GenericOp E = c.epilogue.op;
+  Value X = localRoot(first.getDpsInits()[0]);
+  if (!X || !scalarBody(E))
+    return std::nullopt;
+  c.tiles.insert(X);
+  for (OpOperand &out : E.getDpsInitsMutable()) {
+    Value t = localRoot(out.get());
+    if (!t || !E.getMatchingIndexingMap(&out).isIdentity())
+      return std::nullopt;
+    c.tiles.insert(t);
+  }
+  for (OpOperand *in : E.getDpsInputOperands())
+    if (in->getOperandNumber() != c.epilogue.input && c.tiles.contains(root(in->get())))
+      return std::nullopt;
+
+  // The buffers the steps write outside the tiles: a reduction's output (its step and
+  // output index) or a contraction's.
+  llvm::DenseMap<Value, std::pair<unsigned, unsigned>> reduced;
+  llvm::SmallPtrSet<Value, 8> contracted;
+  // Fills between the chain's ops (they run before the nest) and what the ops before each
+  // touch.
+  llvm::SmallPtrSet<Value, 16> touched;
+  auto touch = [&](Operation *op) {
+    for (Value v : op->getOperands())
+      if (isa<MemRefType>(v.getType()))
+        touched.insert(root(v));
+  };
+  touch(first);
+  touch(E);
+
+  // A step's inputs: a tile (through the identity of its rows and columns), a reduction
+  // output read by row (combined), or any other buffer read by row and/or column.
+  auto inputsOk = [&](linalg::GenericOp g, unsigned rowDim, unsigned colDim) {
+    for (OpOperand *in : g.getDpsInputOperands()) {
+      AffineMap map = g.getMatchingIndexingMap(in);
+      Value r = root(in->get());
+      if (c.tiles.contains(r)) {
+        if (!isDims(map, {rowDim, colDim}))
+          return false;
+        continue;
+      }
+      if (contracted.contains(r))
+        return false;
+      if (auto it = reduced.find(r); it != reduced.end()) {
+        if (!isDims(map, {rowDim}))
+          return false;
+        c.steps[it->second.first].combined[it->second.second] = true;
+        continue;
+      }
+      if (dimsOf(map).size() != map.getNumResults())
+        return false;
+    }
+    return true;
+  };
+  auto readsTile = [&](linalg::GenericOp g) {
+    return llvm::any_of(g.getDpsInputs(), [&](Value v) { return c.tiles.contains(root(v)); });
+  };
+
+  for (Operation *op = E->getNextNode(); op && !op->hasTrait<OpTrait::IsTerminator>();
+       op = op->getNextNode()) {
+    if (isMemoryEffectFree(op))
+      continue;
+    if (auto fill = dyn_cast<linalg::FillOp>(op)) {
+      Value r = root(fill.getDpsInits()[0]);
+      if (c.tiles.contains(r) || touched.contains(r))
+        break;
+      continue;
+    }
+    auto g = dyn_cast<linalg::GenericOp>(op);
+    if (!g || !g.hasPureBufferSemantics() || !readsTile(g))
+      break;
+    if (!scalarBody(g))
+      return std::nullopt;
+    SmallVector<int64_t> r = g.getStaticLoopRanges();
+    SmallVector<utils::IteratorType> its = g.getIteratorTypesArray();
+    Step s;
+    s.op = g;
+    if (g.getNumLoops() == 2 && g.getNumReductionLoops() == 0) {
+      s.kind = Kind::Elementwise;
+      if (r[0] != c.T || r[1] != c.M || !inputsOk(g, 0, 1))
+        return std::nullopt;
+      for (OpOperand &out : g.getDpsInitsMutable()) {
+        Value t = localRoot(out.get());
+        if (!t || !g.getMatchingIndexingMap(&out).isIdentity() || touched.contains(t))
+          return std::nullopt;
+        c.tiles.insert(t);
+      }
+    } else if (g.getNumLoops() == 2 && g.getNumReductionLoops() == 1) {
+      s.kind = Kind::Reduce;
+      s.rowDim = its[0] == utils::IteratorType::parallel ? 0 : 1;
+      s.colDim = 1 - s.rowDim;
+      if (r[s.rowDim] != c.T || r[s.colDim] != c.M || !inputsOk(g, s.rowDim, s.colDim))
+        return std::nullopt;
+      Block &body = g.getRegion().front();
+      Operation *yield = body.getTerminator();
+      unsigned numIns = g.getNumDpsInputs();
+      for (OpOperand &out : g.getDpsInitsMutable()) {
+        unsigned o = out.getOperandNumber() - numIns;
+        Value rr = root(out.get());
+        if (!isDims(g.getMatchingIndexingMap(&out), {s.rowDim}) || c.tiles.contains(rr) ||
+            reduced.count(rr) || contracted.contains(rr))
+          return std::nullopt;
+        BlockArgument arg = body.getArgument(numIns + o);
+        Operation *comb = yield->getOperand(o).getDefiningOp();
+        if (!comb || !isa<arith::AddFOp, arith::MaximumFOp>(comb) || !arg.hasOneUse() ||
+            (comb->getOperand(0) != arg && comb->getOperand(1) != arg))
+          return std::nullopt;
+        s.combiners.push_back(comb);
+        s.terms.push_back(comb->getOperand(0) == arg ? comb->getOperand(1) : comb->getOperand(0));
+        s.combined.push_back(false);
+        reduced[rr] = {static_cast<unsigned>(c.steps.size()), o};
+      }
+    } else if (g.getNumLoops() == 3 && planMma(g)) {
+      s.kind = Kind::Contract;
+      AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+      SmallVector<unsigned> od = dimsOf(outMap);
+      unsigned k = its[0] == utils::IteratorType::reduction   ? 0
+                   : its[1] == utils::IteratorType::reduction ? 1
+                                                              : 2;
+      if (od.size() != 2)
+        return std::nullopt;
+      s.plan.mDim = od[0];
+      s.plan.nDim = od[1];
+      s.plan.kDim = k;
+      s.plan.kStep = c.ks2;
+      int tileInput = -1;
+      for (int i = 0; i < 2; ++i)
+        if (c.tiles.contains(root(g.getDpsInputs()[i])))
+          tileInput = i;
+      if (tileInput < 0 || c.tiles.contains(root(g.getDpsInputs()[1 - tileInput])))
+        return std::nullopt;
+      s.plan.aInput = tileInput;
+      AffineMap aMap = g.getIndexingMapsArray()[tileInput];
+      AffineMap bMap = g.getIndexingMapsArray()[1 - tileInput];
+      SmallVector<unsigned> bd = dimsOf(bMap);
+      Value outRoot = root(g.getDpsInits()[0]);
+      if (!isDims(aMap, {s.plan.mDim, k}) || bd.size() != 2 || !llvm::is_contained(bd, k) ||
+          !llvm::is_contained(bd, s.plan.nDim) || r[s.plan.mDim] != c.T || r[k] != c.M ||
+          c.tiles.contains(outRoot) || reduced.count(outRoot) || contracted.contains(outRoot) ||
+          reduced.count(root(g.getDpsInputs()[1 - tileInput])))
+        return std::nullopt;
+      contracted.insert(outRoot);
+    } else {
+      return std::nullopt;
+    }
+    c.steps.push_back(s);
+    touch(g);
+  }
+  if (llvm::none_of(c.steps, [](Step &s) { return s.kind == Kind::Contract; }))
+    return std::nullopt;
+  // The register tiles are read and written by the chain alone.
+  llvm::SmallPtrSet<Operation *, 16> mine;
+  for (Operation *op : c.ops())
+    mine.insert(op);
+  if (zeroFill)
+    mine.insert(zeroFill);
+  for (Value t : c.tiles) {
+    SmallVector<Value> work = {t};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (auto view = dyn_cast<ViewLikeOpInterface>(user); view && view.getViewSource() == v) {
+          work.append(user->result_begin(), user->result_end());
+          continue;
+        }
+        Operation *at = user;
+        while (at && !mine.contains(at))
+          at = at->getParentOp();
+        if (!at)
+          return std::nullopt;
+      }
+    }
+  }
+  return c;
+}
+
+/// A lane's ids: its warp, lane, group g = lane / 4, t = lane % 4 and 2t.
+struct Lane {
+  Value warp, lane, g, t, t2;
+};
+
+/// An mma operand fragment: emulated, its registers' first slot (parts x regs x 2 halves,
+/// each an f32 holding the rounded part); on the GPU the packed registers per part.
+struct Fragment {
+  int64_t slot = 0, regs = 0;
+  SmallVector<SmallVector<Value>> packed;
+};
+
+/// The two executors of the one lowering (see WarpChains.h).
+class Exec {
+public:
+  Exec(OpBuilder &b, Location loc, int64_t warps, Type mmaType, bool split, bool emulate)
+      : b(b), loc(loc), W(warps), mmaType(mmaType), split(split), emulate(emulate) {}
+
+  OpBuilder &b;
+  Location loc;
+  int64_t W;
+  Type mmaType;
+  bool split, emulate;
+  // GPU
+  Value tid;
+  int64_t threads = 0;
+  gpu::LaunchOp launch;
+  Lane gpuLane;
+  SmallVector<Value> regs;
+  // Emulated
+  memref::AllocaOp file;
+  int64_t slots = 0;
+
+  int parts() const { return split ? 2 : 1; }
+  Value idx(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value f32(double v) { return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v)); }
+
+  /// The insertion point for allocations that live through the kernel.
+  void atEntry(OpBuilder &at) {
+    auto fn = b.getInsertionBlock()->getParentOp()->getParentOfType<FunctionOpInterface>();
+    at.setInsertionPointToStart(&fn.getFunctionBody().front());
+  }
+
+  void start() {
+    if (!emulate) {
+      Value w = idx(32);
+      gpuLane = ids(arith::DivUIOp::create(b, loc, tid, w), arith::RemUIOp::create(b, loc, tid, w));
+      return;
+    }
+    OpBuilder at(b.getContext());
+    atEntry(at);
+    file = memref::AllocaOp::create(at, loc, MemRefType::get({W, 32, 1}, b.getF32Type()));
+  }
+  void finish() {
+    if (emulate)
+      file.getResult().setType(MemRefType::get({W, 32, std::max<int64_t>(slots, 1)}, b.getF32Type()));
+  }
+
+  Lane ids(Value warp, Value lane) {
+    Value t = arith::RemUIOp::create(b, loc, lane, idx(4));
+    return {warp, lane, arith::DivUIOp::create(b, loc, lane, idx(4)), t,
+            arith::MulIOp::create(b, loc, t, idx(2))};
+  }
+
+  int64_t alloc(int64_t n) {
+    int64_t s = slots;
+    slots += n;
+    if (!emulate)
+      regs.resize(slots);
+    return s;
+  }
+
+  /// `fn` on every lane of every warp.
+  void lanes(function_ref<void(const Lane &)> fn) {
+    if (!emulate)
+      return fn(gpuLane);
+    OpBuilder::InsertionGuard guard(b);
+    auto warps = scf::ForOp::create(b, loc, idx(0), idx(W), idx(1));
+    b.setInsertionPointToStart(warps.getBody());
+    auto ls = scf::ForOp::create(b, loc, idx(0), idx(32), idx(1));
+    b.setInsertionPointToStart(ls.getBody());
+    fn(ids(warps.getInductionVar(), ls.getInductionVar()));
+  }
+
+  Value get(const Lane &l, int64_t s) {
+    if (!emulate)
+      return regs[s];
+    return memref::LoadOp::create(b, loc, file, ValueRange{l.warp, l.lane, idx(s)});
+  }
+  void set(const Lane &l, int64_t s, Value v) {
+    if (!emulate) {
+      regs[s] = v;
+      return;
+    }
+    memref::StoreOp::create(b, loc, v, file, ValueRange{l.warp, l.lane, idx(s)});
+  }
+  /// Register `s` of the lane `l.lane xor mask` (of the same warp).
+  Value getXor(const Lane &l, int64_t s, int64_t mask) {
+    if (!emulate)
+      return gpu::ShuffleOp::create(b, loc, regs[s], mask, 32, gpu::ShuffleMode::XOR)
+          .getShuffleResult();
+    Value other = arith::XOrIOp::create(b, loc, l.lane, idx(mask));
+    return memref::LoadOp::create(b, loc, file, ValueRange{l.warp, other, idx(s)});
+  }
+  void barrier() {
+    if (!emulate)
+      gpu::BarrierOp::create(b, loc);
+  }
+  /// A buffer shared by the block's warps.
+  Value shared(ArrayRef<int64_t> shape) {
+    if (!emulate) {
+      auto type = MemRefType::get(shape, b.getF32Type(), MemRefLayoutAttrInterface(),
+                                  gpu::AddressSpaceAttr::get(b.getContext(),
+                                                             gpu::AddressSpace::Workgroup));
+      return launch.addWorkgroupAttribution(type, loc);
+    }
+    OpBuilder at(b.getContext());
+    atEntry(at);
+    return memref::AllocaOp::create(at, loc, MemRefType::get(shape, b.getF32Type()));
+  }
+  /// `fn` on elements [0, n) spread over the block's threads.
+  void eachElement(int64_t n, function_ref<void(Value)> fn) {
+    OpBuilder::InsertionGuard guard(b);
+    scf::ForOp loop = emulate ? scf::ForOp::create(b, loc, idx(0), idx(n), idx(1))
+                              : scf::ForOp::create(b, loc, tid, idx(n), idx(threads));
+    b.setInsertionPointToStart(loop.getBody());
+    fn(loop.getInductionVar());
+  }
+
+  /// x rounded to the operand type (part 0) or what that rounding left, rounded (part 1),
+  /// widened back to f32.
+  Value part(Value x, int p) {
+    Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
+    if (p == 1) {
+      Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), narrow));
+      narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
+    }
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), narrow);
+  }
+  /// The fragment of `values` (register r, half h at 2 r + h), inside lanes().
+  Fragment fragment(const Lane &l, ArrayRef<Value> values) {
+    Fragment f;
+    f.regs = values.size() / 2;
+    if (!emulate) {
+      for (int p = 0; p < parts(); ++p) {
+        f.packed.emplace_back();
+        for (int64_t r = 0; r < f.regs; ++r)
+          f.packed.back().push_back(packMmaPair(b, loc, mmaType, values[2 * r], values[2 * r + 1], p));
+      }
+      return f;
+    }
+    f.slot = alloc(parts() * f.regs * 2);
+    for (int p = 0; p < parts(); ++p)
+      for (int64_t r = 0; r < f.regs; ++r)
+        for (int64_t h = 0; h < 2; ++h)
+          set(l, f.slot + (p * f.regs + r) * 2 + h, part(values[2 * r + h], p));
+    return f;
+  }
+  /// D = A B + C on every warp, C and D the four registers from `c`; k = `ks`. Split:
+  /// lo hi, hi lo, then hi hi, as MapContractionsToMma.cpp runs them.
+  void mma(const Fragment &a, const Fragment &bf, int64_t c, int64_t ks) {
+    SmallVector<std::pair<int, int>> order = {{0, 0}};
+    if (split)
+      order = {{1, 0}, {0, 1}, {0, 0}};
+    if (!emulate) {
+      Type f = b.getF32Type();
+      Type accType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f, f, f, f});
+      NVVM::MMATypes ptx = mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+      SmallVector<Value> acc(regs.begin() + c, regs.begin() + c + 4);
+      for (auto [pa, pb] : order) {
+        auto op = NVVM::MmaOp::create(b, loc, accType, a.packed[pa], bf.packed[pb], acc,
+                                      ArrayRef<int64_t>{16, 8, ks}, std::nullopt, std::nullopt,
+                                      std::array<NVVM::MMATypes, 2>{ptx, ptx},
+                                      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                                                      NVVM::MMALayout::col});
+        for (int64_t i = 0; i < 4; ++i)
+          acc[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
+      }
+      for (int64_t i = 0; i < 4; ++i)
+        regs[c + i] = acc[i];
+      return;
+    }
+    // The PTX ISA's mma, element by element, each operand element read from the lane and
+    // register its fragment tables name (from row and column, independently of the lane
+    // maps that wrote them): A (row, k): lane 4 (row % 8) + (k % 8) / 2, register row / 8
+    // + 2 (k / 8) for k16 (row / 8 for k8), half k % 2; B (k, col): lane 4 col + (k % 8) / 2,
+    // register k / 8, half k % 2; D (row, col): lane 4 (row % 8) + col / 2, element
+    // 2 (row / 8) + col % 2.
+    OpBuilder::InsertionGuard guard(b);
+    auto loop = [&](int64_t n) {
+      auto l = scf::ForOp::create(b, loc, idx(0), idx(n), idx(1));
+      b.setInsertionPointToStart(l.getBody());
+      return l.getInductionVar();
+    };
+    auto div = [&](Value x, int64_t v) { return arith::DivUIOp::create(b, loc, x, idx(v)).getResult(); };
+    auto rem = [&](Value x, int64_t v) { return arith::RemUIOp::create(b, loc, x, idx(v)).getResult(); };
+    auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
+    auto mul = [&](Value x, int64_t v) { return arith::MulIOp::create(b, loc, x, idx(v)).getResult(); };
+    Value w = loop(W);
+    for (auto [pa, pb] : order) {
+      OpBuilder::InsertionGuard inner(b);
+      Value row = loop(16), col = loop(8);
+      Value dLane = add(mul(rem(row, 8), 4), div(col, 2));
+      Value dSlot = add(idx(c), add(mul(div(row, 8), 2), rem(col, 2)));
+      Value init = memref::LoadOp::create(b, loc, file, ValueRange{w, dLane, dSlot});
+      auto kLoop = scf::ForOp::create(b, loc, idx(0), idx(ks), idx(1), ValueRange{init});
+      {
+        OpBuilder::InsertionGuard k(b);
+        b.setInsertionPointToStart(kLoop.getBody());
+        Value kk = kLoop.getInductionVar();
+        Value aLane = add(mul(rem(row, 8), 4), div(rem(kk, 8), 2));
+        Value aReg = ks == 16 ? add(div(row, 8), mul(div(kk, 8), 2)) : div(row, 8);
+        Value aSlot = add(idx(a.slot + pa * a.regs * 2), add(mul(aReg, 2), rem(kk, 2)));
+        Value bLane = add(mul(col, 4), div(rem(kk, 8), 2));
+        Value bSlot = add(idx(bf.slot + pb * bf.regs * 2), add(mul(div(kk, 8), 2), rem(kk, 2)));
+        Value av = memref::LoadOp::create(b, loc, file, ValueRange{w, aLane, aSlot});
+        Value bv = memref::LoadOp::create(b, loc, file, ValueRange{w, bLane, bSlot});
+        Value sum = arith::AddFOp::create(b, loc, kLoop.getRegionIterArgs()[0],
+                                          arith::MulFOp::create(b, loc, av, bv));
+        scf::YieldOp::create(b, loc, ValueRange{sum});
+      }
+      memref::StoreOp::create(b, loc, kLoop.getResult(0), file, ValueRange{w, dLane, dSlot});
+    }
+  }
+};
+
+/// The chain's lowering, once for both executors.
+class Lowering {
+public:
+  Lowering(Exec &x, Chain &c) : x(x), b(x.b), loc(x.loc), c(c), ntiles(c.cw / 8) {}
+
+  void run() {
+    x.start();
+    firstContraction();
+    epilogue();
+    for (Step &s : c.steps) {
+      if (s.kind == Kind::Elementwise)
+        elementwise(s);
+      else if (s.kind == Kind::Reduce)
+        reduce(s);
+      else
+        contract(s);
+    }
+    x.barrier();
+    for (auto &after : afters)
+      after();
+    x.finish();
+  }
+
+private:
+  Exec &x;
+  OpBuilder &b;
+  Location loc;
+  Chain &c;
+  int64_t ntiles;
+  /// Each register tile's first register (element i of 8-column tile j at + 4 j + i).
+  llvm::DenseMap<Value, int64_t> tileSlot;
+  /// Each combined reduction output's registers (rows g and g + 8).
+  llvm::DenseMap<Value, int64_t> rowSlot;
+  SmallVector<std::function<void()>> afters;
+  int64_t X = 0;
+
+  Value idx(int64_t v) { return x.idx(v); }
+  Value row(const Lane &l, int64_t i) {
+    return i / 2 ? arith::AddIOp::create(b, loc, l.g, idx(8)).getResult() : l.g;
+  }
+  /// The column of element i of tile j in the whole [T, M] tile.
+  Value col(const Lane &l, int64_t j, int64_t i) {
+    Value local = arith::AddIOp::create(b, loc, l.t2, idx(8 * j + i % 2));
+    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)), local);
+  }
+  Value below(Value i, int64_t n) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, idx(n));
+  }
+  Value both(Value p, Value q) {
+    if (!p)
+      return q;
+    if (!q)
+      return p;
+    return arith::AndIOp::create(b, loc, p, q);
+  }
+  /// `mem` at `at`, `otherwise` where `ok` is false.
+  Value load(Value mem, ValueRange at, Value ok, Value otherwise = Value()) {
+    if (!ok)
+      return memref::LoadOp::create(b, loc, mem, at);
+    auto branch = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, ok, true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(branch.thenBlock());
+    scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
+    b.setInsertionPointToStart(branch.elseBlock());
+    scf::YieldOp::create(b, loc, ValueRange{otherwise ? otherwise : x.f32(0)});
+    return branch.getResult(0);
+  }
+  void storeIf(Value ok, Value v, Value mem, ValueRange at) {
+    if (!ok) {
+      memref::StoreOp::create(b, loc, v, mem, at);
+      return;
+    }
+    auto branch = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(branch.thenBlock()->getTerminator());
+    memref::StoreOp::create(b, loc, v, mem, at);
+  }
+  /// Row `r` is a real row (not the padding of a tile of fewer than 16), or null if all are.
+  Value rowOk(Value r) { return c.T < 16 ? below(r, c.T) : Value(); }
+
+  /// The operand's element at loop position (row, col) of a 2-loop op (rowDim, colDim).
+  Value operandAt(OpOperand &operand, AffineMap map, unsigned rowDim, Value r, Value cl) {
+    SmallVector<Value> at;
+    bool usesRow = false;
+    for (unsigned d : dimsOf(map)) {
+      at.push_back(d == rowDim ? r : cl);
+      usesRow |= d == rowDim;
+    }
+    return load(operand.get(), at, usesRow ? rowOk(r) : Value());
+  }
+
+  /// Clones `g`'s body with each used block argument from `arg` (by operand number).
+  IRMapping body(linalg::GenericOp g, function_ref<Value(unsigned)> arg) {
+    Block &blk = g.getRegion().front();
+    IRMapping map;
+    for (BlockArgument a : blk.getArguments())
+      if (!a.use_empty())
+        map.map(a, arg(a.getArgNumber()));
+    for (Operation &inner : blk.without_terminator())
+      b.clone(inner, map);
+    return map;
+  }
+
+  /// The value of input `operand` of a 2-loop op at element (j, i) of lane `l`.
+  Value input(const Lane &l, linalg::GenericOp g, OpOperand &operand, unsigned rowDim,
+              int64_t j, int64_t i) {
+    Value r = root(operand.get());
+    if (auto it = tileSlot.find(r); it != tileSlot.end())
+      return x.get(l, it->second + 4 * j + i);
+    if (auto it = rowSlot.find(r); it != rowSlot.end())
+      return x.get(l, it->second + i / 2);
+    return operandAt(operand, g.getMatchingIndexingMap(&operand), rowDim, row(l, i), col(l, j, i));
+  }
+
+  void firstContraction() {
+    linalg::GenericOp g = c.first;
+    int64_t ks = c.plan.kStep, K = g.getStaticLoopRanges()[2];
+    OpOperand &A = g->getOpOperand(c.plan.aInput), &B = g->getOpOperand(1 - c.plan.aInput);
+    AffineMap mapA = g.getMatchingIndexingMap(&A), mapB = g.getMatchingIndexingMap(&B);
+    X = x.alloc(4 * ntiles);
+    x.lanes([&](const Lane &l) {
+      for (int64_t e = 0; e < 4 * ntiles; ++e)
+        x.set(l, X + e, x.f32(0));
+    });
+    // (row or column, k) of a fragment element to the operand's coordinates.
+    auto at = [&](AffineMap map, unsigned other, Value o, Value k) {
+      SmallVector<Value> idxs;
+      for (unsigned d : dimsOf(map))
+        idxs.push_back(d == other ? o : k);
+      return idxs;
+    };
+    auto kOk = [&](Value k) { return K % ks ? below(k, K) : Value(); };
+    for (int64_t k0 = 0; k0 < K; k0 += ks) {
+      Fragment a;
+      x.lanes([&](const Lane &l) {
+        SmallVector<Value> vals;
+        for (int64_t r = 0; r < ks / 4; ++r)
+          for (int64_t h = 0; h < 2; ++h) {
+            bool high = ks == 16 ? r % 2 : r;
+            Value rr = high ? arith::AddIOp::create(b, loc, l.g, idx(8)).getResult() : l.g;
+            Value k = arith::AddIOp::create(b, loc, l.t2, idx(k0 + (ks == 16 ? 8 * (r / 2) : 0) + h));
+            vals.push_back(load(A.get(), at(mapA, c.plan.mDim, rr, k), both(rowOk(rr), kOk(k))));
+          }
+        a = x.fragment(l, vals);
+      });
+      for (int64_t j = 0; j < ntiles; ++j) {
+        Fragment bf;
+        x.lanes([&](const Lane &l) {
+          SmallVector<Value> vals;
+          Value cl = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)),
+                                           arith::AddIOp::create(b, loc, l.g, idx(8 * j)));
+          for (int64_t r = 0; r < ks / 8; ++r)
+            for (int64_t h = 0; h < 2; ++h) {
+              Value k = arith::AddIOp::create(b, loc, l.t2, idx(k0 + 8 * r + h));
+              vals.push_back(load(B.get(), at(mapB, c.plan.nDim, cl, k), kOk(k)));
+            }
+          bf = x.fragment(l, vals);
+        });
+        x.mma(a, bf, X + 4 * j, ks);
+      }
+    }
+  }
+
+  /// An elementwise op's outputs (E's included) as new register tiles.
+  void elementwiseOn(linalg::GenericOp g, function_ref<Value(const Lane &, OpOperand &, int64_t, int64_t)> in) {
+    unsigned numIns = g.getNumDpsInputs();
+    SmallVector<int64_t> out;
+    for (unsigned o = 0; o < g.getNumDpsInits(); ++o)
+      out.push_back(x.alloc(4 * ntiles));
+    x.lanes([&](const Lane &l) {
+      for (int64_t j = 0; j < ntiles; ++j)
+        for (int64_t i = 0; i < 4; ++i) {
+          IRMapping map = body(g, [&](unsigned k) -> Value {
+            OpOperand &operand = g->getOpOperand(k);
+            if (k >= numIns) {
+              auto it = tileSlot.find(root(operand.get()));
+              return it != tileSlot.end() ? x.get(l, it->second + 4 * j + i) : x.f32(0);
+            }
+            return in(l, operand, j, i);
+          });
+          Operation *yield = g.getRegion().front().getTerminator();
+          for (unsigned o = 0; o < out.size(); ++o)
+            x.set(l, out[o] + 4 * j + i, map.lookupOrDefault(yield->getOperand(o)));
+        }
+    });
+    for (unsigned o = 0; o < out.size(); ++o)
+      tileSlot[root(g.getDpsInits()[o])] = out[o];
+  }
+
+  void epilogue() {
+    Epilogue &e = c.epilogue;
+    elementwiseOn(e.op, [&](const Lane &l, OpOperand &operand, int64_t j, int64_t i) {
+      if (operand.getOperandNumber() == e.input)
+        return x.get(l, X + 4 * j + i);
+      return input(l, e.op, operand, c.plan.mDim, j, i);
+    });
+  }
+
+  void elementwise(Step &s) {
+    elementwiseOn(s.op, [&](const Lane &l, OpOperand &operand, int64_t j, int64_t i) {
+      return input(l, s.op, operand, s.rowDim, j, i);
+    });
+  }
+
+  Value combine(Operation *comb, Value p, Value q) {
+    if (isa<arith::MaximumFOp>(comb))
+      return arith::MaximumFOp::create(b, loc, p, q);
+    return arith::AddFOp::create(b, loc, p, q);
+  }
+
+  void reduce(Step &s) {
+    linalg::GenericOp g = s.op;
+    unsigned numIns = g.getNumDpsInputs(), n = g.getNumDpsInits();
+    // A lane's partial per output and row (g, g + 8), then the quad's (xor 1, xor 2).
+    int64_t own = x.alloc(2 * n), pair = x.alloc(2 * n), quad = x.alloc(2 * n);
+    x.lanes([&](const Lane &l) {
+      SmallVector<Value> acc(2 * n);
+      for (int64_t j = 0; j < ntiles; ++j)
+        for (int64_t i = 0; i < 4; ++i) {
+          IRMapping map = body(g, [&](unsigned k) -> Value {
+            if (k >= numIns)
+              return x.f32(0);  // only the (+) reads it, and the (+) is not used
+            return input(l, g, g->getOpOperand(k), s.rowDim, j, i);
+          });
+          for (unsigned o = 0; o < n; ++o) {
+            Value term = map.lookupOrDefault(s.terms[o]);
+            Value &a = acc[2 * o + i / 2];
+            a = a ? combine(s.combiners[o], a, term) : term;
+          }
+        }
+      for (unsigned e = 0; e < 2 * n; ++e)
+        x.set(l, own + e, acc[e]);
+    });
+    for (auto [from, to, mask] : {std::tuple(own, pair, 1), std::tuple(pair, quad, 2)})
+      x.lanes([&](const Lane &l) {
+        for (unsigned e = 0; e < 2 * n; ++e)
+          x.set(l, to + e, combine(s.combiners[e / 2], x.get(l, from + e), x.getXor(l, from + e, mask)));
+      });
+    for (unsigned o = 0; o < n; ++o) {
+      Value out = g.getDpsInits()[o];
+      Operation *comb = s.combiners[o];
+      Value partials = x.shared({c.W, 16});
+      x.lanes([&](const Lane &l) {
+        Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.t, idx(0));
+        for (int64_t h = 0; h < 2; ++h)
+          storeIf(first, x.get(l, quad + 2 * o + h), partials, ValueRange{l.warp, row(l, 2 * h)});
+      });
+      if (!s.combined[o]) {
+        // Summed over the warps once the chain is done.
+        afters.push_back([this, out, comb, partials] {
+          x.eachElement(c.T, [&](Value e) {
+            Value v = memref::LoadOp::create(b, loc, out, ValueRange{e});
+            for (int64_t w = 0; w < c.W; ++w)
+              v = combine(comb, v, memref::LoadOp::create(b, loc, partials, ValueRange{idx(w), e}));
+            memref::StoreOp::create(b, loc, v, out, ValueRange{e});
+          });
+        });
+        continue;
+      }
+      // Read later in the chain: every lane combines the warps' partials for its rows now.
+      x.barrier();
+      int64_t slot = x.alloc(2);
+      x.lanes([&](const Lane &l) {
+        for (int64_t h = 0; h < 2; ++h) {
+          Value r = row(l, 2 * h);
+          Value v = load(out, ValueRange{r}, rowOk(r));
+          for (int64_t w = 0; w < c.W; ++w)
+            v = combine(comb, v, memref::LoadOp::create(b, loc, partials, ValueRange{idx(w), r}));
+          x.set(l, slot + h, v);
+        }
+      });
+      rowSlot[root(out)] = slot;
+      // Stored once every warp has read the initial value (after the chain's last barrier).
+      afters.push_back([this, out, slot] {
+        x.lanes([&](const Lane &l) {
+          Value owner = both(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.warp, idx(0)),
+                             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.t, idx(0)));
+          for (int64_t h = 0; h < 2; ++h) {
+            Value r = row(l, 2 * h);
+            storeIf(both(owner, rowOk(r)), x.get(l, slot + h), out, ValueRange{r});
+          }
+        });
+      });
+    }
+  }
+
+  void contract(Step &s) {
+    linalg::GenericOp g = s.op;
+    OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
+    AffineMap mapB = g.getMatchingIndexingMap(&Bop);
+    Value tile = root(g.getDpsInputs()[s.plan.aInput]);
+    int64_t t0 = tileSlot.lookup(tile);
+    int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = c.ks2;
+    int64_t Z = x.alloc(4 * nn);
+    x.lanes([&](const Lane &l) {
+      for (int64_t e = 0; e < 4 * nn; ++e)
+        x.set(l, Z + e, x.f32(0));
+    });
+    auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
+    for (int64_t k0 = 0; k0 < c.cw; k0 += ks) {
+      Fragment a;
+      // The accumulators of the tile's 8-column tiles are this step's A registers.
+      x.lanes([&](const Lane &l) {
+        SmallVector<Value> vals;
+        for (int64_t r = 0; r < ks / 4; ++r)
+          for (int64_t h = 0; h < 2; ++h) {
+            int64_t j = ks == 16 ? k0 / 8 + r / 2 : k0 / 8;
+            int64_t i = ks == 16 ? 2 * (r % 2) + h : 2 * r + h;
+            vals.push_back(x.get(l, t0 + 4 * j + i));
+          }
+        a = x.fragment(l, vals);
+      });
+      for (int64_t jn = 0; jn < nn; ++jn) {
+        Fragment bf;
+        x.lanes([&](const Lane &l) {
+          SmallVector<Value> vals;
+          Value n = arith::AddIOp::create(b, loc, l.g, idx(8 * jn));
+          Value kBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)), l.t2);
+          for (int64_t r = 0; r < ks / 8; ++r)
+            for (int64_t h = 0; h < 2; ++h) {
+              Value k = arith::AddIOp::create(b, loc, kBase, idx(k0 + 8 * r + h));
+              SmallVector<Value> at;
+              for (unsigned d : dimsOf(mapB))
+                at.push_back(d == s.plan.kDim ? k : n);
+              vals.push_back(load(Bop.get(), at, nOk(n)));
+            }
+          bf = x.fragment(l, vals);
+        });
+        x.mma(a, bf, Z + 4 * jn, ks);
+      }
+    }
+    // The warps' partial products, summed in warp order once the chain is done.
+    Value partials = x.shared({c.W, 16, N});
+    x.lanes([&](const Lane &l) {
+      for (int64_t jn = 0; jn < nn; ++jn)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value n = arith::AddIOp::create(b, loc, l.t2, idx(8 * jn + i % 2));
+          storeIf(nOk(n), x.get(l, Z + 4 * jn + i), partials, ValueRange{l.warp, row(l, i), n});
+        }
+    });
+    Value out = g.getDpsInits()[0];
+    AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+    unsigned mDim = s.plan.mDim;
+    afters.push_back([this, out, outMap, mDim, partials, N] {
+      x.eachElement(c.T * N, [&](Value e) {
+        Value r = arith::DivUIOp::create(b, loc, e, idx(N));
+        Value n = arith::RemUIOp::create(b, loc, e, idx(N));
+        SmallVector<Value> at;
+        for (unsigned d : dimsOf(outMap))
+          at.push_back(d == mDim ? r : n);
+        Value v = memref::LoadOp::create(b, loc, out, at);
+        for (int64_t w = 0; w < c.W; ++w)
+          v = arith::AddFOp::create(b, loc, v,
+                                    memref::LoadOp::create(b, loc, partials, ValueRange{idx(w), r, n}));
+        memref::StoreOp::create(b, loc, v, out, at);
+      });
+    });
+  }
+};
+
+/// The chain held by a chain nest, re-derived from its ops.
+FailureOr<Chain> chainOf(scf::ForallOp nest, StringRef pass) {
+  linalg::GenericOp first;
+  for (Operation &op : nest.getBody()->without_terminator())
+    if ((first = dyn_cast<linalg::GenericOp>(op)))
+      break;
+  std::optional<int64_t> warps = getConstantIntValue(nest.getMixedUpperBound()[0]);
+  std::optional<Chain> c = first && warps ? analyze(first, *warps, nullptr) : std::nullopt;
+  if (!c)
+    return nest.emitOpError(pass) << ": a spectra.warp_chain nest must hold a contraction, its "
+                                     "epilogue and the ops that read its register tiles";
+  return *c;
+}
+
+struct ChainType {
+  Type mmaType;
+  bool split = false;
+};
+
+FailureOr<ChainType> chainType(scf::ForallOp nest, StringRef pass) {
+  auto attr = nest->getAttrOfType<DictionaryAttr>(kWarpChainAttr);
+  auto type = attr ? attr.getAs<TypeAttr>("type") : nullptr;
+  auto split = attr ? attr.getAs<BoolAttr>("split") : nullptr;
+  if (!type || !split || !(type.getValue().isBF16() || type.getValue().isF16()))
+    return nest.emitOpError(pass) << ": spectra.warp_chain needs type (bf16 or f16) and split";
+  return ChainType{type.getValue(), split.getValue()};
+}
+
+} // namespace
+
+std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp first,
+                                                            int64_t threads, Type mmaType,
+                                                            bool split, StringRef nestAttr,
+                                                            int64_t sharedBytes,
+                                                            int64_t sharedLimit) {
+  if (threads % 32 != 0 || !mmaType)
+    return std::nullopt;
+  int64_t W = threads / 32;
+  linalg::FillOp zero = zeroFillBefore(first);
+  if (!zero)
+    return std::nullopt;
+  std::optional<Chain> c = analyze(first, W, zero);
+  if (!c)
+    return std::nullopt;
+  WarpChainMapping m;
+  for (Step &s : c->steps) {
+    if (s.kind == Kind::Reduce)
+      m.partialBytes += s.op.getNumDpsInits() * W * 16 * 4;
+    if (s.kind == Kind::Contract)
+      m.partialBytes += W * 16 * s.op.getStaticLoopRanges()[s.plan.nDim] * 4;
+  }
+  int64_t bytes = sharedBytes + m.partialBytes;
+  for (Value t : c->tiles) {
+    m.registerTiles.push_back(t);
+    bytes -= bufferBytes(cast<MemRefType>(t.getType()));
+  }
+  if (bytes > sharedLimit)
+    return std::nullopt;
+  m.ops = c->ops();
+  Operation *last = m.ops.back();
+  OpBuilder b(last->getContext());
+  b.setInsertionPointAfter(last);
+  Location loc = first.getLoc();
+  auto nest = scf::ForallOp::create(
+      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(W)}, ValueRange{},
+      b.getArrayAttr({gpu::GPUWarpMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
+  nest->setAttr(nestAttr, b.getUnitAttr());
+  nest->setAttr(kWarpChainAttr,
+                b.getDictionaryAttr({b.getNamedAttr("type", TypeAttr::get(mmaType)),
+                                     b.getNamedAttr("split", b.getBoolAttr(split))}));
+  for (Operation *op : m.ops)
+    op->moveBefore(nest.getBody()->getTerminator());
+  m.ops.push_back(zero);
+  zero->erase();
+  m.nest = nest;
+  return m;
+}
+
+bool mlir::spectra::isWarpChain(scf::ForallOp nest) { return nest->hasAttr(kWarpChainAttr); }
+
+LogicalResult mlir::spectra::emulateWarpChain(scf::ForallOp nest) {
+  StringRef pass = "spectra-emulate-warp-mma";
+  FailureOr<ChainType> type = chainType(nest, pass);
+  if (failed(type))
+    return failure();
+  FailureOr<Chain> c = chainOf(nest, pass);
+  if (failed(c))
+    return failure();
+  OpBuilder b(nest);
+  Exec x(b, nest.getLoc(), c->W, type->mmaType, type->split, /*emulate=*/true);
+  Lowering(x, *c).run();
+  nest->erase();
+  return success();
+}
+
+LogicalResult mlir::spectra::lowerWarpChain(scf::ForallOp nest, gpu::LaunchOp launch, Value tid,
+                                            int64_t threads) {
+  StringRef pass = "spectra-launch-mapped-kernels";
+  FailureOr<ChainType> type = chainType(nest, pass);
+  if (failed(type))
+    return failure();
+  FailureOr<Chain> c = chainOf(nest, pass);
+  if (failed(c))
+    return failure();
+  if (c->W * 32 != threads)
+    return nest.emitOpError(pass) << ": a warp chain takes every warp of the block (its "
+                                     "barriers), " << c->W << " warps of " << threads << " threads";
+  OpBuilder b(nest);
+  Exec x(b, nest.getLoc(), c->W, type->mmaType, type->split, /*emulate=*/false);
+  x.tid = tid;
+  x.threads = threads;
+  x.launch = launch;
+  Lowering(x, *c).run();
+  gpu::BarrierOp::create(b, nest.getLoc());
+  nest->erase();
+  return success();
+}
