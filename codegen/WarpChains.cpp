@@ -27,6 +27,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <cmath>
 #include <functional>
 
 using namespace mlir;
@@ -77,15 +78,16 @@ bool scalarBody(linalg::GenericOp op) {
   return true;
 }
 
-enum class Kind { Elementwise, Reduce, Contract };
+enum class Kind { Elementwise, Reduce, Contract, Vector, Block };
 
 /// One op of the chain after the first contraction and its epilogue.
 struct Step {
   Kind kind = Kind::Elementwise;
   linalg::GenericOp op;
-  /// Elementwise and Reduce: the loop dims of the rows and the columns.
+  /// Elementwise and Reduce: the loop dims of the tiles' rows (R, the kernel's rows) and
+  /// columns (F, the features). Block: F and the other dim.
   unsigned rowDim = 0, colDim = 1;
-  /// Contract: m = the rows, n = its output's columns, k = the tile's columns; aInput the tile.
+  /// Contract: m, n, k of the mma; aInput the tile.
   MmaPlan plan;
   /// Reduce, per output: its (+) (an addf or a maximumf with the output's block argument),
   /// the (+)'s other operand, and whether a later op of the chain reads the output.
@@ -94,14 +96,25 @@ struct Step {
   SmallVector<bool> combined;
 };
 
+/// Two ways to lay a [T, M] tile (T kernel rows R, M features F) on the mma's 16 x 8 tiles:
+///  - Split (the readout): the mma's rows are R, its columns F; the warps split F. A
+///    reduction over F is the lane's, then the quad's (shuffles), then the warps' (shared
+///    memory); a contraction over F sums the warps' partial products.
+///  - Transposed (kv): the mma's rows are F (16 per warp), its columns R. A reduction over R
+///    is the lane's and the quad's; a contraction over R (phi^T V) writes the warp's own
+///    feature rows; per-feature ops ([M] vectors, [M, X] rows) run on the warp's features.
+///    No warp reads another's data: no barrier.
 struct Chain {
+  bool transposed = false;
   linalg::GenericOp first;
   MmaPlan plan;
   Epilogue epilogue;
   SmallVector<Step> steps;
   /// The register tiles' buffers (allocas), the first contraction's output included.
   llvm::SmallPtrSet<Value, 8> tiles;
-  int64_t T = 0, M = 0, W = 0, cw = 0, ks2 = 16;
+  /// Features per warp (cw), the 8-column mma tiles per lane (ntiles), the second
+  /// contraction's k step.
+  int64_t T = 0, M = 0, W = 0, cw = 0, ntiles = 0, ks2 = 16;
 
   SmallVector<Operation *> ops() const {
     SmallVector<Operation *> all = {first, epilogue.op};
@@ -113,11 +126,13 @@ struct Chain {
 
 /// The chain starting at `first`, a contraction whose output a fill just set to 0
 /// (`zeroFill`, allowed to touch its output; null at the lowering, where it is gone), with
-/// `W` warps splitting the columns; none if there is none.
-std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zeroFill) {
+/// `W` warps splitting the features, laid out `transposed` or not; none if there is none.
+std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed,
+                             Operation *zeroFill) {
   Chain c;
   c.first = first;
   c.W = W;
+  c.transposed = transposed;
   if (W < 1 || !first.hasPureBufferSemantics() || first.getNumLoops() != 3 ||
       first.getNumDpsInputs() != 2 || first.getNumDpsInits() != 1 || !planMma(first))
     return std::nullopt;
@@ -134,12 +149,13 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
     SmallVector<unsigned> d = dimsOf(map);
     return d.size() == 2 && llvm::is_contained(d, x) && llvm::is_contained(d, y);
   };
-  c.plan.mDim = 0;
-  c.plan.nDim = 1;
+  // The output is [T, M] (loop dims 0 and 1: epilogueOf asks for the map (d0, d1)).
+  c.plan.mDim = transposed ? 1 : 0;
+  c.plan.nDim = transposed ? 0 : 1;
   c.plan.kDim = 2;
-  if (sameSet(maps[0], 0, 2) && sameSet(maps[1], 1, 2))
+  if (sameSet(maps[0], c.plan.mDim, 2) && sameSet(maps[1], c.plan.nDim, 2))
     c.plan.aInput = 0;
-  else if (sameSet(maps[1], 0, 2) && sameSet(maps[0], 1, 2))
+  else if (sameSet(maps[1], c.plan.mDim, 2) && sameSet(maps[0], c.plan.nDim, 2))
     c.plan.aInput = 1;
   else
     return std::nullopt;
@@ -147,12 +163,24 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
   c.plan.kStep = ranges[2] > 8 ? 16 : 8;
   c.T = ranges[0];
   c.M = ranges[1];
-  if (c.T < 1 || c.T > 16 || c.M % (8 * W) != 0)
+  if (c.T < 1 || c.T > 16)
     return std::nullopt;
-  c.cw = c.M / W;
-  c.ks2 = c.cw % 16 == 0 ? 16 : 8;
-  if (c.ks2 == 8 && c.cw != 8)
-    return std::nullopt;
+  if (transposed) {
+    // One 16-feature mma row block per warp; the rows are the mma's (1 or 2) column tiles.
+    if (c.M != 16 * W)
+      return std::nullopt;
+    c.cw = 16;
+    c.ntiles = (c.T + 7) / 8;
+    c.ks2 = c.ntiles == 2 ? 16 : 8;
+  } else {
+    if (c.M % (8 * W) != 0)
+      return std::nullopt;
+    c.cw = c.M / W;
+    c.ntiles = c.cw / 8;
+    c.ks2 = c.cw % 16 == 0 ? 16 : 8;
+    if (c.ks2 == 8 && c.cw != 8)
+      return std::nullopt;
+  }
 
   linalg::GenericOp E = c.epilogue.op;
   Value X = localRoot(first.getDpsInits()[0]);
@@ -169,12 +197,13 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
     if (in->getOperandNumber() != c.epilogue.input && c.tiles.contains(root(in->get())))
       return std::nullopt;
 
-  // The buffers the steps write outside the tiles: a reduction's output (its step and
-  // output index) or a contraction's.
-  llvm::DenseMap<Value, std::pair<unsigned, unsigned>> reduced;
-  llvm::SmallPtrSet<Value, 8> contracted;
-  // Fills between the chain's ops (they run before the nest) and what the ops before each
-  // touch.
+  // Buffers the steps write outside the tiles. Per mma row (the lane's registers, read by
+  // later steps through the mma-row dim alone): reduction outputs (their step and output
+  // index) and, transposed, per-feature vectors. Written through memory: the split
+  // layout's contraction outputs (summed after the chain: not read in it); transposed,
+  // feature rows [M, X] (read back only where written, by the same lane).
+  llvm::DenseMap<Value, std::pair<int, unsigned>> perRow;
+  llvm::SmallPtrSet<Value, 8> viaMemory;
   llvm::SmallPtrSet<Value, 16> touched;
   auto touch = [&](Operation *op) {
     for (Value v : op->getOperands())
@@ -184,32 +213,38 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
   touch(first);
   touch(E);
 
-  // A step's inputs: a tile (through the identity of its rows and columns), a reduction
-  // output read by row (combined), or any other buffer read by row and/or column.
-  auto inputsOk = [&](linalg::GenericOp g, unsigned rowDim, unsigned colDim) {
+  // Inputs of a step whose loop dim `rowDim` runs over the mma's rows of this layout
+  // (`mmaRowDim`, or none for ops off the tiles) and `rowDim`/`colDim` are the tiles' R, F.
+  auto inputsOk = [&](linalg::GenericOp g, std::optional<unsigned> tileR,
+                      std::optional<unsigned> tileF, std::optional<unsigned> mmaRowDim) {
     for (OpOperand *in : g.getDpsInputOperands()) {
       AffineMap map = g.getMatchingIndexingMap(in);
       Value r = root(in->get());
-      if (c.tiles.contains(r)) {
-        if (!isDims(map, {rowDim, colDim}))
-          return false;
-        continue;
-      }
-      if (contracted.contains(r))
-        return false;
-      if (auto it = reduced.find(r); it != reduced.end()) {
-        if (!isDims(map, {rowDim}))
-          return false;
-        c.steps[it->second.first].combined[it->second.second] = true;
-        continue;
-      }
       if (dimsOf(map).size() != map.getNumResults())
+        return false;
+      if (c.tiles.contains(r)) {
+        if (!tileR || !tileF || !isDims(map, {*tileR, *tileF}))
+          return false;
+        continue;
+      }
+      if (auto it = perRow.find(r); it != perRow.end()) {
+        if (!mmaRowDim || !isDims(map, {*mmaRowDim}))
+          return false;
+        if (it->second.first >= 0)
+          c.steps[it->second.first].combined[it->second.second] = true;
+        continue;
+      }
+      if (viaMemory.contains(r))
         return false;
     }
     return true;
   };
   auto readsTile = [&](linalg::GenericOp g) {
     return llvm::any_of(g.getDpsInputs(), [&](Value v) { return c.tiles.contains(root(v)); });
+  };
+  // A write to a buffer the chain already writes, other than in place by per-row ops.
+  auto freshOutput = [&](Value r) {
+    return !c.tiles.contains(r) && !viaMemory.contains(r);
   };
 
   for (Operation *op = E->getNextNode(); op && !op->hasTrait<OpTrait::IsTerminator>();
@@ -223,17 +258,29 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
       continue;
     }
     auto g = dyn_cast<linalg::GenericOp>(op);
-    if (!g || !g.hasPureBufferSemantics() || !readsTile(g))
+    if (!g || !g.hasPureBufferSemantics() || !scalarBody(g))
       break;
-    if (!scalarBody(g))
-      return std::nullopt;
     SmallVector<int64_t> r = g.getStaticLoopRanges();
     SmallVector<utils::IteratorType> its = g.getIteratorTypesArray();
     Step s;
     s.op = g;
-    if (g.getNumLoops() == 2 && g.getNumReductionLoops() == 0) {
+    bool tileIn = readsTile(g);
+    // The tiles' (R, F) loop dims, from a tile input's map.
+    std::optional<unsigned> tR, tF;
+    for (OpOperand *in : g.getDpsInputOperands())
+      if (c.tiles.contains(root(in->get()))) {
+        SmallVector<unsigned> d = dimsOf(g.getMatchingIndexingMap(in));
+        if (d.size() == 2) {
+          tR = d[0];
+          tF = d[1];
+        }
+        break;
+      }
+    if (tileIn && g.getNumLoops() == 2 && g.getNumReductionLoops() == 0) {
       s.kind = Kind::Elementwise;
-      if (r[0] != c.T || r[1] != c.M || !inputsOk(g, 0, 1))
+      s.rowDim = 0;
+      s.colDim = 1;
+      if (r[0] != c.T || r[1] != c.M || !inputsOk(g, 0u, 1u, transposed ? 1u : 0u))
         return std::nullopt;
       for (OpOperand &out : g.getDpsInitsMutable()) {
         Value t = localRoot(out.get());
@@ -241,11 +288,14 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
           return std::nullopt;
         c.tiles.insert(t);
       }
-    } else if (g.getNumLoops() == 2 && g.getNumReductionLoops() == 1) {
+    } else if (tileIn && g.getNumLoops() == 2 && g.getNumReductionLoops() == 1 && tR && tF) {
+      // A reduction over the mma's columns: F split, R transposed.
       s.kind = Kind::Reduce;
-      s.rowDim = its[0] == utils::IteratorType::parallel ? 0 : 1;
-      s.colDim = 1 - s.rowDim;
-      if (r[s.rowDim] != c.T || r[s.colDim] != c.M || !inputsOk(g, s.rowDim, s.colDim))
+      s.rowDim = *tR;
+      s.colDim = *tF;
+      unsigned reduced = transposed ? s.rowDim : s.colDim, kept = transposed ? s.colDim : s.rowDim;
+      if (its[reduced] != utils::IteratorType::reduction || r[s.rowDim] != c.T ||
+          r[s.colDim] != c.M || !inputsOk(g, s.rowDim, s.colDim, kept))
         return std::nullopt;
       Block &body = g.getRegion().front();
       Operation *yield = body.getTerminator();
@@ -253,8 +303,8 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
       for (OpOperand &out : g.getDpsInitsMutable()) {
         unsigned o = out.getOperandNumber() - numIns;
         Value rr = root(out.get());
-        if (!isDims(g.getMatchingIndexingMap(&out), {s.rowDim}) || c.tiles.contains(rr) ||
-            reduced.count(rr) || contracted.contains(rr))
+        if (!isDims(g.getMatchingIndexingMap(&out), {kept}) || !freshOutput(rr) ||
+            (!transposed && perRow.count(rr)))
           return std::nullopt;
         BlockArgument arg = body.getArgument(numIns + o);
         Operation *comb = yield->getOperand(o).getDefiningOp();
@@ -264,12 +314,11 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
         s.combiners.push_back(comb);
         s.terms.push_back(comb->getOperand(0) == arg ? comb->getOperand(1) : comb->getOperand(0));
         s.combined.push_back(false);
-        reduced[rr] = {static_cast<unsigned>(c.steps.size()), o};
+        perRow[rr] = {static_cast<int>(c.steps.size()), o};
       }
-    } else if (g.getNumLoops() == 3 && planMma(g)) {
+    } else if (tileIn && g.getNumLoops() == 3 && planMma(g)) {
       s.kind = Kind::Contract;
-      AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
-      SmallVector<unsigned> od = dimsOf(outMap);
+      SmallVector<unsigned> od = dimsOf(g.getMatchingIndexingMap(g.getDpsInitOperand(0)));
       unsigned k = its[0] == utils::IteratorType::reduction   ? 0
                    : its[1] == utils::IteratorType::reduction ? 1
                                                               : 2;
@@ -287,23 +336,65 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, Operation *zero
         return std::nullopt;
       s.plan.aInput = tileInput;
       AffineMap aMap = g.getIndexingMapsArray()[tileInput];
-      AffineMap bMap = g.getIndexingMapsArray()[1 - tileInput];
-      SmallVector<unsigned> bd = dimsOf(bMap);
+      Value bRoot = root(g.getDpsInputs()[1 - tileInput]);
+      SmallVector<unsigned> bd = dimsOf(g.getIndexingMapsArray()[1 - tileInput]);
       Value outRoot = root(g.getDpsInits()[0]);
-      if (!isDims(aMap, {s.plan.mDim, k}) || bd.size() != 2 || !llvm::is_contained(bd, k) ||
-          !llvm::is_contained(bd, s.plan.nDim) || r[s.plan.mDim] != c.T || r[k] != c.M ||
-          c.tiles.contains(outRoot) || reduced.count(outRoot) || contracted.contains(outRoot) ||
-          reduced.count(root(g.getDpsInputs()[1 - tileInput])))
+      // Split: C[R, n] += tile[R, F] B[F, n]; transposed: C[F, n] += tile[R, F]^T B[R, n].
+      SmallVector<unsigned> tileDims = transposed ? SmallVector<unsigned>{k, s.plan.mDim}
+                                                  : SmallVector<unsigned>{s.plan.mDim, k};
+      if (!isDims(aMap, tileDims) || bd.size() != 2 || !llvm::is_contained(bd, k) ||
+          !llvm::is_contained(bd, s.plan.nDim) ||
+          r[s.plan.mDim] != (transposed ? c.M : c.T) || r[k] != (transposed ? c.T : c.M) ||
+          perRow.count(bRoot) || viaMemory.contains(bRoot) || perRow.count(outRoot) ||
+          c.tiles.contains(outRoot) || (!transposed && viaMemory.contains(outRoot)))
         return std::nullopt;
-      contracted.insert(outRoot);
+      viaMemory.insert(outRoot);
+    } else if (transposed && !tileIn && g.getNumLoops() == 1 && g.getNumReductionLoops() == 0 &&
+               r[0] == c.M) {
+      // Per feature, on [M] vectors (or scalars): the warp's features, in registers.
+      s.kind = Kind::Vector;
+      if (!inputsOk(g, std::nullopt, std::nullopt, 0u))
+        return std::nullopt;
+      for (OpOperand &out : g.getDpsInitsMutable()) {
+        Value rr = root(out.get());
+        if (!isDims(g.getMatchingIndexingMap(&out), {0}) || !freshOutput(rr))
+          return std::nullopt;
+        perRow[rr] = {-1, 0};
+      }
+    } else if (transposed && !tileIn && g.getNumLoops() == 2 && g.getNumReductionLoops() == 0 &&
+               r[0] == c.M) {
+      // Per feature row of [M, X] buffers (S rescaled): the warp's rows, through memory,
+      // each element by the lane that holds it in the mma's accumulator layout.
+      s.kind = Kind::Block;
+      s.rowDim = 0;
+      s.colDim = 1;
+      if (!inputsOk(g, std::nullopt, std::nullopt, 0u))
+        return std::nullopt;
+      for (OpOperand *in : g.getDpsInputOperands())
+        if (!perRow.count(root(in->get())) && !llvm::is_contained(dimsOf(g.getMatchingIndexingMap(in)), 0u) &&
+            touched.contains(root(in->get())))
+          return std::nullopt;
+      for (OpOperand &out : g.getDpsInitsMutable()) {
+        Value rr = root(out.get());
+        if (!g.getMatchingIndexingMap(&out).isIdentity() || c.tiles.contains(rr) ||
+            perRow.count(rr))
+          return std::nullopt;
+        viaMemory.insert(rr);
+      }
+    } else if (!tileIn) {
+      break;
     } else {
       return std::nullopt;
     }
     c.steps.push_back(s);
     touch(g);
   }
-  if (llvm::none_of(c.steps, [](Step &s) { return s.kind == Kind::Contract; }))
+  // Ops after the last one that reads a tile are not the chain's.
+  while (!c.steps.empty() && !readsTile(c.steps.back().op))
+    c.steps.pop_back();
+  if (llvm::none_of(c.steps, [](const Step &s) { return s.kind == Kind::Contract; }))
     return std::nullopt;
+  // Transposed, buffers written per feature must not be read by the chain across features.
   // The register tiles are read and written by the chain alone.
   llvm::SmallPtrSet<Operation *, 16> mine;
   for (Operation *op : c.ops())
@@ -559,23 +650,36 @@ public:
 /// The chain's lowering, once for both executors.
 class Lowering {
 public:
-  Lowering(Exec &x, Chain &c) : x(x), b(x.b), loc(x.loc), c(c), ntiles(c.cw / 8) {}
+  Lowering(Exec &x, Chain &c) : x(x), b(x.b), loc(x.loc), c(c), ntiles(c.ntiles) {}
 
   void run() {
     x.start();
     firstContraction();
     epilogue();
     for (Step &s : c.steps) {
-      if (s.kind == Kind::Elementwise)
+      switch (s.kind) {
+      case Kind::Elementwise:
         elementwise(s);
-      else if (s.kind == Kind::Reduce)
+        break;
+      case Kind::Reduce:
         reduce(s);
-      else
+        break;
+      case Kind::Contract:
         contract(s);
+        break;
+      case Kind::Vector:
+        vector(s);
+        break;
+      case Kind::Block:
+        block(s);
+        break;
+      }
     }
-    x.barrier();
-    for (auto &after : afters)
-      after();
+    if (!afters.empty()) {
+      x.barrier();
+      for (auto &after : afters)
+        after();
+    }
     x.finish();
   }
 
@@ -585,21 +689,34 @@ private:
   Location loc;
   Chain &c;
   int64_t ntiles;
-  /// Each register tile's first register (element i of 8-column tile j at + 4 j + i).
+  /// Each register tile's first register (element i of mma tile j at + 4 j + i).
   llvm::DenseMap<Value, int64_t> tileSlot;
-  /// Each combined reduction output's registers (rows g and g + 8).
+  /// Per mma row (the lane's rows g, g + 8: +0, +1): combined reductions' outputs and,
+  /// transposed, per-feature vectors.
   llvm::DenseMap<Value, int64_t> rowSlot;
   SmallVector<std::function<void()>> afters;
   int64_t X = 0;
 
   Value idx(int64_t v) { return x.idx(v); }
-  Value row(const Lane &l, int64_t i) {
-    return i / 2 ? arith::AddIOp::create(b, loc, l.g, idx(8)).getResult() : l.g;
+  Value add(Value a, int64_t v) {
+    return v ? arith::AddIOp::create(b, loc, a, idx(v)).getResult() : a;
   }
-  /// The column of element i of tile j in the whole [T, M] tile.
-  Value col(const Lane &l, int64_t j, int64_t i) {
-    Value local = arith::AddIOp::create(b, loc, l.t2, idx(8 * j + i % 2));
-    return arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)), local);
+  Value addv(Value a, Value v) { return arith::AddIOp::create(b, loc, a, v); }
+  Value mul(Value a, int64_t v) { return arith::MulIOp::create(b, loc, a, idx(v)); }
+  Value eq(Value a, int64_t v) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, a, idx(v));
+  }
+  /// The mma row of a lane's half h (0: g, 1: g + 8).
+  Value mmaRow(const Lane &l, int64_t h) { return add(l.g, 8 * h); }
+  /// The mma column of element i of tile j.
+  Value mmaCol(const Lane &l, int64_t j, int64_t i) { return add(l.t2, 8 * j + i % 2); }
+  /// The kernel row R and the feature F of element i of tile j.
+  Value rOf(const Lane &l, int64_t j, int64_t i) {
+    return c.transposed ? mmaCol(l, j, i) : mmaRow(l, i / 2);
+  }
+  Value fOf(const Lane &l, int64_t j, int64_t i) {
+    Value base = mul(l.warp, c.cw);
+    return addv(base, c.transposed ? mmaRow(l, i / 2) : mmaCol(l, j, i));
   }
   Value below(Value i, int64_t n) {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, idx(n));
@@ -611,7 +728,13 @@ private:
       return p;
     return arith::AndIOp::create(b, loc, p, q);
   }
-  /// `mem` at `at`, `otherwise` where `ok` is false.
+  /// Kernel row `r` is a real row (not padding of the mma's 16 rows or 8-column tiles), or
+  /// null if every row is.
+  Value rowOk(Value r) {
+    int64_t padded = c.transposed ? 8 * ntiles : 16;
+    return c.T < padded ? below(r, c.T) : Value();
+  }
+  /// `mem` at `at`, `otherwise` (0) where `ok` is false.
   Value load(Value mem, ValueRange at, Value ok, Value otherwise = Value()) {
     if (!ok)
       return memref::LoadOp::create(b, loc, mem, at);
@@ -623,28 +746,26 @@ private:
     scf::YieldOp::create(b, loc, ValueRange{otherwise ? otherwise : x.f32(0)});
     return branch.getResult(0);
   }
-  void storeIf(Value ok, Value v, Value mem, ValueRange at) {
-    if (!ok) {
-      memref::StoreOp::create(b, loc, v, mem, at);
-      return;
-    }
+  /// `fn` where `ok` holds (always if null).
+  void where(Value ok, function_ref<void()> fn) {
+    if (!ok)
+      return fn();
     auto branch = scf::IfOp::create(b, loc, ok, /*withElseRegion=*/false);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(branch.thenBlock()->getTerminator());
-    memref::StoreOp::create(b, loc, v, mem, at);
+    fn();
   }
-  /// Row `r` is a real row (not the padding of a tile of fewer than 16), or null if all are.
-  Value rowOk(Value r) { return c.T < 16 ? below(r, c.T) : Value(); }
-
-  /// The operand's element at loop position (row, col) of a 2-loop op (rowDim, colDim).
-  Value operandAt(OpOperand &operand, AffineMap map, unsigned rowDim, Value r, Value cl) {
+  void storeIf(Value ok, Value v, Value mem, ValueRange at) {
+    where(ok, [&] { memref::StoreOp::create(b, loc, v, mem, at); });
+  }
+  /// The indices of an operand (map over loop dims) with `dim` -> value.
+  SmallVector<Value> indices(AffineMap map, ArrayRef<std::pair<unsigned, Value>> dims) {
     SmallVector<Value> at;
-    bool usesRow = false;
-    for (unsigned d : dimsOf(map)) {
-      at.push_back(d == rowDim ? r : cl);
-      usesRow |= d == rowDim;
-    }
-    return load(operand.get(), at, usesRow ? rowOk(r) : Value());
+    for (unsigned d : dimsOf(map))
+      for (auto [dim, v] : dims)
+        if (d == dim)
+          at.push_back(v);
+    return at;
   }
 
   /// Clones `g`'s body with each used block argument from `arg` (by operand number).
@@ -659,15 +780,19 @@ private:
     return map;
   }
 
-  /// The value of input `operand` of a 2-loop op at element (j, i) of lane `l`.
+  /// The value of input `operand` of a tile op (loop dims rowDim = R, colDim = F) at
+  /// element (j, i) of lane `l`.
   Value input(const Lane &l, linalg::GenericOp g, OpOperand &operand, unsigned rowDim,
-              int64_t j, int64_t i) {
+              unsigned colDim, int64_t j, int64_t i) {
     Value r = root(operand.get());
     if (auto it = tileSlot.find(r); it != tileSlot.end())
       return x.get(l, it->second + 4 * j + i);
     if (auto it = rowSlot.find(r); it != rowSlot.end())
       return x.get(l, it->second + i / 2);
-    return operandAt(operand, g.getMatchingIndexingMap(&operand), rowDim, row(l, i), col(l, j, i));
+    AffineMap map = g.getMatchingIndexingMap(&operand);
+    Value R = rOf(l, j, i);
+    SmallVector<Value> at = indices(map, {{rowDim, R}, {colDim, fOf(l, j, i)}});
+    return load(operand.get(), at, llvm::is_contained(dimsOf(map), rowDim) ? rowOk(R) : Value());
   }
 
   void firstContraction() {
@@ -680,24 +805,23 @@ private:
       for (int64_t e = 0; e < 4 * ntiles; ++e)
         x.set(l, X + e, x.f32(0));
     });
-    // (row or column, k) of a fragment element to the operand's coordinates.
-    auto at = [&](AffineMap map, unsigned other, Value o, Value k) {
-      SmallVector<Value> idxs;
-      for (unsigned d : dimsOf(map))
-        idxs.push_back(d == other ? o : k);
-      return idxs;
-    };
     auto kOk = [&](Value k) { return K % ks ? below(k, K) : Value(); };
+    // The kernel coordinate of an mma row (A) or column (B) and whether it is real.
+    auto coord = [&](const Lane &l, Value mma, bool isRow) -> std::pair<Value, Value> {
+      bool isR = isRow != c.transposed;  // split: the mma's rows are R
+      if (isR)
+        return {mma, rowOk(mma)};
+      return {addv(mul(l.warp, c.cw), mma), Value()};
+    };
     for (int64_t k0 = 0; k0 < K; k0 += ks) {
       Fragment a;
       x.lanes([&](const Lane &l) {
         SmallVector<Value> vals;
         for (int64_t r = 0; r < ks / 4; ++r)
           for (int64_t h = 0; h < 2; ++h) {
-            bool high = ks == 16 ? r % 2 : r;
-            Value rr = high ? arith::AddIOp::create(b, loc, l.g, idx(8)).getResult() : l.g;
-            Value k = arith::AddIOp::create(b, loc, l.t2, idx(k0 + (ks == 16 ? 8 * (r / 2) : 0) + h));
-            vals.push_back(load(A.get(), at(mapA, c.plan.mDim, rr, k), both(rowOk(rr), kOk(k))));
+            auto [m, ok] = coord(l, mmaRow(l, ks == 16 ? r % 2 : r), true);
+            Value k = add(l.t2, k0 + (ks == 16 ? 8 * (r / 2) : 0) + h);
+            vals.push_back(load(A.get(), indices(mapA, {{c.plan.mDim, m}, {2, k}}), both(ok, kOk(k))));
           }
         a = x.fragment(l, vals);
       });
@@ -705,12 +829,11 @@ private:
         Fragment bf;
         x.lanes([&](const Lane &l) {
           SmallVector<Value> vals;
-          Value cl = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)),
-                                           arith::AddIOp::create(b, loc, l.g, idx(8 * j)));
+          auto [n, ok] = coord(l, add(l.g, 8 * j), false);
           for (int64_t r = 0; r < ks / 8; ++r)
             for (int64_t h = 0; h < 2; ++h) {
-              Value k = arith::AddIOp::create(b, loc, l.t2, idx(k0 + 8 * r + h));
-              vals.push_back(load(B.get(), at(mapB, c.plan.nDim, cl, k), kOk(k)));
+              Value k = add(l.t2, k0 + 8 * r + h);
+              vals.push_back(load(B.get(), indices(mapB, {{c.plan.nDim, n}, {2, k}}), both(ok, kOk(k))));
             }
           bf = x.fragment(l, vals);
         });
@@ -719,7 +842,7 @@ private:
     }
   }
 
-  /// An elementwise op's outputs (E's included) as new register tiles.
+  /// An elementwise tile op's outputs (E's included) as new register tiles.
   void elementwiseOn(linalg::GenericOp g, function_ref<Value(const Lane &, OpOperand &, int64_t, int64_t)> in) {
     unsigned numIns = g.getNumDpsInputs();
     SmallVector<int64_t> out;
@@ -747,16 +870,17 @@ private:
 
   void epilogue() {
     Epilogue &e = c.epilogue;
+    // E's loop dims are the first contraction's 0 (R) and 1 (F).
     elementwiseOn(e.op, [&](const Lane &l, OpOperand &operand, int64_t j, int64_t i) {
       if (operand.getOperandNumber() == e.input)
         return x.get(l, X + 4 * j + i);
-      return input(l, e.op, operand, c.plan.mDim, j, i);
+      return input(l, e.op, operand, 0, 1, j, i);
     });
   }
 
   void elementwise(Step &s) {
     elementwiseOn(s.op, [&](const Lane &l, OpOperand &operand, int64_t j, int64_t i) {
-      return input(l, s.op, operand, s.rowDim, j, i);
+      return input(l, s.op, operand, s.rowDim, s.colDim, j, i);
     });
   }
 
@@ -769,7 +893,8 @@ private:
   void reduce(Step &s) {
     linalg::GenericOp g = s.op;
     unsigned numIns = g.getNumDpsInputs(), n = g.getNumDpsInits();
-    // A lane's partial per output and row (g, g + 8), then the quad's (xor 1, xor 2).
+    // A lane's partial per output and mma row (g, g + 8) over its columns (the padding
+    // columns of a transposed tile left out), then the quad's (xor 1, xor 2).
     int64_t own = x.alloc(2 * n), pair = x.alloc(2 * n), quad = x.alloc(2 * n);
     x.lanes([&](const Lane &l) {
       SmallVector<Value> acc(2 * n);
@@ -778,12 +903,20 @@ private:
           IRMapping map = body(g, [&](unsigned k) -> Value {
             if (k >= numIns)
               return x.f32(0);  // only the (+) reads it, and the (+) is not used
-            return input(l, g, g->getOpOperand(k), s.rowDim, j, i);
+            return input(l, g, g->getOpOperand(k), s.rowDim, s.colDim, j, i);
           });
+          Value real = c.transposed ? rowOk(rOf(l, j, i)) : Value();
           for (unsigned o = 0; o < n; ++o) {
             Value term = map.lookupOrDefault(s.terms[o]);
             Value &a = acc[2 * o + i / 2];
-            a = a ? combine(s.combiners[o], a, term) : term;
+            if (!real) {
+              a = a ? combine(s.combiners[o], a, term) : term;
+              continue;
+            }
+            // Padding columns are left out: the fold starts at the (+)'s identity.
+            if (!a)
+              a = x.f32(isa<arith::MaximumFOp>(s.combiners[o]) ? -INFINITY : 0.0);
+            a = arith::SelectOp::create(b, loc, real, combine(s.combiners[o], a, term), a);
           }
         }
       for (unsigned e = 0; e < 2 * n; ++e)
@@ -794,14 +927,15 @@ private:
         for (unsigned e = 0; e < 2 * n; ++e)
           x.set(l, to + e, combine(s.combiners[e / 2], x.get(l, from + e), x.getXor(l, from + e, mask)));
       });
+    if (c.transposed)
+      return reduceOwnRows(s, quad);
     for (unsigned o = 0; o < n; ++o) {
       Value out = g.getDpsInits()[o];
       Operation *comb = s.combiners[o];
       Value partials = x.shared({c.W, 16});
       x.lanes([&](const Lane &l) {
-        Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.t, idx(0));
         for (int64_t h = 0; h < 2; ++h)
-          storeIf(first, x.get(l, quad + 2 * o + h), partials, ValueRange{l.warp, row(l, 2 * h)});
+          storeIf(eq(l.t, 0), x.get(l, quad + 2 * o + h), partials, ValueRange{l.warp, mmaRow(l, h)});
       });
       if (!s.combined[o]) {
         // Summed over the warps once the chain is done.
@@ -820,7 +954,7 @@ private:
       int64_t slot = x.alloc(2);
       x.lanes([&](const Lane &l) {
         for (int64_t h = 0; h < 2; ++h) {
-          Value r = row(l, 2 * h);
+          Value r = mmaRow(l, h);
           Value v = load(out, ValueRange{r}, rowOk(r));
           for (int64_t w = 0; w < c.W; ++w)
             v = combine(comb, v, memref::LoadOp::create(b, loc, partials, ValueRange{idx(w), r}));
@@ -831,10 +965,9 @@ private:
       // Stored once every warp has read the initial value (after the chain's last barrier).
       afters.push_back([this, out, slot] {
         x.lanes([&](const Lane &l) {
-          Value owner = both(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.warp, idx(0)),
-                             arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, l.t, idx(0)));
+          Value owner = both(eq(l.warp, 0), eq(l.t, 0));
           for (int64_t h = 0; h < 2; ++h) {
-            Value r = row(l, 2 * h);
+            Value r = mmaRow(l, h);
             storeIf(both(owner, rowOk(r)), x.get(l, slot + h), out, ValueRange{r});
           }
         });
@@ -842,29 +975,138 @@ private:
     }
   }
 
+  /// Transposed: stores the lanes' per-feature registers `slot` (+0, +1) to `mem` at
+  /// `at(lane, feature)`, by one lane of each quad, once every lane has read what the step
+  /// read (a step that updates a vector in place reads it in every lane of the quad).
+  void storeRows(Value mem, function_ref<SmallVector<Value>(const Lane &, Value)> at, int64_t slot) {
+    x.lanes([&](const Lane &l) {
+      for (int64_t h = 0; h < 2; ++h) {
+        Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+        storeIf(eq(l.t, 0), x.get(l, slot + h), mem, at(l, f));
+      }
+    });
+  }
+
+  /// Transposed: each output's feature rows are the warp's own: the quad's value combined
+  /// with the output's (its registers, or memory), kept in registers and stored.
+  void reduceOwnRows(Step &s, int64_t quad) {
+    linalg::GenericOp g = s.op;
+    for (unsigned o = 0; o < g.getNumDpsInits(); ++o) {
+      Value out = g.getDpsInits()[o];
+      auto old = rowSlot.find(root(out));
+      std::optional<int64_t> from;
+      if (old != rowSlot.end())
+        from = old->second;
+      int64_t slot = x.alloc(2);
+      x.lanes([&](const Lane &l) {
+        for (int64_t h = 0; h < 2; ++h) {
+          Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+          Value v = from ? x.get(l, *from + h) : memref::LoadOp::create(b, loc, out, ValueRange{f}).getResult();
+          x.set(l, slot + h, combine(s.combiners[o], v, x.get(l, quad + 2 * o + h)));
+        }
+      });
+      storeRows(out, [&](const Lane &l, Value f) { return SmallVector<Value>{f}; }, slot);
+      rowSlot[root(out)] = slot;
+    }
+  }
+
+  /// Transposed: a per-feature op on [M] vectors, for the lane's two features.
+  void vector(Step &s) {
+    linalg::GenericOp g = s.op;
+    unsigned numIns = g.getNumDpsInputs();
+    SmallVector<int64_t> out;
+    for (unsigned o = 0; o < g.getNumDpsInits(); ++o)
+      out.push_back(x.alloc(2));
+    x.lanes([&](const Lane &l) {
+      for (int64_t h = 0; h < 2; ++h) {
+        Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+        IRMapping map = body(g, [&](unsigned k) -> Value {
+          OpOperand &operand = g->getOpOperand(k);
+          if (auto it = rowSlot.find(root(operand.get())); it != rowSlot.end())
+            return x.get(l, it->second + h);
+          return memref::LoadOp::create(b, loc, operand.get(),
+                                        indices(g.getMatchingIndexingMap(&operand), {{0, f}}));
+        });
+        Operation *yield = g.getRegion().front().getTerminator();
+        for (unsigned o = 0; o < out.size(); ++o)
+          x.set(l, out[o] + h, map.lookupOrDefault(yield->getOperand(o)));
+      }
+    });
+    for (unsigned o = 0; o < out.size(); ++o) {
+      OpOperand &init = g->getOpOperand(numIns + o);
+      AffineMap map = g.getMatchingIndexingMap(&init);
+      storeRows(init.get(), [&](const Lane &, Value f) { return indices(map, {{0, f}}); }, out[o]);
+      rowSlot[root(init.get())] = out[o];
+    }
+  }
+
+  /// Transposed: a per-feature op on [M, X] rows, each element by the lane whose mma
+  /// accumulator it is (the contraction that writes these rows next reads them there).
+  void block(Step &s) {
+    linalg::GenericOp g = s.op;
+    unsigned numIns = g.getNumDpsInputs();
+    int64_t cols = g.getStaticLoopRanges()[1], nx = (cols + 7) / 8;
+    x.lanes([&](const Lane &l) {
+      for (int64_t jx = 0; jx < nx; ++jx)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), col = mmaCol(l, jx, i);
+          where(cols % 8 ? below(col, cols) : Value(), [&] {
+            IRMapping map = body(g, [&](unsigned k) -> Value {
+              OpOperand &operand = g->getOpOperand(k);
+              if (auto it = rowSlot.find(root(operand.get())); it != rowSlot.end())
+                return x.get(l, it->second + i / 2);
+              return memref::LoadOp::create(b, loc, operand.get(),
+                                            indices(g.getMatchingIndexingMap(&operand), {{0, f}, {1, col}}));
+            });
+            Operation *yield = g.getRegion().front().getTerminator();
+            for (unsigned o = 0; o < g.getNumDpsInits(); ++o) {
+              OpOperand &init = g->getOpOperand(numIns + o);
+              memref::StoreOp::create(b, loc, map.lookupOrDefault(yield->getOperand(o)), init.get(),
+                                      indices(g.getMatchingIndexingMap(&init), {{0, f}, {1, col}}));
+            }
+          });
+        }
+    });
+  }
+
   void contract(Step &s) {
     linalg::GenericOp g = s.op;
     OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
     AffineMap mapB = g.getMatchingIndexingMap(&Bop);
-    Value tile = root(g.getDpsInputs()[s.plan.aInput]);
-    int64_t t0 = tileSlot.lookup(tile);
+    int64_t t0 = tileSlot.lookup(root(g.getDpsInputs()[s.plan.aInput]));
     int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = c.ks2;
+    int64_t kRange = c.transposed ? 8 * ntiles : c.cw;
+    Value out = g.getDpsInits()[0];
+    AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+    unsigned mDim = s.plan.mDim, nDim = s.plan.nDim, kDim = s.plan.kDim;
+    auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
     int64_t Z = x.alloc(4 * nn);
     x.lanes([&](const Lane &l) {
-      for (int64_t e = 0; e < 4 * nn; ++e)
-        x.set(l, Z + e, x.f32(0));
+      for (int64_t jn = 0; jn < nn; ++jn)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value v = x.f32(0);
+          if (c.transposed) {
+            // The warp's own feature rows: accumulated where they are.
+            Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
+            v = load(out, indices(outMap, {{mDim, f}, {nDim, n}}), nOk(n));
+          }
+          x.set(l, Z + 4 * jn + i, v);
+        }
     });
-    auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
-    for (int64_t k0 = 0; k0 < c.cw; k0 += ks) {
+    for (int64_t k0 = 0; k0 < kRange; k0 += ks) {
       Fragment a;
-      // The accumulators of the tile's 8-column tiles are this step's A registers.
+      // The accumulators of the tile's 8-column mma tiles are this step's A registers
+      // (transposed, the padding rows past T read as 0).
       x.lanes([&](const Lane &l) {
         SmallVector<Value> vals;
         for (int64_t r = 0; r < ks / 4; ++r)
           for (int64_t h = 0; h < 2; ++h) {
             int64_t j = ks == 16 ? k0 / 8 + r / 2 : k0 / 8;
             int64_t i = ks == 16 ? 2 * (r % 2) + h : 2 * r + h;
-            vals.push_back(x.get(l, t0 + 4 * j + i));
+            Value v = x.get(l, t0 + 4 * j + i);
+            if (Value real = c.transposed ? rowOk(rOf(l, j, i)) : Value())
+              v = arith::SelectOp::create(b, loc, real, v, x.f32(0));
+            vals.push_back(v);
           }
         a = x.fragment(l, vals);
       });
@@ -872,40 +1114,43 @@ private:
         Fragment bf;
         x.lanes([&](const Lane &l) {
           SmallVector<Value> vals;
-          Value n = arith::AddIOp::create(b, loc, l.g, idx(8 * jn));
-          Value kBase = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, l.warp, idx(c.cw)), l.t2);
+          Value n = add(l.g, 8 * jn);
           for (int64_t r = 0; r < ks / 8; ++r)
             for (int64_t h = 0; h < 2; ++h) {
-              Value k = arith::AddIOp::create(b, loc, kBase, idx(k0 + 8 * r + h));
-              SmallVector<Value> at;
-              for (unsigned d : dimsOf(mapB))
-                at.push_back(d == s.plan.kDim ? k : n);
-              vals.push_back(load(Bop.get(), at, nOk(n)));
+              Value kLocal = add(l.t2, k0 + 8 * r + h);
+              Value k = c.transposed ? kLocal : addv(mul(l.warp, c.cw), kLocal);
+              Value ok = both(nOk(n), c.transposed ? rowOk(k) : Value());
+              vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), ok));
             }
           bf = x.fragment(l, vals);
         });
         x.mma(a, bf, Z + 4 * jn, ks);
       }
     }
+    if (c.transposed) {
+      x.lanes([&](const Lane &l) {
+        for (int64_t jn = 0; jn < nn; ++jn)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
+            storeIf(nOk(n), x.get(l, Z + 4 * jn + i), out, indices(outMap, {{mDim, f}, {nDim, n}}));
+          }
+      });
+      return;
+    }
     // The warps' partial products, summed in warp order once the chain is done.
     Value partials = x.shared({c.W, 16, N});
     x.lanes([&](const Lane &l) {
       for (int64_t jn = 0; jn < nn; ++jn)
         for (int64_t i = 0; i < 4; ++i) {
-          Value n = arith::AddIOp::create(b, loc, l.t2, idx(8 * jn + i % 2));
-          storeIf(nOk(n), x.get(l, Z + 4 * jn + i), partials, ValueRange{l.warp, row(l, i), n});
+          Value n = mmaCol(l, jn, i);
+          storeIf(nOk(n), x.get(l, Z + 4 * jn + i), partials, ValueRange{l.warp, mmaRow(l, i / 2), n});
         }
     });
-    Value out = g.getDpsInits()[0];
-    AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
-    unsigned mDim = s.plan.mDim;
-    afters.push_back([this, out, outMap, mDim, partials, N] {
+    afters.push_back([this, out, outMap, mDim, nDim, partials, N] {
       x.eachElement(c.T * N, [&](Value e) {
         Value r = arith::DivUIOp::create(b, loc, e, idx(N));
         Value n = arith::RemUIOp::create(b, loc, e, idx(N));
-        SmallVector<Value> at;
-        for (unsigned d : dimsOf(outMap))
-          at.push_back(d == mDim ? r : n);
+        SmallVector<Value> at = indices(outMap, {{mDim, r}, {nDim, n}});
         Value v = memref::LoadOp::create(b, loc, out, at);
         for (int64_t w = 0; w < c.W; ++w)
           v = arith::AddFOp::create(b, loc, v,
@@ -923,10 +1168,15 @@ FailureOr<Chain> chainOf(scf::ForallOp nest, StringRef pass) {
     if ((first = dyn_cast<linalg::GenericOp>(op)))
       break;
   std::optional<int64_t> warps = getConstantIntValue(nest.getMixedUpperBound()[0]);
-  std::optional<Chain> c = first && warps ? analyze(first, *warps, nullptr) : std::nullopt;
+  auto attr = nest->getAttrOfType<DictionaryAttr>(kWarpChainAttr);
+  auto transposed = attr ? attr.getAs<BoolAttr>("transposed") : nullptr;
+  std::optional<Chain> c = first && warps && transposed
+                               ? analyze(first, *warps, transposed.getValue(), nullptr)
+                               : std::nullopt;
   if (!c)
-    return nest.emitOpError(pass) << ": a spectra.warp_chain nest must hold a contraction, its "
-                                     "epilogue and the ops that read its register tiles";
+    return nest.emitOpError(pass) << ": a spectra.warp_chain nest (type, split, transposed) "
+                                     "must hold a contraction, its epilogue and the ops that "
+                                     "read its register tiles";
   return *c;
 }
 
@@ -957,11 +1207,15 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
   linalg::FillOp zero = zeroFillBefore(first);
   if (!zero)
     return std::nullopt;
-  std::optional<Chain> c = analyze(first, W, zero);
+  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zero);
+  if (!c)
+    c = analyze(first, W, /*transposed=*/true, zero);
   if (!c)
     return std::nullopt;
   WarpChainMapping m;
   for (Step &s : c->steps) {
+    if (c->transposed)
+      break;
     if (s.kind == Kind::Reduce)
       m.partialBytes += s.op.getNumDpsInits() * W * 16 * 4;
     if (s.kind == Kind::Contract)
@@ -985,7 +1239,8 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
   nest->setAttr(nestAttr, b.getUnitAttr());
   nest->setAttr(kWarpChainAttr,
                 b.getDictionaryAttr({b.getNamedAttr("type", TypeAttr::get(mmaType)),
-                                     b.getNamedAttr("split", b.getBoolAttr(split))}));
+                                     b.getNamedAttr("split", b.getBoolAttr(split)),
+                                     b.getNamedAttr("transposed", b.getBoolAttr(c->transposed))}));
   for (Operation *op : m.ops)
     op->moveBefore(nest.getBody()->getTerminator());
   m.ops.push_back(zero);

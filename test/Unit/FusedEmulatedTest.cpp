@@ -164,13 +164,15 @@ TEST(FusedEmulated, TensorCoreTilesFullAndPadded) {
   EXPECT_EQ(f32.kernelIR("mapped").find("spectra.mma"), std::string::npos);
 }
 
-/// Warp chains (codegen/WarpChains.h): where the features split into whole 8-column tiles
-/// per warp (m = 64 and 128 at 8 warps: one k8 or one k16 step of the second mma per warp),
-/// the readout keeps its logits, features and exponentials in registers, the first mma's
-/// accumulators as the second's A fragments, the row maximum through quad shuffles and the
-/// warps' partials. The emulation runs those lane maps, shuffles and fragment reuses lane by
-/// lane: any mistake in them shows here. 37 query rows: the last tile has 5 rows, the mma's
-/// other 11 padding; dv = 5 pads the second mma's 8 columns.
+/// Warp chains (codegen/WarpChains.h): the logits, features and exponentials stay in
+/// registers between two mma, the first mma's accumulators the second's A fragments. The
+/// readout splits the features over the warps (m = 64 and 128 at 8 warps: one k8 or one k16
+/// step of the second mma per warp; row maxima through quad shuffles and the warps'
+/// partials); kv at m = 128 takes 16 features per warp, transposed (S += phi^T V from the
+/// registers; the running per-feature maximum, S and z rescaled, across 2 key tiles). The
+/// emulation runs those lane maps, shuffles and fragment reuses lane by lane: any mistake in
+/// them shows here. 37 query rows: the last tile has 5 rows, the mma's other 11 padding;
+/// dv = 5 pads the second mma's 8 columns.
 TEST(FusedEmulated, WarpChainKeepsTheExponentialInRegisters) {
   struct Run {
     int64_t m;
@@ -190,7 +192,11 @@ TEST(FusedEmulated, WarpChainKeepsTheExponentialInRegisters) {
       std::string mapped = fused.kernelIR("mapped", dv);
       size_t readout = mapped.find("_readout(");
       ASSERT_NE(readout, std::string::npos) << what;
-      EXPECT_NE(mapped.find("spectra.warp_chain", readout), std::string::npos) << what;
+      EXPECT_NE(mapped.find("transposed = false", readout), std::string::npos) << what;
+      size_t kv = mapped.find("_kv(");
+      ASSERT_NE(kv, std::string::npos) << what;
+      if (m == 128)
+        EXPECT_LT(mapped.find("transposed = true", kv), mapped.find("_kv_combine(")) << what;
       torch::manual_seed(17);
       Case c{torch::randn({2, 2, 37, config.d}, torch::kFloat64) * 0.7,
              torch::randn({2, 2, 29, config.d}, torch::kFloat64) * 0.7,
