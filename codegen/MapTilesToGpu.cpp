@@ -865,6 +865,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   map.sharedLimit = o.dynamicShared ? blockSharedLimit(o.chip) : staticSharedLimit(o.chip);
   if (tensorCores)
     map.mmaType = mma;
+  map.warpChains = o.warpChains;
   pm.addPass(createSpectraMapTilesToGpu(map));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -113,6 +113,12 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                      "three mma per step, products within 2^-16), bf16 (one mma, operands "
                      "rounded to bf16), f16 (one mma, operands rounded to f16) or none (FMA)"),
       llvm::cl::init("bf16x3")};
+  Option<bool> warpChains{
+      *this, "warp-chains",
+      llvm::cl::desc("on tensor cores: a contraction, its epilogue and the ops reading the "
+                     "tiles it forms (features, maxima, exponentials, the next contraction) "
+                     "as one warp nest with those tiles in registers (WarpChains.h)"),
+      llvm::cl::init(true)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};
   Option<int64_t> chunkRows{*this, "chunk-rows",

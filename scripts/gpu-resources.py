@@ -99,7 +99,9 @@ def run_one(args, variant, workdir):
     path = os.path.join(workdir, name + ".json")
     compiled = subprocess.run([args.compiler, "--variant", variant, "--m", str(args.m), "--d",
                                str(args.d), "--target", args.chip, "--dtype", args.dtype,
-                               "--emit=artifact", "--mma", args.mma, "-o", path]
+                               "--emit=artifact", "--mma", args.mma,
+                               "--warp-chains=" + ("false" if args.no_warp_chains else "true"),
+                               "-o", path]
                               + (["--causal"] if args.causal else []),
                               capture_output=True, text=True)
     if compiled.returncode != 0:
@@ -183,6 +185,10 @@ def main():
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
     p.add_argument("--mma", default="bf16x3", choices=["bf16x3", "bf16", "f16", "none"],
                    help="bf16/f16: the contractions on tensor cores (spectra-compile --mma)")
+    p.add_argument("--no-warp-chains", action="store_true",
+                   help="each contraction its own warp nest, the tiles between two mma in shared "
+                        "memory (spectra-compile --warp-chains=false): the kernels before warp "
+                        "chains, to compare")
     p.add_argument("--m", type=int, default=128)
     p.add_argument("--d", type=int, default=32)
     p.add_argument("--jobs", type=int, default=2)

@@ -105,6 +105,13 @@ static cl::opt<std::string> mma(
              "mma.sync, operands rounded to bf16), f16 (one mma.sync, operands rounded to f16: "
              "more precision, but intermediates past 65504 overflow) or none (FMA)"),
     cl::init("bf16x3"), cl::cat(category));
+static cl::opt<bool> warpChains(
+    "warp-chains",
+    cl::desc("GPU, on tensor cores: keep the tiles between two contractions (logits, "
+             "features, exponentials) in registers where a warp chain applies (default; "
+             "--warp-chains=false: each contraction its own warp nest, the tiles in shared "
+             "memory)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
                                              "with AVX2, 16 with AVX-512)"),
@@ -273,6 +280,7 @@ int main(int argc, char **argv) {
   if (mma != "bf16x3" && mma != "bf16" && mma != "f16" && mma != "none")
     return fail("--mma must be bf16x3, bf16, f16 or none, got '" + mma + "'");
   gpuOptions.mma = mma.getValue();
+  gpuOptions.warpChains = warpChains.getValue();
 
   if (!printLibrary) {
     PassManager pm(&context);
