@@ -16,9 +16,7 @@
 using namespace mlir;
 using namespace mlir::spectra;
 
-namespace {
-/// The buffer a view is of (through subviews and casts).
-Value root(Value v) {
+Value mlir::spectra::viewRoot(Value v) {
   while (Operation *def = v.getDefiningOp()) {
     if (auto view = dyn_cast<ViewLikeOpInterface>(def))
       v = view.getViewSource();
@@ -27,6 +25,9 @@ Value root(Value v) {
   }
   return v;
 }
+
+namespace {
+Value root(Value v) { return viewRoot(v); }
 } // namespace
 
 bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *reader) {

@@ -29,6 +29,9 @@ struct Epilogue {
   bool storeOutput = true;
 };
 
+/// The buffer a view is of (through subviews and casts).
+Value viewRoot(Value view);
+
 /// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and
 /// `reader` (fills only write; views are followed to their users). True for a buffer that
 /// is not a local alloca (an argument: the caller may read it).

@@ -35,16 +35,7 @@ using namespace mlir::spectra;
 
 namespace {
 
-/// The buffer a view is of (through subviews and casts).
-Value root(Value v) {
-  while (Operation *def = v.getDefiningOp()) {
-    if (auto view = dyn_cast<ViewLikeOpInterface>(def))
-      v = view.getViewSource();
-    else
-      break;
-  }
-  return v;
-}
+Value root(Value v) { return viewRoot(v); }
 
 /// The alloca a view is of, or null.
 Value localRoot(Value v) {
@@ -166,10 +157,11 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
   if (c.T < 1 || c.T > 16)
     return std::nullopt;
   if (transposed) {
-    // One 16-feature mma row block per warp; the rows are the mma's (1 or 2) column tiles.
-    if (c.M != 16 * W)
+    // 16-feature mma row blocks, one after the other in each warp; the rows are the mma's
+    // (1 or 2) column tiles.
+    if (c.M % (16 * W) != 0)
       return std::nullopt;
-    c.cw = 16;
+    c.cw = c.M / W;
     c.ntiles = (c.T + 7) / 8;
     c.ks2 = c.ntiles == 2 ? 16 : 8;
   } else {
@@ -529,6 +521,12 @@ public:
     if (!emulate)
       gpu::BarrierOp::create(b, loc);
   }
+  /// Orders the memory accesses of a warp's lanes (bar.warp.sync): the emulation runs the
+  /// steps one after the other.
+  void warpSync() {
+    if (!emulate)
+      NVVM::SyncWarpOp::create(b, loc, arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1));
+  }
   /// A buffer shared by the block's warps.
   Value shared(ArrayRef<int64_t> shape) {
     if (!emulate) {
@@ -654,6 +652,22 @@ public:
 
   void run() {
     x.start();
+    // Transposed, a warp's 16-feature blocks touch disjoint features: the whole chain runs
+    // for one block, then the next (each block's registers dead before the next's).
+    for (block16 = 0; block16 < (c.transposed ? c.cw / 16 : 1); ++block16)
+      chain();
+    if (!afters.empty()) {
+      x.barrier();
+      for (auto &after : afters)
+        after();
+    }
+    x.finish();
+  }
+
+private:
+  void chain() {
+    tileSlot.clear();
+    rowSlot.clear();
     firstContraction();
     epilogue();
     for (Step &s : c.steps) {
@@ -675,15 +689,8 @@ public:
         break;
       }
     }
-    if (!afters.empty()) {
-      x.barrier();
-      for (auto &after : afters)
-        after();
-    }
-    x.finish();
   }
 
-private:
   Exec &x;
   OpBuilder &b;
   Location loc;
@@ -696,6 +703,8 @@ private:
   llvm::DenseMap<Value, int64_t> rowSlot;
   SmallVector<std::function<void()>> afters;
   int64_t X = 0;
+  /// Transposed: the warp's 16-feature block being lowered.
+  int64_t block16 = 0;
 
   Value idx(int64_t v) { return x.idx(v); }
   Value add(Value a, int64_t v) {
@@ -706,6 +715,8 @@ private:
   Value eq(Value a, int64_t v) {
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, a, idx(v));
   }
+  /// The first feature of the warp's columns (split) or of its current block (transposed).
+  Value featureBase(const Lane &l) { return add(mul(l.warp, c.cw), 16 * block16); }
   /// The mma row of a lane's half h (0: g, 1: g + 8).
   Value mmaRow(const Lane &l, int64_t h) { return add(l.g, 8 * h); }
   /// The mma column of element i of tile j.
@@ -715,7 +726,7 @@ private:
     return c.transposed ? mmaCol(l, j, i) : mmaRow(l, i / 2);
   }
   Value fOf(const Lane &l, int64_t j, int64_t i) {
-    Value base = mul(l.warp, c.cw);
+    Value base = featureBase(l);
     return addv(base, c.transposed ? mmaRow(l, i / 2) : mmaCol(l, j, i));
   }
   Value below(Value i, int64_t n) {
@@ -811,7 +822,7 @@ private:
       bool isR = isRow != c.transposed;  // split: the mma's rows are R
       if (isR)
         return {mma, rowOk(mma)};
-      return {addv(mul(l.warp, c.cw), mma), Value()};
+      return {addv(featureBase(l), mma), Value()};
     };
     for (int64_t k0 = 0; k0 < K; k0 += ks) {
       Fragment a;
@@ -977,11 +988,13 @@ private:
 
   /// Transposed: stores the lanes' per-feature registers `slot` (+0, +1) to `mem` at
   /// `at(lane, feature)`, by one lane of each quad, once every lane has read what the step
-  /// read (a step that updates a vector in place reads it in every lane of the quad).
+  /// read (a step that updates a vector in place reads it in every lane of the quad): in a
+  /// step of their own, after bar.warp.sync on the GPU (lanes may run apart).
   void storeRows(Value mem, function_ref<SmallVector<Value>(const Lane &, Value)> at, int64_t slot) {
+    x.warpSync();
     x.lanes([&](const Lane &l) {
       for (int64_t h = 0; h < 2; ++h) {
-        Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+        Value f = addv(featureBase(l), mmaRow(l, h));
         storeIf(eq(l.t, 0), x.get(l, slot + h), mem, at(l, f));
       }
     });
@@ -1000,7 +1013,7 @@ private:
       int64_t slot = x.alloc(2);
       x.lanes([&](const Lane &l) {
         for (int64_t h = 0; h < 2; ++h) {
-          Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+          Value f = addv(featureBase(l), mmaRow(l, h));
           Value v = from ? x.get(l, *from + h) : memref::LoadOp::create(b, loc, out, ValueRange{f}).getResult();
           x.set(l, slot + h, combine(s.combiners[o], v, x.get(l, quad + 2 * o + h)));
         }
@@ -1019,7 +1032,7 @@ private:
       out.push_back(x.alloc(2));
     x.lanes([&](const Lane &l) {
       for (int64_t h = 0; h < 2; ++h) {
-        Value f = addv(mul(l.warp, c.cw), mmaRow(l, h));
+        Value f = addv(featureBase(l), mmaRow(l, h));
         IRMapping map = body(g, [&](unsigned k) -> Value {
           OpOperand &operand = g->getOpOperand(k);
           if (auto it = rowSlot.find(root(operand.get())); it != rowSlot.end())
@@ -1049,7 +1062,7 @@ private:
     x.lanes([&](const Lane &l) {
       for (int64_t jx = 0; jx < nx; ++jx)
         for (int64_t i = 0; i < 4; ++i) {
-          Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), col = mmaCol(l, jx, i);
+          Value f = addv(featureBase(l), mmaRow(l, i / 2)), col = mmaCol(l, jx, i);
           where(cols % 8 ? below(col, cols) : Value(), [&] {
             IRMapping map = body(g, [&](unsigned k) -> Value {
               OpOperand &operand = g->getOpOperand(k);
@@ -1087,7 +1100,7 @@ private:
           Value v = x.f32(0);
           if (c.transposed) {
             // The warp's own feature rows: accumulated where they are.
-            Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
+            Value f = addv(featureBase(l), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
             v = load(out, indices(outMap, {{mDim, f}, {nDim, n}}), nOk(n));
           }
           x.set(l, Z + 4 * jn + i, v);
@@ -1118,7 +1131,7 @@ private:
           for (int64_t r = 0; r < ks / 8; ++r)
             for (int64_t h = 0; h < 2; ++h) {
               Value kLocal = add(l.t2, k0 + 8 * r + h);
-              Value k = c.transposed ? kLocal : addv(mul(l.warp, c.cw), kLocal);
+              Value k = c.transposed ? kLocal : addv(featureBase(l), kLocal);
               Value ok = both(nOk(n), c.transposed ? rowOk(k) : Value());
               vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), ok));
             }
@@ -1131,7 +1144,7 @@ private:
       x.lanes([&](const Lane &l) {
         for (int64_t jn = 0; jn < nn; ++jn)
           for (int64_t i = 0; i < 4; ++i) {
-            Value f = addv(mul(l.warp, c.cw), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
+            Value f = addv(featureBase(l), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
             storeIf(nOk(n), x.get(l, Z + 4 * jn + i), out, indices(outMap, {{mDim, f}, {nDim, n}}));
           }
       });
