@@ -45,3 +45,26 @@ func.func @epilogue_without_store(%A: memref<16x16xf32>, %B: memref<16x8xf32>,
   }
   return
 }
+
+// -----
+
+// Tests that a warp chain's nest must say its mma operand type and whether it splits them.
+func.func @chain_without_type() {
+  // expected-error@+1 {{'scf.forall' op spectra-emulate-warp-mma: spectra.warp_chain needs type (bf16 or f16) and split}}
+  scf.forall (%w) in (8) {
+  } {mapping = [#gpu.warp<x>], spectra.warp_chain = {split = true}}
+  return
+}
+
+// -----
+
+// Tests that a warp chain's nest must hold a chain: a contraction, its epilogue and the ops
+// that read the tiles they form (WarpChains.h).
+func.func @chain_without_ops(%A: memref<16x8xf32>) {
+  %cst = arith.constant 0.0 : f32
+  // expected-error@+1 {{'scf.forall' op spectra-emulate-warp-mma: a spectra.warp_chain nest (type, split, transposed) must hold a contraction, its epilogue and the ops that read its register tiles}}
+  scf.forall (%w) in (8) {
+    linalg.fill ins(%cst : f32) outs(%A : memref<16x8xf32>)
+  } {mapping = [#gpu.warp<x>], spectra.warp_chain = {split = true, transposed = false, type = bf16}}
+  return
+}
