@@ -379,16 +379,7 @@ struct WarpTile {
   /// The element of `mem` (indexed by `map`) at (m, n, k), 0 where `ok` is false.
   Value load(OpBuilder &b, Value mem, AffineMap map, Value m, Value n, Value k, Value ok) const {
     Location loc = op.getLoc();
-    SmallVector<Value> at = coordinates(map, plan, m, n, k);
-    if (!ok)
-      return memref::LoadOp::create(b, loc, mem, at);
-    auto branch = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, ok, true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(branch.thenBlock());
-    scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
-    b.setInsertionPointToStart(branch.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))});
-    return branch.getResult(0);
+    return loadIf(b, loc, mem, coordinates(map, plan, m, n, k), ok);
   }
   Value loadA(OpBuilder &b, Value row, Value k) const {
     return load(b, A, mapA, row, Value(), k, both(b, rowOk(b, row), kOk(b, k)));
@@ -498,6 +489,18 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
 }
 
 } // namespace
+
+Value mlir::spectra::loadIf(OpBuilder &b, Location loc, Value mem, ValueRange at, Value ok) {
+  if (!ok)
+    return memref::LoadOp::create(b, loc, mem, at);
+  auto branch = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, ok, true);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(branch.thenBlock());
+  scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
+  b.setInsertionPointToStart(branch.elseBlock());
+  scf::YieldOp::create(b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0))});
+  return branch.getResult(0);
+}
 
 Value mlir::spectra::packMmaPair(OpBuilder &b, Location loc, Type mmaType, Value first,
                                  Value second, int part) {

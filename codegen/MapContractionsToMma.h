@@ -68,6 +68,10 @@ void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t wa
                            Type mmaType, bool split, StringRef nestAttr,
                            const Epilogue *epilogue = nullptr, bool zeroInit = false);
 
+/// memref.load of `mem` at `at` where `ok` holds, else f32 0; a plain load where `ok` is
+/// null. The fragments' loads of clipped tiles (padding reads as 0).
+Value loadIf(OpBuilder &b, Location loc, Value mem, ValueRange at, Value ok);
+
 /// Part `part` of two f32 values as one mma operand register, `first` in the low half:
 /// part 0 is each rounded (RN) to `mmaType` (bf16 or f16); part 1 (bf16x3, bf16 only) what
 /// that rounding left, rounded. An i32 for bf16, a vector<2xf16> for f16 (what

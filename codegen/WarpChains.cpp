@@ -745,18 +745,8 @@ private:
     int64_t padded = c.transposed ? 8 * ntiles : 16;
     return c.T < padded ? below(r, c.T) : Value();
   }
-  /// `mem` at `at`, `otherwise` (0) where `ok` is false.
-  Value load(Value mem, ValueRange at, Value ok, Value otherwise = Value()) {
-    if (!ok)
-      return memref::LoadOp::create(b, loc, mem, at);
-    auto branch = scf::IfOp::create(b, loc, TypeRange{b.getF32Type()}, ok, true);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(branch.thenBlock());
-    scf::YieldOp::create(b, loc, ValueRange{memref::LoadOp::create(b, loc, mem, at)});
-    b.setInsertionPointToStart(branch.elseBlock());
-    scf::YieldOp::create(b, loc, ValueRange{otherwise ? otherwise : x.f32(0)});
-    return branch.getResult(0);
-  }
+  /// `mem` at `at`, 0 where `ok` is false.
+  Value load(Value mem, ValueRange at, Value ok) { return loadIf(b, loc, mem, at, ok); }
   /// `fn` where `ok` holds (always if null).
   void where(Value ok, function_ref<void()> fn) {
     if (!ok)
