@@ -404,13 +404,7 @@ struct WarpTile {
   }
   /// x rounded to the operand type (part 0) or what that rounding left, rounded (part 1).
   Value part(OpBuilder &b, Value x, int p) const {
-    Location loc = op.getLoc();
-    Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
-    if (p == 1) {
-      Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), narrow));
-      narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
-    }
-    return narrow;
+    return mmaOperandPart(b, op.getLoc(), mmaType, x, p);
   }
 };
 
@@ -490,6 +484,70 @@ FailureOr<WarpTile> WarpTile::get(OpBuilder &b, linalg::GenericOp op, StringRef 
 
 } // namespace
 
+Value mlir::spectra::mmaOperandPart(OpBuilder &b, Location loc, Type mmaType, Value x, int part) {
+  Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
+  if (part == 1) {
+    Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), narrow));
+    narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
+  }
+  return narrow;
+}
+
+SmallVector<std::pair<int, int>> mlir::spectra::mmaPartOrder(bool split) {
+  if (split)
+    return {{1, 0}, {0, 1}, {0, 0}};
+  return {{0, 0}};
+}
+
+void mlir::spectra::emitMmaSync(OpBuilder &b, Location loc, Type mmaType, int64_t ks,
+                                ValueRange aRegs, ValueRange bRegs, MutableArrayRef<Value> acc) {
+  Type f32 = b.getF32Type();
+  Type accType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  NVVM::MMATypes ptx = mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
+  auto op = NVVM::MmaOp::create(b, loc, accType, aRegs, bRegs, ValueRange(acc),
+                                ArrayRef<int64_t>{16, 8, ks}, std::nullopt, std::nullopt,
+                                std::array<NVVM::MMATypes, 2>{ptx, ptx},
+                                std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                                                NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
+}
+
+void mlir::spectra::emitMmaModel(OpBuilder &b, Location loc, int64_t ks,
+                                 const MmaModelAccess &access) {
+  // A (row, k): lane 4 (row % 8) + (k % 8) / 2, register (row / 8) + 2 (k / 8) for k16
+  // (row / 8 for k8), half k % 2; B (k, col): lane 4 col + (k % 8) / 2, register k / 8,
+  // half k % 2; D (row, col): lane 4 (row % 8) + col / 2, element 2 (row / 8) + col % 2.
+  OpBuilder::InsertionGuard guard(b);
+  auto c = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v).getResult(); };
+  auto div = [&](Value x, int64_t v) { return arith::DivUIOp::create(b, loc, x, c(v)).getResult(); };
+  auto rem = [&](Value x, int64_t v) { return arith::RemUIOp::create(b, loc, x, c(v)).getResult(); };
+  auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
+  auto mul = [&](Value x, int64_t v) { return arith::MulIOp::create(b, loc, x, c(v)).getResult(); };
+  auto loop = [&](int64_t n) {
+    auto l = scf::ForOp::create(b, loc, c(0), c(n), c(1));
+    b.setInsertionPointToStart(l.getBody());
+    return l.getInductionVar();
+  };
+  Value row = loop(16), col = loop(8);
+  Value dLane = add(mul(rem(row, 8), 4), div(col, 2));
+  Value dElem = add(mul(div(row, 8), 2), rem(col, 2));
+  auto kLoop = scf::ForOp::create(b, loc, c(0), c(ks), c(1), ValueRange{access.loadC(dLane, dElem)});
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(kLoop.getBody());
+    Value k = kLoop.getInductionVar();
+    Value aLane = add(mul(rem(row, 8), 4), div(rem(k, 8), 2));
+    Value aReg = ks == 16 ? add(div(row, 8), mul(div(k, 8), 2)) : div(row, 8);
+    Value av = access.a(aLane, aReg, rem(k, 2));
+    Value bv = access.b(add(mul(col, 4), div(rem(k, 8), 2)), div(k, 8), rem(k, 2));
+    Value sum = arith::AddFOp::create(b, loc, kLoop.getRegionIterArgs()[0],
+                                      arith::MulFOp::create(b, loc, av, bv));
+    scf::YieldOp::create(b, loc, ValueRange{sum});
+  }
+  access.storeD(kLoop.getResult(0), dLane, dElem);
+}
+
 Value mlir::spectra::loadIf(OpBuilder &b, Location loc, Value mem, ValueRange at, Value ok) {
   if (!ok)
     return memref::LoadOp::create(b, loc, mem, at);
@@ -541,8 +599,6 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
     return failure();
   const WarpTile &w = *tile;
   Location loc = op.getLoc();
-  Type f32 = b.getF32Type();
-  NVVM::MMATypes ptxType = w.mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
   int64_t ks = w.plan.kStep;
   auto pack = [&](Value first, Value second, int p) {
     return packMmaPair(b, loc, w.mmaType, first, second, p);
@@ -582,16 +638,9 @@ LogicalResult mlir::spectra::lowerWarpMma(linalg::GenericOp op, Value lane) {
         r.push_back(pack(x, y, p));
       return r;
     };
-    Type accType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
     SmallVector<Value> c(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
     auto mma = [&](ArrayRef<Value> aRegs, ArrayRef<Value> bRegs) {
-      auto op = NVVM::MmaOp::create(b, loc, accType, aRegs, bRegs, c,
-                                    ArrayRef<int64_t>{16, 8, ks}, std::nullopt, std::nullopt,
-                                    std::array<NVVM::MMATypes, 2>{ptxType, ptxType},
-                                    std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                                                    NVVM::MMALayout::col});
-      for (int64_t i = 0; i < 4; ++i)
-        c[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
+      emitMmaSync(b, loc, w.mmaType, ks, aRegs, bRegs, c);
     };
     SmallVector<Value> aHigh = regs(aPairs, 0), bHigh = regs(bPairs, 0);
     if (w.split) {
@@ -670,45 +719,24 @@ LogicalResult mlir::spectra::emulateWarpMma(linalg::GenericOp op) {
                                     ValueRange{w.idx(b, p), lane, w.idx(b, r), w.idx(b, h)});
         }
     });
-    // The warp's mma as the PTX ISA defines it, element by element, each operand element
-    // found in the register the ISA's fragment tables put it (written here from row and
-    // column, the inverse of the lane maps above): A (row, k): lane 4 (row % 8) + (k % 8) / 2,
-    // register (row / 8) + 2 (k / 8) for k16 (row / 8 for k8), half k % 2; B (k, col): lane
-    // 4 col + (k % 8) / 2, register k / 8, half k % 2; D (row, col): lane 4 (row % 8) + col / 2,
-    // element 2 (row / 8) + col % 2. Split: lo hi, hi lo, then hi hi, as the GPU runs them.
-    SmallVector<std::pair<int64_t, int64_t>> order = {{0, 0}};
-    if (w.split)
-      order = {{1, 0}, {0, 1}, {0, 0}};
-    auto c = [&](int64_t v) { return w.idx(b, v); };
-    auto div = [&](Value x, int64_t v) { return arith::DivUIOp::create(b, loc, x, c(v)).getResult(); };
-    auto rem = [&](Value x, int64_t v) { return arith::RemUIOp::create(b, loc, x, c(v)).getResult(); };
-    auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
-    auto mul = [&](Value x, int64_t v) { return arith::MulIOp::create(b, loc, x, c(v)).getResult(); };
-    for (auto [pa, pb] : order)
-      forRange(zero, 16, 1, [&](Value row) {
-        forRange(zero, 8, 1, [&](Value col) {
-          Value dLane = add(mul(rem(row, 8), 4), div(col, 2));
-          Value dElem = add(mul(div(row, 8), 2), rem(col, 2));
-          Value init = memref::LoadOp::create(b, loc, regC, ValueRange{dLane, dElem});
-          auto kLoop = scf::ForOp::create(b, loc, zero, c(ks), c(1), ValueRange{init});
-          {
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPointToStart(kLoop.getBody());
-            Value k = kLoop.getInductionVar();
-            Value aLane = add(mul(rem(row, 8), 4), div(rem(k, 8), 2));
-            Value aReg = ks == 16 ? add(div(row, 8), mul(div(k, 8), 2)) : div(row, 8);
-            Value a = memref::LoadOp::create(b, loc, regA,
-                                             ValueRange{c(pa), aLane, aReg, rem(k, 2)});
-            Value bLane = add(mul(col, 4), div(rem(k, 8), 2));
-            Value bv = memref::LoadOp::create(b, loc, regB,
-                                              ValueRange{c(pb), bLane, div(k, 8), rem(k, 2)});
-            Value sum = arith::AddFOp::create(b, loc, kLoop.getRegionIterArgs()[0],
-                                              arith::MulFOp::create(b, loc, a, bv));
-            scf::YieldOp::create(b, loc, ValueRange{sum});
-          }
-          memref::StoreOp::create(b, loc, kLoop.getResult(0), regC, ValueRange{dLane, dElem});
-        });
-      });
+    // The warp's mma (emitMmaModel) on the register files. Split: lo hi, hi lo, then hi hi,
+    // as the GPU runs them.
+    for (auto [pa, pb] : mmaPartOrder(w.split)) {
+      Value partA = w.idx(b, pa), partB = w.idx(b, pb);
+      auto a = [&](Value lane, Value reg, Value half) -> Value {
+        return memref::LoadOp::create(b, loc, regA, ValueRange{partA, lane, reg, half});
+      };
+      auto bv = [&](Value lane, Value reg, Value half) -> Value {
+        return memref::LoadOp::create(b, loc, regB, ValueRange{partB, lane, reg, half});
+      };
+      auto loadC = [&](Value lane, Value elem) -> Value {
+        return memref::LoadOp::create(b, loc, regC, ValueRange{lane, elem});
+      };
+      auto storeD = [&](Value v, Value lane, Value elem) {
+        memref::StoreOp::create(b, loc, v, regC, ValueRange{lane, elem});
+      };
+      emitMmaModel(b, loc, ks, {a, bv, loadC, storeD});
+    }
   });
   eachLane([&](Value lane, Value g, Value t2) {
     for (int64_t i = 0; i < 4; ++i)

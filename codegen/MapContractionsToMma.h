@@ -72,6 +72,33 @@ void mapContractionToWarps(linalg::GenericOp op, const MmaPlan &plan, int64_t wa
 /// null. The fragments' loads of clipped tiles (padding reads as 0).
 Value loadIf(OpBuilder &b, Location loc, Value mem, ValueRange at, Value ok);
 
+/// Part `part` of the f32 `x` in the mma operand type: 0, x rounded (RN) to `mmaType`; 1
+/// (bf16x3), what that rounding left, rounded.
+Value mmaOperandPart(OpBuilder &b, Location loc, Type mmaType, Value x, int part);
+
+/// The order of a step's mma on operand parts (A part, B part): one, or bf16x3's three
+/// (lo hi, hi lo, then hi hi: small terms first).
+SmallVector<std::pair<int, int>> mmaPartOrder(bool split);
+
+/// nvvm.mma.sync m16n8k`ks` (row.col, `mmaType` operands, f32 accumulators) on the packed
+/// registers `aRegs` and `bRegs`, adding to the four accumulators `acc` (updated).
+void emitMmaSync(OpBuilder &b, Location loc, Type mmaType, int64_t ks, ValueRange aRegs,
+                 ValueRange bRegs, MutableArrayRef<Value> acc);
+
+/// How the CPU model of mma.sync reaches a warp's fragments in memory: an operand element
+/// of A or B at (lane, register, half), the accumulator element at (lane, element).
+struct MmaModelAccess {
+  function_ref<Value(Value lane, Value reg, Value half)> a, b;
+  function_ref<Value(Value lane, Value element)> loadC;
+  function_ref<void(Value value, Value lane, Value element)> storeD;
+};
+
+/// One warp's m16n8k`ks` as the PTX ISA defines it, element by element (D = C + A B with
+/// the products summed in k order), each operand element read from the lane and register
+/// the ISA's fragment tables put it, written here from row and column, independently of
+/// the lane maps that filled them: a wrong lane map gives wrong numbers.
+void emitMmaModel(OpBuilder &b, Location loc, int64_t ks, const MmaModelAccess &access);
+
 /// Part `part` of two f32 values as one mma operand register, `first` in the low half:
 /// part 0 is each rounded (RN) to `mmaType` (bf16 or f16); part 1 (bf16x3, bf16 only) what
 /// that rounding left, rounded. An i32 for bf16, a vector<2xf16> for f16 (what

@@ -16,7 +16,6 @@
 #include "codegen/TileKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -548,15 +547,9 @@ public:
     fn(loop.getInductionVar());
   }
 
-  /// x rounded to the operand type (part 0) or what that rounding left, rounded (part 1),
-  /// widened back to f32.
+  /// x's part p in the operand type (mmaOperandPart), widened back to f32.
   Value part(Value x, int p) {
-    Value narrow = arith::TruncFOp::create(b, loc, mmaType, x);
-    if (p == 1) {
-      Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, b.getF32Type(), narrow));
-      narrow = arith::TruncFOp::create(b, loc, mmaType, rest);
-    }
-    return arith::ExtFOp::create(b, loc, b.getF32Type(), narrow);
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), mmaOperandPart(b, loc, mmaType, x, p));
   }
   /// The fragment of `values` (register r, half h at 2 r + h), inside lanes().
   Fragment fragment(const Lane &l, ArrayRef<Value> values) {
@@ -577,70 +570,41 @@ public:
           set(l, f.slot + (p * f.regs + r) * 2 + h, part(values[2 * r + h], p));
     return f;
   }
-  /// D = A B + C on every warp, C and D the four registers from `c`; k = `ks`. Split:
-  /// lo hi, hi lo, then hi hi, as MapContractionsToMma.cpp runs them.
+  /// D = A B + C on every warp, C and D the four registers from `c`; k = `ks`; bf16x3's three
+  /// mma in mmaPartOrder.
   void mma(const Fragment &a, const Fragment &bf, int64_t c, int64_t ks) {
-    SmallVector<std::pair<int, int>> order = {{0, 0}};
-    if (split)
-      order = {{1, 0}, {0, 1}, {0, 0}};
     if (!emulate) {
-      Type f = b.getF32Type();
-      Type accType = LLVM::LLVMStructType::getLiteral(b.getContext(), {f, f, f, f});
-      NVVM::MMATypes ptx = mmaType.isBF16() ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16;
-      SmallVector<Value> acc(regs.begin() + c, regs.begin() + c + 4);
-      for (auto [pa, pb] : order) {
-        auto op = NVVM::MmaOp::create(b, loc, accType, a.packed[pa], bf.packed[pb], acc,
-                                      ArrayRef<int64_t>{16, 8, ks}, std::nullopt, std::nullopt,
-                                      std::array<NVVM::MMATypes, 2>{ptx, ptx},
-                                      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
-                                                                      NVVM::MMALayout::col});
-        for (int64_t i = 0; i < 4; ++i)
-          acc[i] = LLVM::ExtractValueOp::create(b, loc, op, ArrayRef<int64_t>{i});
-      }
-      for (int64_t i = 0; i < 4; ++i)
-        regs[c + i] = acc[i];
+      for (auto [pa, pb] : mmaPartOrder(split))
+        emitMmaSync(b, loc, mmaType, ks, a.packed[pa], bf.packed[pb],
+                    MutableArrayRef<Value>(regs).slice(c, 4));
       return;
     }
-    // The PTX ISA's mma, element by element, each operand element read from the lane and
-    // register its fragment tables name (from row and column, independently of the lane
-    // maps that wrote them): A (row, k): lane 4 (row % 8) + (k % 8) / 2, register row / 8
-    // + 2 (k / 8) for k16 (row / 8 for k8), half k % 2; B (k, col): lane 4 col + (k % 8) / 2,
-    // register k / 8, half k % 2; D (row, col): lane 4 (row % 8) + col / 2, element
-    // 2 (row / 8) + col % 2.
+    // The ISA's model (emitMmaModel) on each warp's registers in the file.
     OpBuilder::InsertionGuard guard(b);
-    auto loop = [&](int64_t n) {
-      auto l = scf::ForOp::create(b, loc, idx(0), idx(n), idx(1));
-      b.setInsertionPointToStart(l.getBody());
-      return l.getInductionVar();
+    auto warps = scf::ForOp::create(b, loc, idx(0), idx(W), idx(1));
+    b.setInsertionPointToStart(warps.getBody());
+    Value w = warps.getInductionVar();
+    auto at = [&](Value lane, int64_t base, Value reg, Value half) -> Value {
+      Value slot = arith::AddIOp::create(
+          b, loc, idx(base),
+          arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, reg, idx(2)), half));
+      return memref::LoadOp::create(b, loc, file, ValueRange{w, lane, slot});
     };
-    auto div = [&](Value x, int64_t v) { return arith::DivUIOp::create(b, loc, x, idx(v)).getResult(); };
-    auto rem = [&](Value x, int64_t v) { return arith::RemUIOp::create(b, loc, x, idx(v)).getResult(); };
-    auto add = [&](Value x, Value y) { return arith::AddIOp::create(b, loc, x, y).getResult(); };
-    auto mul = [&](Value x, int64_t v) { return arith::MulIOp::create(b, loc, x, idx(v)).getResult(); };
-    Value w = loop(W);
-    for (auto [pa, pb] : order) {
-      OpBuilder::InsertionGuard inner(b);
-      Value row = loop(16), col = loop(8);
-      Value dLane = add(mul(rem(row, 8), 4), div(col, 2));
-      Value dSlot = add(idx(c), add(mul(div(row, 8), 2), rem(col, 2)));
-      Value init = memref::LoadOp::create(b, loc, file, ValueRange{w, dLane, dSlot});
-      auto kLoop = scf::ForOp::create(b, loc, idx(0), idx(ks), idx(1), ValueRange{init});
-      {
-        OpBuilder::InsertionGuard k(b);
-        b.setInsertionPointToStart(kLoop.getBody());
-        Value kk = kLoop.getInductionVar();
-        Value aLane = add(mul(rem(row, 8), 4), div(rem(kk, 8), 2));
-        Value aReg = ks == 16 ? add(div(row, 8), mul(div(kk, 8), 2)) : div(row, 8);
-        Value aSlot = add(idx(a.slot + pa * a.regs * 2), add(mul(aReg, 2), rem(kk, 2)));
-        Value bLane = add(mul(col, 4), div(rem(kk, 8), 2));
-        Value bSlot = add(idx(bf.slot + pb * bf.regs * 2), add(mul(div(kk, 8), 2), rem(kk, 2)));
-        Value av = memref::LoadOp::create(b, loc, file, ValueRange{w, aLane, aSlot});
-        Value bv = memref::LoadOp::create(b, loc, file, ValueRange{w, bLane, bSlot});
-        Value sum = arith::AddFOp::create(b, loc, kLoop.getRegionIterArgs()[0],
-                                          arith::MulFOp::create(b, loc, av, bv));
-        scf::YieldOp::create(b, loc, ValueRange{sum});
-      }
-      memref::StoreOp::create(b, loc, kLoop.getResult(0), file, ValueRange{w, dLane, dSlot});
+    auto elem = [&](Value e) { return arith::AddIOp::create(b, loc, idx(c), e).getResult(); };
+    for (auto [pa, pb] : mmaPartOrder(split)) {
+      auto av = [&](Value lane, Value reg, Value half) {
+        return at(lane, a.slot + pa * a.regs * 2, reg, half);
+      };
+      auto bv = [&](Value lane, Value reg, Value half) {
+        return at(lane, bf.slot + pb * bf.regs * 2, reg, half);
+      };
+      auto loadC = [&](Value lane, Value e) -> Value {
+        return memref::LoadOp::create(b, loc, file, ValueRange{w, lane, elem(e)});
+      };
+      auto storeD = [&](Value v, Value lane, Value e) {
+        memref::StoreOp::create(b, loc, v, file, ValueRange{w, lane, elem(e)});
+      };
+      emitMmaModel(b, loc, ks, {av, bv, loadC, storeD});
     }
   }
 };
