@@ -4,6 +4,7 @@
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
+#include "codegen/WarpChains.h"
 #include "dialect/BuiltinLibrary.h"
 
 #include "mlir/IR/SymbolTable.h"
@@ -31,6 +32,18 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.dynamicSharedLimit = dynamicSharedLimit;
     options.inputType = inputType;
     options.causal = causal;
+    if (warpChainThreads > 0) {
+      Builder b(&getContext());
+      Type mma = warpChainMma == "f16" ? Type(b.getF16Type()) : Type(b.getBF16Type());
+      if (warpChainMma != "f16" && warpChainMma != "bf16" && warpChainMma != "bf16x3") {
+        getOperation().emitError() << "spectra-build-tile-kernels: warp-chain-mma takes bf16, "
+                                      "bf16x3 or f16, got '" << warpChainMma << "'";
+        return signalPassFailure();
+      }
+      options.sharedBytes = [threads = int64_t(warpChainThreads), mma](func::FuncOp fn) {
+        return warpChainSharedBytes(fn, threads, mma, kStaticSharedBytes);
+      };
+    }
     NamedAttrList missing;
     for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
       std::string backwardError;

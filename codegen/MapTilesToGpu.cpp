@@ -852,6 +852,13 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // (measured at d = 64, m = 256 on sm_80: OPRF's query backward spills 24 B at 4 rows, none
   // at 2); tiles that fit nowhere at min-tile-rows go dynamic on both.
   tiles.dynamicSharedLimit = o.dynamicShared && tensorCores ? twoBlockSharedLimit(o.chip) : 0;
+  // With warp chains, a kernel's tiles that a chain keeps in registers take no shared memory:
+  // kv at d = 64, m = 256 takes 16 rows, not 8.
+  // (An unknown mma type is spectra-map-tiles-to-gpu's error, below.)
+  if (tensorCores && o.warpChains && (mma == "bf16" || mma == "bf16x3" || mma == "f16")) {
+    tiles.warpChainThreads = o.threads;
+    tiles.warpChainMma = mma;
+  }
   pm.addPass(createSpectraBuildTileKernels(tiles));
   pm.addPass(createSpectraKeepKernels());
   pm.addPass(createCanonicalizerPass());

@@ -45,6 +45,12 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
     Option<"minTileRows", "min-tile-rows", "int64_t", /*default=*/"0",
            "with shared-limit: a row kernel whose tiles at tile-rows would not fit keeps "
            "halving down to this many rows (0: tile-rows)">,
+    Option<"warpChainThreads", "warp-chain-threads", "int64_t", /*default=*/"0",
+           "with shared-limit: count a row kernel's bytes as spectra-map-tiles-to-gpu maps "
+           "them with this many threads and warp chains (their register tiles out of shared "
+           "memory, their partials in); 0: every tile buffer in shared memory">,
+    Option<"warpChainMma", "warp-chain-mma", "std::string", /*default=*/"\"bf16\"",
+           "with warp-chain-threads: the chains' mma operand type (bf16, bf16x3 or f16)">,
     Option<"inputType", "input-type", "std::string", /*default=*/"\"f32\"",
            "element type of q, k, v, out and their gradients: f32, bf16 or f16">,
     Option<"causal", "causal", "bool", /*default=*/"false",

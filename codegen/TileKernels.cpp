@@ -637,10 +637,13 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
           continue;
         added.push_back(fn);
         int64_t bytes = 0;
-        fn.walk([&](memref::AllocaOp a) {
-          if (a.getType().hasStaticShape())
-            bytes += bufferBytes(a.getType());
-        });
+        if (options.sharedBytes)
+          bytes = options.sharedBytes(fn);
+        else
+          fn.walk([&](memref::AllocaOp a) {
+            if (a.getType().hasStaticShape())
+              bytes += bufferBytes(a.getType());
+          });
         most = std::max(most, bytes);
       }
       return std::make_pair(added, most);

@@ -75,8 +75,10 @@
 
 #include "dialect/SpectraDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
+#include <functional>
 #include <string>
 
 namespace mlir::spectra {
@@ -100,6 +102,9 @@ struct TileKernelOptions {
   /// minTileRows, whose tiles fit this many bytes (dynamic shared memory, at two blocks per
   /// SM) before fewer rows in static memory; 0: none.
   int64_t dynamicSharedLimit = 0;
+  /// With sharedLimit: the bytes of shared memory a row kernel takes (the target's count,
+  /// e.g. with its warp chains' tiles in registers); unset: all its static tile buffers.
+  std::function<int64_t(func::FuncOp)> sharedBytes;
   /// Element type of q, k, v, out, dL/dout and their gradients: f32, bf16 or f16.
   std::string inputType = "f32";
   /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal

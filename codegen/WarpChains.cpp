@@ -1147,6 +1147,36 @@ FailureOr<Chain> chainOf(scf::ForallOp nest, StringRef pass) {
   return *c;
 }
 
+/// The chain at `first` (split, else transposed), if any.
+std::optional<Chain> chainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill) {
+  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zeroFill);
+  return c ? c : analyze(first, W, /*transposed=*/true, zeroFill);
+}
+
+/// The workgroup bytes of the warps' partials: split, a [W][16] row per reduction output and
+/// a [W][16][N] product per contraction; transposed, none (each warp writes its own rows).
+int64_t partialBytes(const Chain &c) {
+  int64_t bytes = 0;
+  for (Step s : c.steps) {
+    if (c.transposed)
+      break;
+    if (s.kind == Kind::Reduce)
+      bytes += s.op.getNumDpsInits() * c.W * 16 * 4;
+    if (s.kind == Kind::Contract)
+      bytes += c.W * 16 * s.op.getStaticLoopRanges()[s.plan.nDim] * 4;
+  }
+  return bytes;
+}
+
+/// What mapping the chain changes in the block's workgroup bytes: the partials in, the
+/// register tiles out.
+int64_t sharedBytesChange(const Chain &c) {
+  int64_t bytes = partialBytes(c);
+  for (Value t : c.tiles)
+    bytes -= bufferBytes(cast<MemRefType>(t.getType()));
+  return bytes;
+}
+
 struct ChainType {
   Type mmaType;
   bool split = false;
@@ -1170,31 +1200,14 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
                                                             int64_t sharedLimit) {
   if (threads % 32 != 0 || !mmaType)
     return std::nullopt;
-  int64_t W = threads / 32;
   linalg::FillOp zero = zeroFillBefore(first);
-  if (!zero)
+  std::optional<Chain> c = zero ? chainAt(first, threads / 32, zero) : std::nullopt;
+  if (!c || sharedBytes + sharedBytesChange(*c) > sharedLimit)
     return std::nullopt;
-  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zero);
-  if (!c)
-    c = analyze(first, W, /*transposed=*/true, zero);
-  if (!c)
-    return std::nullopt;
+  int64_t W = c->W;
   WarpChainMapping m;
-  for (Step &s : c->steps) {
-    if (c->transposed)
-      break;
-    if (s.kind == Kind::Reduce)
-      m.partialBytes += s.op.getNumDpsInits() * W * 16 * 4;
-    if (s.kind == Kind::Contract)
-      m.partialBytes += W * 16 * s.op.getStaticLoopRanges()[s.plan.nDim] * 4;
-  }
-  int64_t bytes = sharedBytes + m.partialBytes;
-  for (Value t : c->tiles) {
-    m.registerTiles.push_back(t);
-    bytes -= bufferBytes(cast<MemRefType>(t.getType()));
-  }
-  if (bytes > sharedLimit)
-    return std::nullopt;
+  m.partialBytes = partialBytes(*c);
+  m.registerTiles.assign(c->tiles.begin(), c->tiles.end());
   m.ops = c->ops();
   Operation *last = m.ops.back();
   OpBuilder b(last->getContext());
@@ -1214,6 +1227,32 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
   zero->erase();
   m.nest = nest;
   return m;
+}
+
+int64_t mlir::spectra::warpChainSharedBytes(func::FuncOp kernel, int64_t threads, Type mmaType,
+                                             int64_t sharedLimit) {
+  int64_t bytes = 0;
+  kernel.walk([&](memref::AllocaOp a) {
+    if (a.getType().hasStaticShape())
+      bytes += bufferBytes(a.getType());
+  });
+  if (threads % 32 != 0 || !mmaType)
+    return bytes;
+  // As spectra-map-tiles-to-gpu maps them: in program order, each chain where the bytes so
+  // far, less its register tiles and with its partials, fit sharedLimit.
+  llvm::DenseSet<Operation *> chained;
+  kernel.walk([&](linalg::GenericOp op) {
+    if (chained.contains(op) || !planMma(op))
+      return;
+    linalg::FillOp zero = zeroFillBefore(op);
+    std::optional<Chain> c = zero ? chainAt(op, threads / 32, zero) : std::nullopt;
+    if (!c || bytes + sharedBytesChange(*c) > sharedLimit)
+      return;
+    bytes += sharedBytesChange(*c);
+    for (Operation *chainOp : c->ops())
+      chained.insert(chainOp);
+  });
+  return bytes;
 }
 
 bool mlir::spectra::isWarpChain(scf::ForallOp nest) { return nest->hasAttr(kWarpChainAttr); }

@@ -40,6 +40,7 @@
 #ifndef SPECTRA_CODEGEN_WARPCHAINS_H
 #define SPECTRA_CODEGEN_WARPCHAINS_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -72,6 +73,14 @@ struct WarpChainMapping {
 std::optional<WarpChainMapping> mapWarpChain(linalg::GenericOp first, int64_t threads,
                                              Type mmaType, bool split, StringRef nestAttr,
                                              int64_t sharedBytes, int64_t sharedLimit);
+
+/// The workgroup bytes `kernel` (a target-free tile kernel) will take once mapped with
+/// `threads` threads and its warp chains (mmaType: their operand type; none: no chains): its
+/// tile buffers, less the chains' register tiles, with their partials; a chain counts where
+/// the bytes stay within `sharedLimit`, as mapWarpChain decides. The tile kernels size their
+/// rows by it (TileKernelOptions::sharedBytes).
+int64_t warpChainSharedBytes(func::FuncOp kernel, int64_t threads, Type mmaType,
+                             int64_t sharedLimit);
 
 /// Whether `nest` is a warp chain's nest.
 bool isWarpChain(scf::ForallOp nest);

@@ -2,6 +2,8 @@
 // RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels="value-dim=5" | FileCheck %s --check-prefix=DV
 // RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels -spectra-keep-kernels | FileCheck %s --check-prefix=KEEP
 // RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels 2>&1 >/dev/null | FileCheck %s --check-prefix=WARN
+// RUN: not spectra-opt %s -split-input-file -spectra-build-tile-kernels="shared-limit=49152 warp-chain-threads=256 warp-chain-mma=tf32" 2>&1 >/dev/null | FileCheck %s --check-prefix=BADMMA
+// BADMMA: error: spectra-build-tile-kernels: warp-chain-mma takes bf16, bf16x3 or f16, got 'tf32'
 
 // Tests that a feature map gains its four kernels next to it, specialised on m = 16,
 // d = 8, the value dimension (default d) and the tile rows: the key pass stages a
