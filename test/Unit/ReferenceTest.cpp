@@ -295,6 +295,19 @@ TEST(Reference, BadInputsGiveClearErrors) {
   torch::Tensor bad = q.clone();
   bad[0][0][0][0] = std::nan("");
   expectError([&] { fm.attention(bad, q, q, w); }, "must be finite");
+  // +inf and -inf in one tensor (their sum is NaN), and in k or v alone.
+  torch::Tensor infs = q.clone();
+  infs[1][0][2][3] = INFINITY;
+  infs[0][1][4][7] = -INFINITY;
+  expectError([&] { fm.attention(q, infs, q, w); }, "must be finite");
+  expectError([&] { fm.attention(q, q, infs, w); }, "must be finite");
+  // Finite values whose float32 sum overflows (the check's fast path) are accepted: the
+  // output, a convex combination of v's rows, is 1e38 everywhere.
+  torch::Tensor huge = torch::full_like(q, 1e38);
+  torch::Tensor out = fm.attention(q, q, huge, w);
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+  EXPECT_NEAR(out.min().item<double>() / 1e38, 1.0, 1e-9);
+  EXPECT_NEAR(out.max().item<double>() / 1e38, 1.0, 1e-9);
   expectError([&] { fm.attention(q.to(torch::kLong), q, q, w); }, "must be a floating-point tensor");
 }
 
