@@ -181,8 +181,9 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     buildSpectraInputPipeline(pm);
     SpectraBuildTileKernelsOptions tiles;
     tiles.valueDim = o.valueDim;
+    // Causal: 0, the pass's choice by the head (spectra_cpu_causal_tile_rows).
     tiles.tileRows = o.tileRows != 0  ? o.tileRows  // < 0: the tile kernels' error
-                     : o.causal       ? SPECTRA_CPU_CAUSAL_TILE_ROWS
+                     : o.causal       ? 0
                                       : 32;
     tiles.causal = o.causal;
     pm.addPass(createSpectraBuildTileKernels(tiles));

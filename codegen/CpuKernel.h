@@ -29,8 +29,9 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
                            llvm::cl::desc("value head dimension (0: the feature map's d)"),
                            llvm::cl::init(0)};
   Option<int64_t> tileRows{*this, "tile-rows",
-                           llvm::cl::desc("rows of q or k per tile (0: 32, or 16 for the causal "
-                                          "kernels, whose within-tile products grow with it)"),
+                           llvm::cl::desc("rows of q or k per tile (0: 32, or for the causal "
+                                          "kernels 8 or 16 by the head: "
+                                          "spectra_cpu_causal_tile_rows)"),
                            llvm::cl::init(0)};
   Option<bool> causal{*this, "causal", llvm::cl::desc("the causal kernels"), llvm::cl::init(false)};
   Option<int64_t> vectorWidth{*this, "vector-width",

@@ -32,7 +32,9 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
   let options = [
     Option<"valueDim", "value-dim", "int64_t", /*default=*/"0",
            "value head dimension (0: the feature map's d)">,
-    Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32", "rows of q or k per tile">,
+    Option<"tileRows", "tile-rows", "int64_t", /*default=*/"32",
+           "rows of q or k per tile (with causal, 0: the CPU's choice by the head, "
+           "spectra_cpu_causal_tile_rows)">,
     Option<"maxTileRows", "max-tile-rows", "int64_t", /*default=*/"0",
            "when larger than tile-rows: each bidirectional row kernel takes the most rows per "
            "tile, halving from this to tile-rows, whose tiles fit shared-limit bytes">,

@@ -459,7 +459,7 @@ TEST(FusedCausal, SignedRowWeightsKeepTheGuardsMagnitudes) {
   for (int64_t f = 1; f < 16; f += 2)
     (*w.rowWeights)[f] = -1.0;
   (*w.rowWeights)[16] = 0.0;
-  const int64_t N = 40;  // two full 16-row tiles and a partial one
+  const int64_t N = 44;  // full tiles and a partial one (8 rows per tile here: F = 17, dv = 3)
   Inputs in = inputs(1, 2, N, 8, 3, 0.5, 11);
   AttentionResult fus = fused.attentionWithStats(in.q.to(torch::kFloat32), in.k.to(torch::kFloat32),
                                                  in.v.to(torch::kFloat32), w);

@@ -244,7 +244,8 @@ double bytes(const Setup &s, bool backward) {
 /// T x T products are computed, so counted. dW only where W is learnable (s.weightGrad).
 double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t features) {
   double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features,
-         T = SPECTRA_CPU_CAUSAL_TILE_ROWS, dx = s.weightGrad ? 2 : 1;  // dq or dk, and dW
+         T = double(spectra_cpu_causal_tile_rows(features, s.d)),  // the CPU's causal tiles
+      dx = s.weightGrad ? 2 : 1;                                      // dq or dk, and dW
   if (kind == "kv" || kind == "readout")
     return 2 * N * (m * d + F * dv) * BH;
   if (kind == "query_backward" || kind == "key_backward")
@@ -606,7 +607,8 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
               << " GFLOP/s = " << 100 * f1 / peak.gflops << "%, forward+backward " << f2
               << " GFLOP/s = " << 100 * f2 / peak.gflops
               << "% of it (contractions counted as the bidirectional kernels'); the causal "
-              << "kernels' own contractions (" << SPECTRA_CPU_CAUSAL_TILE_ROWS << "-row tiles) "
+              << "kernels' own contractions ("
+              << spectra_cpu_causal_tile_rows(features, s.d) << "-row tiles) "
               << own / bF / 1e9 << " GFLOP/s = " << 100 * own / bF / 1e9 / peak.gflops << "%"
               << std::setprecision(4) << "\n";
   }
