@@ -269,8 +269,10 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   OpBuilder b(tile);
   auto fn = func::FuncOp::create(b, loc, tile.getSymName(), b.getFunctionType(types, {}));
   for (NamedAttribute attr : tile->getAttrs())
-    if (attr.getName() != tile.getFunctionTypeAttrName() && attr.getName() != tile.getSymNameAttrName())
+    if (attr.getName() != tile.getFunctionTypeAttrName() &&
+        attr.getName() != tile.getSymNameAttrName() && attr.getName() != kKernelTileSharedBytesAttr)
       fn->setAttr(attr.getName(), attr.getValue());
+  auto counted = tile->getAttrOfType<IntegerAttr>(kKernelTileSharedBytesAttr);
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);
   auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
@@ -462,6 +464,13 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
       reinferSubviews(blocks);
       fn->setAttr(kKernelSharedBytesAttr, b.getI64IntegerAttr(sharedBytes));
     }
+  // The tile layer sized the kernel's rows by its count of these bytes
+  // (warpChainSharedBytes); the two counts must agree, or the rows were chosen on a wrong
+  // figure.
+  if (counted && counted.getInt() != sharedBytes && mmaType && o.warpChains)
+    fn.emitWarning("spectra-map-tiles-to-gpu: kernel '")
+        << fn.getSymName() << "' takes " << sharedBytes
+        << " bytes of shared memory, but its tile rows were chosen for " << counted.getInt();
   if (mmaType && o.threads % 32 == 0)
     for (linalg::LinalgOp op : ops) {
       if (chained.contains(op))

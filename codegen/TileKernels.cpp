@@ -649,8 +649,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       return std::make_pair(added, most);
     };
     auto keep = [&](ArrayRef<func::FuncOp> added, int64_t rows) {
-      for (func::FuncOp fn : added)
+      for (func::FuncOp fn : added) {
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
+        if (options.sharedBytes)
+          fn->setAttr(kKernelTileSharedBytesAttr, b.getI64IntegerAttr(options.sharedBytes(fn)));
+      }
     };
     int64_t rows = std::max(options.maxTileRows, s.T);
     int64_t dynamicRows = 0;  // the most rows whose tiles fit dynamicSharedLimit

@@ -121,6 +121,9 @@ inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
 /// The rows of q or k per tile of a row kernel (the launch description reports it).
 inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
+/// With TileKernelOptions::sharedBytes: the bytes that count gave the kernel at its rows.
+/// spectra-map-tiles-to-gpu checks its own count against it and drops it.
+inline constexpr llvm::StringLiteral kKernelTileSharedBytesAttr = "spectra.tile_shared_bytes";
 
 /// The bytes a static buffer of `type` takes (a tile in a GPU block's shared memory).
 inline int64_t bufferBytes(MemRefType type) {
