@@ -34,13 +34,13 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.inputType = inputType;
     options.causal = causal;
     if (warpChainThreads > 0) {
-      Builder b(&getContext());
-      Type mma = warpChainMma == "f16" ? Type(b.getF16Type()) : Type(b.getBF16Type());
       if (warpChainMma != "f16" && warpChainMma != "bf16" && warpChainMma != "bf16x3") {
         getOperation().emitError() << "spectra-build-tile-kernels: warp-chain-mma takes bf16, "
                                       "bf16x3 or f16, got '" << warpChainMma << "'";
         return signalPassFailure();
       }
+      Builder b(&getContext());
+      Type mma = warpChainMma == "f16" ? Type(b.getF16Type()) : Type(b.getBF16Type());
       options.sharedBytes = [threads = int64_t(warpChainThreads), mma](func::FuncOp fn) {
         return warpChainSharedBytes(fn, threads, mma, kStaticSharedBytes);
       };

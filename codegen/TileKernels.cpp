@@ -636,24 +636,18 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         if (before.contains(fn))
           continue;
         added.push_back(fn);
-        int64_t bytes = 0;
-        if (options.sharedBytes)
+        int64_t bytes = tileBufferBytes(fn);
+        if (options.sharedBytes) {
           bytes = options.sharedBytes(fn);
-        else
-          fn.walk([&](memref::AllocaOp a) {
-            if (a.getType().hasStaticShape())
-              bytes += bufferBytes(a.getType());
-          });
+          fn->setAttr(kKernelTileSharedBytesAttr, b.getI64IntegerAttr(bytes));
+        }
         most = std::max(most, bytes);
       }
       return std::make_pair(added, most);
     };
     auto keep = [&](ArrayRef<func::FuncOp> added, int64_t rows) {
-      for (func::FuncOp fn : added) {
+      for (func::FuncOp fn : added)
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
-        if (options.sharedBytes)
-          fn->setAttr(kKernelTileSharedBytesAttr, b.getI64IntegerAttr(options.sharedBytes(fn)));
-      }
     };
     int64_t rows = std::max(options.maxTileRows, s.T);
     int64_t dynamicRows = 0;  // the most rows whose tiles fit dynamicSharedLimit

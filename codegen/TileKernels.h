@@ -76,6 +76,7 @@
 #include "dialect/SpectraDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <functional>
@@ -128,6 +129,17 @@ inline constexpr llvm::StringLiteral kKernelTileSharedBytesAttr = "spectra.tile_
 /// The bytes a static buffer of `type` takes (a tile in a GPU block's shared memory).
 inline int64_t bufferBytes(MemRefType type) {
   return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
+}
+
+/// The bytes of a kernel's static tile buffers (its allocas): a GPU block's shared memory
+/// before any of them move to registers.
+inline int64_t tileBufferBytes(func::FuncOp kernel) {
+  int64_t bytes = 0;
+  kernel.walk([&](memref::AllocaOp a) {
+    if (a.getType().hasStaticShape())
+      bytes += bufferBytes(a.getType());
+  });
+  return bytes;
 }
 
 /// Every kernel kind, in launch order (forward, then backward). The statistics' kinds

@@ -1231,11 +1231,7 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
 
 int64_t mlir::spectra::warpChainSharedBytes(func::FuncOp kernel, int64_t threads, Type mmaType,
                                              int64_t sharedLimit) {
-  int64_t bytes = 0;
-  kernel.walk([&](memref::AllocaOp a) {
-    if (a.getType().hasStaticShape())
-      bytes += bufferBytes(a.getType());
-  });
+  int64_t bytes = tileBufferBytes(kernel);
   if (threads % 32 != 0 || !mmaType)
     return bytes;
   // As spectra-map-tiles-to-gpu maps them: in program order, each chain where the bytes so
