@@ -5,7 +5,6 @@
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 #include "codegen/WarpChains.h"
-#include "codegen/spectra_compiler.h"
 #include "dialect/BuiltinLibrary.h"
 
 #include "mlir/IR/SymbolTable.h"
@@ -48,14 +47,6 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     NamedAttrList missing;
     for (FeatureMapOp map : llvm::to_vector(module.getOps<FeatureMapOp>())) {
       std::string backwardError;
-      // Causal, tile-rows=0: the CPU's rows by the head.
-      if (causal && tileRows == 0) {
-        auto component =
-            SymbolTable::lookupNearestSymbolFrom<ComponentOp>(map, map.getComponentAttr());
-        int64_t features = component ? component.getNumOutputs() * map.getM() : map.getM();
-        options.tileRows = spectra_cpu_causal_tile_rows(
-            features, valueDim > 0 ? int64_t(valueDim) : int64_t(map.getD()));
-      }
       if (failed(buildTileKernels(module, map, options, &backwardError)))
         return signalPassFailure();
       if (!backwardError.empty()) {

@@ -567,18 +567,19 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
     return map.emitOpError() << "tile kernels: unsupported q/k/v dtype '" << options.inputType
                              << "' (supported: f32, bf16, f16)";
   OpBuilder b0(ctx);
-  if (options.tileRows < 1 || options.valueDim < 0)
+  // Causal with tile-rows 0: the CPU's rows by the head (spectra_cpu_causal_tile_rows).
+  if (options.tileRows < (options.causal ? 0 : 1) || options.valueDim < 0)
     return map.emitOpError() << "tile kernels: tile-rows must be positive and value-dim "
                                 "non-negative, got "
                              << options.tileRows << " and " << options.valueDim;
   unsigned numParams = component.getFeatures().front().getNumArguments() - 3;
   Dims s;
-  s.T = options.tileRows;
   s.D = map.getD();
   s.DV = options.valueDim > 0 ? options.valueDim : s.D;
   s.M = map.getM();
   s.K = component.getNumOutputs();
   s.F = s.K * s.M;
+  s.T = options.tileRows > 0 ? options.tileRows : spectra_cpu_causal_tile_rows(s.F, s.DV);
   s.P = std::max<unsigned>(1, numParams);
   Type input = options.inputType == "bf16"  ? Type(b0.getBF16Type())
                : options.inputType == "f16" ? Type(b0.getF16Type())

@@ -88,7 +88,8 @@ namespace mlir::spectra {
 struct TileKernelOptions {
   /// Value head dimension; 0 means the feature map's d.
   int64_t valueDim = 0;
-  /// Rows of q or k per tile.
+  /// Rows of q or k per tile; with causal, 0: the CPU's choice by the head
+  /// (spectra_cpu_causal_tile_rows).
   int64_t tileRows = 32;
   /// When larger than tileRows: the row kernels (kv, readout and the two backward kernels
   /// each; the causal kernels as one group) take the most rows per tile, halving from this

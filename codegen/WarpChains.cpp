@@ -34,11 +34,9 @@ using namespace mlir::spectra;
 
 namespace {
 
-Value root(Value v) { return viewRoot(v); }
-
 /// The alloca a view is of, or null.
 Value localRoot(Value v) {
-  Value r = root(v);
+  Value r = viewRoot(v);
   return r.getDefiningOp<memref::AllocaOp>() ? r : Value();
 }
 
@@ -185,7 +183,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     c.tiles.insert(t);
   }
   for (OpOperand *in : E.getDpsInputOperands())
-    if (in->getOperandNumber() != c.epilogue.input && c.tiles.contains(root(in->get())))
+    if (in->getOperandNumber() != c.epilogue.input && c.tiles.contains(viewRoot(in->get())))
       return std::nullopt;
 
   // Buffers the steps write outside the tiles. Per mma row (the lane's registers, read by
@@ -199,7 +197,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
   auto touch = [&](Operation *op) {
     for (Value v : op->getOperands())
       if (isa<MemRefType>(v.getType()))
-        touched.insert(root(v));
+        touched.insert(viewRoot(v));
   };
   touch(first);
   touch(E);
@@ -210,7 +208,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
                       std::optional<unsigned> tileF, std::optional<unsigned> mmaRowDim) {
     for (OpOperand *in : g.getDpsInputOperands()) {
       AffineMap map = g.getMatchingIndexingMap(in);
-      Value r = root(in->get());
+      Value r = viewRoot(in->get());
       if (dimsOf(map).size() != map.getNumResults())
         return false;
       if (c.tiles.contains(r)) {
@@ -231,7 +229,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     return true;
   };
   auto readsTile = [&](linalg::GenericOp g) {
-    return llvm::any_of(g.getDpsInputs(), [&](Value v) { return c.tiles.contains(root(v)); });
+    return llvm::any_of(g.getDpsInputs(), [&](Value v) { return c.tiles.contains(viewRoot(v)); });
   };
   // A write to a buffer the chain already writes, other than in place by per-row ops.
   auto freshOutput = [&](Value r) {
@@ -243,7 +241,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     if (isMemoryEffectFree(op))
       continue;
     if (auto fill = dyn_cast<linalg::FillOp>(op)) {
-      Value r = root(fill.getDpsInits()[0]);
+      Value r = viewRoot(fill.getDpsInits()[0]);
       if (c.tiles.contains(r) || touched.contains(r))
         break;
       continue;
@@ -259,7 +257,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     // The tiles' (R, F) loop dims, from a tile input's map.
     std::optional<unsigned> tR, tF;
     for (OpOperand *in : g.getDpsInputOperands())
-      if (c.tiles.contains(root(in->get()))) {
+      if (c.tiles.contains(viewRoot(in->get()))) {
         SmallVector<unsigned> d = dimsOf(g.getMatchingIndexingMap(in));
         if (d.size() == 2) {
           tR = d[0];
@@ -293,7 +291,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       unsigned numIns = g.getNumDpsInputs();
       for (OpOperand &out : g.getDpsInitsMutable()) {
         unsigned o = out.getOperandNumber() - numIns;
-        Value rr = root(out.get());
+        Value rr = viewRoot(out.get());
         if (!isDims(g.getMatchingIndexingMap(&out), {kept}) || !freshOutput(rr) ||
             (!transposed && perRow.count(rr)))
           return std::nullopt;
@@ -321,15 +319,15 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       s.plan.kStep = c.ks2;
       int tileInput = -1;
       for (int i = 0; i < 2; ++i)
-        if (c.tiles.contains(root(g.getDpsInputs()[i])))
+        if (c.tiles.contains(viewRoot(g.getDpsInputs()[i])))
           tileInput = i;
-      if (tileInput < 0 || c.tiles.contains(root(g.getDpsInputs()[1 - tileInput])))
+      if (tileInput < 0 || c.tiles.contains(viewRoot(g.getDpsInputs()[1 - tileInput])))
         return std::nullopt;
       s.plan.aInput = tileInput;
       AffineMap aMap = g.getIndexingMapsArray()[tileInput];
-      Value bRoot = root(g.getDpsInputs()[1 - tileInput]);
+      Value bRoot = viewRoot(g.getDpsInputs()[1 - tileInput]);
       SmallVector<unsigned> bd = dimsOf(g.getIndexingMapsArray()[1 - tileInput]);
-      Value outRoot = root(g.getDpsInits()[0]);
+      Value outRoot = viewRoot(g.getDpsInits()[0]);
       // Split: C[R, n] += tile[R, F] B[F, n]; transposed: C[F, n] += tile[R, F]^T B[R, n].
       SmallVector<unsigned> tileDims = transposed ? SmallVector<unsigned>{k, s.plan.mDim}
                                                   : SmallVector<unsigned>{s.plan.mDim, k};
@@ -347,7 +345,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       if (!inputsOk(g, std::nullopt, std::nullopt, 0u))
         return std::nullopt;
       for (OpOperand &out : g.getDpsInitsMutable()) {
-        Value rr = root(out.get());
+        Value rr = viewRoot(out.get());
         if (!isDims(g.getMatchingIndexingMap(&out), {0}) || !freshOutput(rr))
           return std::nullopt;
         perRow[rr] = {-1, 0};
@@ -362,11 +360,11 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       if (!inputsOk(g, std::nullopt, std::nullopt, 0u))
         return std::nullopt;
       for (OpOperand *in : g.getDpsInputOperands())
-        if (!perRow.count(root(in->get())) && !llvm::is_contained(dimsOf(g.getMatchingIndexingMap(in)), 0u) &&
-            touched.contains(root(in->get())))
+        if (!perRow.count(viewRoot(in->get())) && !llvm::is_contained(dimsOf(g.getMatchingIndexingMap(in)), 0u) &&
+            touched.contains(viewRoot(in->get())))
           return std::nullopt;
       for (OpOperand &out : g.getDpsInitsMutable()) {
-        Value rr = root(out.get());
+        Value rr = viewRoot(out.get());
         if (!g.getMatchingIndexingMap(&out).isIdentity() || c.tiles.contains(rr) ||
             perRow.count(rr))
           return std::nullopt;
@@ -749,7 +747,7 @@ private:
   /// element (j, i) of lane `l`.
   Value input(const Lane &l, linalg::GenericOp g, OpOperand &operand, unsigned rowDim,
               unsigned colDim, int64_t j, int64_t i) {
-    Value r = root(operand.get());
+    Value r = viewRoot(operand.get());
     if (auto it = tileSlot.find(r); it != tileSlot.end())
       return x.get(l, it->second + 4 * j + i);
     if (auto it = rowSlot.find(r); it != rowSlot.end())
@@ -819,7 +817,7 @@ private:
           IRMapping map = body(g, [&](unsigned k) -> Value {
             OpOperand &operand = g->getOpOperand(k);
             if (k >= numIns) {
-              auto it = tileSlot.find(root(operand.get()));
+              auto it = tileSlot.find(viewRoot(operand.get()));
               return it != tileSlot.end() ? x.get(l, it->second + 4 * j + i) : x.f32(0);
             }
             return in(l, operand, j, i);
@@ -830,7 +828,7 @@ private:
         }
     });
     for (unsigned o = 0; o < out.size(); ++o)
-      tileSlot[root(g.getDpsInits()[o])] = out[o];
+      tileSlot[viewRoot(g.getDpsInits()[o])] = out[o];
   }
 
   void epilogue() {
@@ -926,7 +924,7 @@ private:
           x.set(l, slot + h, v);
         }
       });
-      rowSlot[root(out)] = slot;
+      rowSlot[viewRoot(out)] = slot;
       // Stored once every warp has read the initial value (after the chain's last barrier).
       afters.push_back([this, out, slot] {
         x.lanes([&](const Lane &l) {
@@ -960,7 +958,7 @@ private:
     linalg::GenericOp g = s.op;
     for (unsigned o = 0; o < g.getNumDpsInits(); ++o) {
       Value out = g.getDpsInits()[o];
-      auto old = rowSlot.find(root(out));
+      auto old = rowSlot.find(viewRoot(out));
       std::optional<int64_t> from;
       if (old != rowSlot.end())
         from = old->second;
@@ -973,7 +971,7 @@ private:
         }
       });
       storeRows(out, [&](const Lane &l, Value f) { return SmallVector<Value>{f}; }, slot);
-      rowSlot[root(out)] = slot;
+      rowSlot[viewRoot(out)] = slot;
     }
   }
 
@@ -989,7 +987,7 @@ private:
         Value f = addv(featureBase(l), mmaRow(l, h));
         IRMapping map = body(g, [&](unsigned k) -> Value {
           OpOperand &operand = g->getOpOperand(k);
-          if (auto it = rowSlot.find(root(operand.get())); it != rowSlot.end())
+          if (auto it = rowSlot.find(viewRoot(operand.get())); it != rowSlot.end())
             return x.get(l, it->second + h);
           return memref::LoadOp::create(b, loc, operand.get(),
                                         indices(g.getMatchingIndexingMap(&operand), {{0, f}}));
@@ -1003,7 +1001,7 @@ private:
       OpOperand &init = g->getOpOperand(numIns + o);
       AffineMap map = g.getMatchingIndexingMap(&init);
       storeRows(init.get(), [&](const Lane &, Value f) { return indices(map, {{0, f}}); }, out[o]);
-      rowSlot[root(init.get())] = out[o];
+      rowSlot[viewRoot(init.get())] = out[o];
     }
   }
 
@@ -1020,7 +1018,7 @@ private:
           where(cols % 8 ? below(col, cols) : Value(), [&] {
             IRMapping map = body(g, [&](unsigned k) -> Value {
               OpOperand &operand = g->getOpOperand(k);
-              if (auto it = rowSlot.find(root(operand.get())); it != rowSlot.end())
+              if (auto it = rowSlot.find(viewRoot(operand.get())); it != rowSlot.end())
                 return x.get(l, it->second + i / 2);
               return memref::LoadOp::create(b, loc, operand.get(),
                                             indices(g.getMatchingIndexingMap(&operand), {{0, f}, {1, col}}));
@@ -1040,7 +1038,7 @@ private:
     linalg::GenericOp g = s.op;
     OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
     AffineMap mapB = g.getMatchingIndexingMap(&Bop);
-    int64_t t0 = tileSlot.lookup(root(g.getDpsInputs()[s.plan.aInput]));
+    int64_t t0 = tileSlot.lookup(viewRoot(g.getDpsInputs()[s.plan.aInput]));
     int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = c.ks2;
     int64_t kRange = c.transposed ? 8 * ntiles : c.cw;
     Value out = g.getDpsInits()[0];
