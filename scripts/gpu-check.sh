@@ -5,12 +5,18 @@
 #   scripts/gpu-check.sh bundle   here: build libspectra-compiler.so with LLVM linked statically
 #                                 (build-static/), and put it with nlohmann/json and GoogleTest's
 #                                 sources into .gpu/ (git-ignored; carry it)
-#   scripts/gpu-check.sh run      there: build the runtime, spectra-bench, spectra-train and the
-#                                 runtime tests against .gpu/ (build-gpu/), run the CUDA numerics
-#                                 tests (the half-precision ones again with each SPECTRA_MMA mode)
-#                                 and the GPU benchmark (bf16: tensor cores against FMA); logs go
-#                                 to $OUT (or ./gpu-results)
-#                                 (CTEST_REGEX picks the tests, SKIP_BENCH=1 skips the benchmark)
+#   scripts/gpu-check.sh prebuild here, after bundle: build the runtime tests and spectra-bench
+#                                 against the bundle (build-gpu/) and put them, stripped and
+#                                 compressed, into .gpu/bin, so the lent machine's minutes go to
+#                                 the checks (run builds them there when they do not load)
+#   scripts/gpu-check.sh run      there: the CUDA numerics tests first (every paper variant,
+#                                 half precision, causal, decoding; the half-precision and causal
+#                                 ones again with each SPECTRA_MMA mode), then the GPU benchmarks
+#                                 (f32; bf16 with tensor cores against FMA; causal; the model's
+#                                 shapes), then the other GPU-aware suites; each step under its
+#                                 own time limit; logs go to $OUT (or ./gpu-results)
+#                                 (TESTS picks the last suites, a gtest filter; SKIP_BENCH=1
+#                                 skips the benchmarks)
 #   scripts/gpu-check.sh train    there, after run: ListOps at the paper's settings (generated,
 #                                 NUM_TRAIN examples) for each of ATTENTIONS, each run cut at
 #                                 TIME_LIMIT seconds of training, the whole sweep cut at
@@ -41,50 +47,103 @@ bundle() {
   say ".gpu/ is $(du -sh .gpu | cut -f1) (git-ignored); carry it with the run"
 }
 
+# The runtime-only build against the bundle's compiler library.
+build_runtime() {
+  local dir=$1
+  mkdir -p "$dir/prebuilt"
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+    .gpu/libspectra-compiler.so.xz "$dir/prebuilt/libspectra-compiler.so"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECTRA_RUNTIME_ONLY=ON \
+    -DSPECTRA_PREBUILT_COMPILER="$ROOT/$dir/prebuilt/libspectra-compiler.so" \
+    -DSPECTRA_JSON_INCLUDE="$ROOT/.gpu/include" -DSPECTRA_GTEST_SOURCE="$ROOT/.gpu/googletest" \
+    > "$2/configure.log" 2>&1 || { tail -30 "$2/configure.log"; exit 1; }
+  cmake --build "$dir" --target SpectraRuntimeTests spectra-bench spectra-train -- -j"$(nproc)" \
+    > "$2/build.log" 2>&1 || { tail -40 "$2/build.log"; exit 1; }
+}
+
+prebuild() {
+  [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
+  say "building the runtime tests and spectra-bench against the bundle (build-gpu/)"
+  build_runtime build-gpu /tmp
+  rm -rf .gpu/bin && mkdir -p .gpu/bin
+  strip --strip-unneeded -o .gpu/bin/SpectraRuntimeTests build-gpu/test/Unit/SpectraRuntimeTests
+  strip --strip-unneeded -o .gpu/bin/spectra-bench build-gpu/bin/spectra-bench
+  xz -T0 -6 .gpu/bin/SpectraRuntimeTests .gpu/bin/spectra-bench
+  say ".gpu/ is $(du -sh .gpu | cut -f1) with the binaries; carry it with the run"
+}
+
 run() {
   [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
-  local out="${OUT:-$ROOT/gpu-results}"
+  local out="${OUT:-$ROOT/gpu-results}" rc=0
   mkdir -p "$out" build-gpu/prebuilt
+  nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
     .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
-  nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
-  say "building the runtime against the bundle (build-gpu/)"
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECTRA_RUNTIME_ONLY=ON \
-    -DSPECTRA_PREBUILT_COMPILER="$ROOT/build-gpu/prebuilt/libspectra-compiler.so" \
-    -DSPECTRA_JSON_INCLUDE="$ROOT/.gpu/include" -DSPECTRA_GTEST_SOURCE="$ROOT/.gpu/googletest" \
-    > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-  cmake --build build-gpu -- -j"$(nproc)" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  local torchlib
+  torchlib="$(python3 -c 'import os,torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+  export LD_LIBRARY_PATH="$ROOT/build-gpu/prebuilt:$torchlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local tests=build-gpu/bin/SpectraRuntimeTests bench=build-gpu/bin/spectra-bench
+  if [ -f .gpu/bin/SpectraRuntimeTests.xz ]; then
+    mkdir -p build-gpu/bin
+    for f in SpectraRuntimeTests spectra-bench; do
+      python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+        ".gpu/bin/$f.xz" "build-gpu/bin/$f"
+      chmod +x "build-gpu/bin/$f"
+    done
+  fi
+  if ! "$tests" --gtest_list_tests > "$out/list.txt" 2>&1; then
+    say "the prebuilt binaries do not load here ($(tail -1 "$out/list.txt")): building them (build-gpu-local/)"
+    build_runtime build-gpu-local "$out"
+    tests=build-gpu-local/test/Unit/SpectraRuntimeTests bench=build-gpu-local/bin/spectra-bench
+  fi
   export SPECTRA_CACHE_DIR="$ROOT/build-gpu/kernel-cache"
-  say "CUDA numerics and host tests"
-  # A failing test must not hide the benchmark; the status is returned at the end.
-  local rc=0
-  (cd build-gpu && ctest -V -R "${CTEST_REGEX:-FusedCuda|SpectralAttention|KernelCache|LraModel|DeviceStep}" 2>&1) | tee "$out/ctest.log" || rc=1
-  # The tensor-core path never ran on a GPU before: bf16/f16 inputs again with each SPECTRA_MMA
-  # mode, so a wrong result can be told from the FMA path's.
+  # step NAME SECONDS COMMAND...: one check under its own limit, logged; a failure is remembered,
+  # never hides the steps after it.
+  step() {
+    local name=$1 limit=$2; shift 2
+    say "$name"
+    local t0=$SECONDS
+    local status=0
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1 || status=$?
+    [ "$status" = 0 ] || { rc=1; say "$name: FAILED (exit $status$([ "$status" = 124 ] && echo ", past ${limit} s"); log $name.log)"; }
+    say "$name: $((SECONDS - t0)) s"
+  }
+  step cuda-numerics 240 "$tests" --gtest_filter='FusedCuda*:Numerics.GpuKernels*'
+  grep -h "^\[cuda\|FAILED\|OK \]" "$out/cuda-numerics.log" | tail -80 >&2 || true
+  # The tensor-core path against the FMA path: half precision and causal with each mode.
   for mode in bf16 none; do
-    say "CUDA half-precision tests with SPECTRA_MMA=$mode"
-    (cd build-gpu && SPECTRA_MMA=$mode ctest -V -R "FusedCuda" 2>&1) | tee "$out/ctest-mma-$mode.log" || rc=1
+    SPECTRA_MMA=$mode step "cuda-mma-$mode" 120 "$tests" \
+      --gtest_filter='FusedCuda.HalfPrecision*:FusedCuda.Causal*'
   done
-  [ -z "${SKIP_BENCH:-}" ] || return $rc
-  say "GPU benchmark"
-  build-gpu/bin/spectra-bench --device cuda --variant posrf-mm 2>&1 | tee "$out/bench-posrf-mm.txt" || true
-  build-gpu/bin/spectra-bench --device cuda --variant saderf-orf 2>&1 | tee "$out/bench-saderf-orf.txt" || true
-  for mode in bf16x3 bf16 none; do
-    SPECTRA_MMA=$mode build-gpu/bin/spectra-bench --device cuda --variant posrf-mm --dtype bf16 2>&1 |
-      tee "$out/bench-posrf-mm-bf16-mma-$mode.txt" || true
-  done
+  if [ -z "${SKIP_BENCH:-}" ]; then
+    step bench-posrf-mm-f32 60 "$bench" --device cuda --variant posrf-mm
+    for mode in bf16x3 bf16 none; do
+      SPECTRA_MMA=$mode step "bench-posrf-mm-bf16-mma-$mode" 60 "$bench" --device cuda --variant posrf-mm --dtype bf16
+    done
+    step bench-causal-posrf-orf-f32 60 "$bench" --device cuda --variant posrf-orf --causal
+    step bench-causal-posrf-orf-bf16 60 "$bench" --device cuda --variant posrf-orf --causal --dtype bf16
+    # The GPU model's shapes (scripts/gpu-model.py).
+    step bench-model-b4 60 "$bench" --device cuda --variant posrf-mm --batch 4 --heads 2 --length 4096
+    step bench-model-long 90 "$bench" --device cuda --variant posrf-mm --batch 1 --heads 16 \
+      --length 65536 --dim 64 --m 256 --dtype bf16 --repeats 5
+    step bench-paper-bf16 150 "$bench" --device cuda --variant paper --dtype bf16
+  fi
+  step other-suites 300 "$tests" --gtest_filter="${TESTS:-SpectralAttention.*:KernelCache.*:LraModel.*:DeviceStep.*:WeightModule.*}"
+  grep -h "FAILED\|PASSED\|SKIPPED" "$out"/*.log >&2 || true
   return $rc
 }
 
 train() {
-  [ -x build-gpu/bin/spectra-train ] || { say "no build-gpu/bin/spectra-train: run 'scripts/gpu-check.sh run' first"; exit 1; }
+  local trainer=build-gpu/bin/spectra-train
+  [ -x "$trainer" ] || trainer=build-gpu-local/bin/spectra-train
+  [ -x "$trainer" ] || { mkdir -p /tmp/spectra-gpu-build; build_runtime build-gpu-local /tmp/spectra-gpu-build; }
   local out="${OUT:-$ROOT/gpu-results}" work=/tmp/spectra-gpu-train
   mkdir -p "$out" "$work"
   export SPECTRA_CACHE_DIR="$ROOT/build-gpu/kernel-cache"
   [ -f "$work/listops/basic_train.tsv" ] ||
-    build-gpu/bin/spectra-train generate-listops --out "$work/listops" --num-train "${NUM_TRAIN:-20000}"
+    "$trainer" generate-listops --out "$work/listops" --num-train "${NUM_TRAIN:-20000}"
   set +e
-  timeout "${SWEEP_SECONDS:-100000}" build-gpu/bin/spectra-train sweep --task listops --data "$work/listops" --out "$work/sweep" \
+  timeout "${SWEEP_SECONDS:-100000}" "$trainer" sweep --task listops --data "$work/listops" --out "$work/sweep" \
     --attentions "${ATTENTIONS:-softmax,spectra:posrf-mm,spectra:saderf-orf}" \
     --time-limit "${TIME_LIMIT:-150}" --no-progress 2>&1 | tee "$work/sweep.log"
   set -e
@@ -94,6 +153,7 @@ train() {
 
 case "${1:-}" in
   bundle) bundle ;;
+  prebuild) prebuild ;;
   run) run ;;
   train) train ;;
   *) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
