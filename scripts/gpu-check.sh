@@ -66,9 +66,12 @@ prebuild() {
   say "building the runtime tests and spectra-bench against the bundle (build-gpu/)"
   build_runtime build-gpu /tmp
   rm -rf .gpu/bin && mkdir -p .gpu/bin
-  strip --strip-unneeded -o .gpu/bin/SpectraRuntimeTests build-gpu/test/Unit/SpectraRuntimeTests
-  strip --strip-unneeded -o .gpu/bin/spectra-bench build-gpu/bin/spectra-bench
-  xz -T0 -6 .gpu/bin/SpectraRuntimeTests .gpu/bin/spectra-bench
+  local f
+  for f in test/Unit/SpectraRuntimeTests bin/spectra-bench runtime/libSpectraRuntime.so \
+           models/libSpectraModels.so; do
+    strip --strip-unneeded -o ".gpu/bin/$(basename "$f")" "build-gpu/$f"
+  done
+  xz -T0 -6 .gpu/bin/*
   say ".gpu/ is $(du -sh .gpu | cut -f1) with the binaries; carry it with the run"
 }
 
@@ -79,18 +82,21 @@ run() {
   nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
     .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
-  local torchlib
-  torchlib="$(python3 -c 'import os,torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
-  export LD_LIBRARY_PATH="$ROOT/build-gpu/prebuilt:$torchlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local tests=build-gpu/bin/SpectraRuntimeTests bench=build-gpu/bin/spectra-bench
-  if [ -f .gpu/bin/SpectraRuntimeTests.xz ]; then
-    mkdir -p build-gpu/bin
-    for f in SpectraRuntimeTests spectra-bench; do
-      python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-        ".gpu/bin/$f.xz" "build-gpu/bin/$f"
-      chmod +x "build-gpu/bin/$f"
-    done
-  fi
+  # The prebuilt binaries find the compiler, the runtime libraries, LibTorch and the CUDA
+  # runtime here (their RUNPATH names this machine's paths, where they were built).
+  local libs
+  libs="$(python3 -c 'import glob,os,torch
+t = os.path.dirname(torch.__file__)
+print(":".join([os.path.join(t, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(t), "nvidia", "**", "lib"), recursive=True))))')"
+  export LD_LIBRARY_PATH="$ROOT/build-gpu/bin:$ROOT/build-gpu/prebuilt:$libs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local tests=build-gpu/bin/SpectraRuntimeTests bench=build-gpu/bin/spectra-bench f
+  mkdir -p build-gpu/bin
+  for f in .gpu/bin/*.xz; do
+    [ -f "$f" ] || continue
+    python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
+      "$f" "build-gpu/bin/$(basename "$f" .xz)"
+    chmod +x "build-gpu/bin/$(basename "$f" .xz)"
+  done
   if ! "$tests" --gtest_list_tests > "$out/list.txt" 2>&1; then
     say "the prebuilt binaries do not load here ($(tail -1 "$out/list.txt")): building them (build-gpu-local/)"
     build_runtime build-gpu-local "$out"
