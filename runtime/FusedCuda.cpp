@@ -79,7 +79,9 @@ GpuArtifact GpuArtifact::fromJson(const std::string &text) {
       if (!a.kernels.emplace(kind, std::move(abi)).second)
         badArtifact("two kernels of kind '" + kind + "'");
     }
-    for (const char *kind : {"kv", "kv_combine", "readout"})
+    // The causal set reads out through causal_readout (its prefix scan between the chunks).
+    const bool causal = a.kernels.count("causal_readout") != 0;
+    for (const char *kind : {"kv", "kv_combine", causal ? "causal_readout" : "readout"})
       a.kernel(kind);
     return a;
   } catch (const json::exception &e) {

@@ -17,6 +17,8 @@
 #                                 own time limit; logs go to $OUT (or ./gpu-results)
 #                                 (TESTS picks the last suites, a gtest filter; SKIP_BENCH=1
 #                                 skips the benchmarks)
+#   scripts/gpu-check.sh exec CMD there: CMD with the unpacked binaries ($tests, $bench exported)
+#                                 and their libraries on LD_LIBRARY_PATH (one-off checks)
 #   scripts/gpu-check.sh train    there, after run: ListOps at the paper's settings (generated,
 #                                 NUM_TRAIN examples) for each of ATTENTIONS, each run cut at
 #                                 TIME_LIMIT seconds of training, the whole sweep cut at
@@ -75,11 +77,10 @@ prebuild() {
   say ".gpu/ is $(du -sh .gpu | cut -f1) with the binaries; carry it with the run"
 }
 
-run() {
-  [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
-  local out="${OUT:-$ROOT/gpu-results}" rc=0
-  mkdir -p "$out" build-gpu/prebuilt
-  nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
+# Unpacks the bundle (and the prebuilt binaries) into build-gpu/ and points LD_LIBRARY_PATH at
+# them, LibTorch and its CUDA libraries; sets $tests and $bench.
+unpack() {
+  mkdir -p build-gpu/prebuilt
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
     .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
   # The prebuilt binaries find the compiler, the runtime libraries, LibTorch and the CUDA
@@ -89,7 +90,8 @@ run() {
 t = os.path.dirname(torch.__file__)
 print(":".join([os.path.join(t, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(t), "nvidia", "**", "lib"), recursive=True))))')"
   export LD_LIBRARY_PATH="$ROOT/build-gpu/bin:$ROOT/build-gpu/prebuilt:$libs:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  local tests=build-gpu/bin/SpectraRuntimeTests bench=build-gpu/bin/spectra-bench f
+  tests=build-gpu/bin/SpectraRuntimeTests bench=build-gpu/bin/spectra-bench
+  local f
   mkdir -p build-gpu/bin
   for f in .gpu/bin/*.xz; do
     [ -f "$f" ] || continue
@@ -97,6 +99,14 @@ print(":".join([os.path.join(t, "lib")] + sorted(glob.glob(os.path.join(os.path.
       "$f" "build-gpu/bin/$(basename "$f" .xz)"
     chmod +x "build-gpu/bin/$(basename "$f" .xz)"
   done
+}
+
+run() {
+  [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
+  local out="${OUT:-$ROOT/gpu-results}" rc=0
+  mkdir -p "$out"
+  nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
+  unpack
   if ! "$tests" --gtest_list_tests > "$out/list.txt" 2>&1; then
     say "the prebuilt binaries do not load here ($(tail -1 "$out/list.txt")): building them (build-gpu-local/)"
     build_runtime build-gpu-local "$out"
@@ -161,6 +171,8 @@ case "${1:-}" in
   bundle) bundle ;;
   prebuild) prebuild ;;
   run) run ;;
+  exec) shift; [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle"; exit 1; }
+        unpack; export SPECTRA_CACHE_DIR="$ROOT/build-gpu/kernel-cache" tests bench; "$@" ;;
   train) train ;;
   *) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

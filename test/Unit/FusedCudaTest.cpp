@@ -77,6 +77,21 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
     std::regex atomic(R"((^|\s)(atom|red)\.)");
     EXPECT_FALSE(std::regex_search(a.ptx, atomic)) << "no atomic instruction (" << dtype << ")";
   }
+  // The causal set has no 'readout' (its queries read out through causal_readout): it parses,
+  // and asking it for a readout names what it has. (The first GPU run found the loader
+  // demanding 'readout' of every artifact, so causal attention never launched on a GPU.)
+  GpuArtifact causal = GpuArtifact::fromJson(
+      compileGpuVariant("posrf-orf", config(64, 32), "sm_90a", "bf16", 0, /*causal=*/true));
+  EXPECT_EQ(causal.kernel("causal_readout").grid, "queries");
+  EXPECT_EQ(causal.kernels.count("readout"), 0u);
+  std::string error;
+  try {
+    causal.kernel("readout");
+  } catch (const std::invalid_argument &e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("no 'readout' kernel for 'posrf_orf' (there are: causal_decode, "), std::string::npos)
+      << error;
 }
 
 TEST(FusedCudaHost, TilesPastStaticSharedMemoryAreDynamicAndDescribed) {
