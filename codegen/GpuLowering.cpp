@@ -48,6 +48,7 @@ static std::string cudaToolkit() {
 
 static std::unique_ptr<Pass> createMinBlocksPerSmPass();
 static std::unique_ptr<Pass> createExternDynamicSharedPass();
+static std::unique_ptr<Pass> createAlignSharedBuffersPass();
 
 void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, bool toBinary) {
   GpuNVVMAttachTargetOptions target;
@@ -76,6 +77,7 @@ void mlir::spectra::buildGpuLoweringPipeline(OpPassManager &pm, StringRef chip, 
   kernels.addPass(createReconcileUnrealizedCastsPass());
   kernels.addPass(createMinBlocksPerSmPass());
   kernels.addPass(createExternDynamicSharedPass());
+  kernels.addPass(createAlignSharedBuffersPass());
   if (toBinary)
     pm.addPass(createSerializeKernelsToPtxPass());
 }
@@ -200,6 +202,35 @@ struct ExternDynamicSharedPass
 
 static std::unique_ptr<Pass> createExternDynamicSharedPass() {
   return std::make_unique<ExternDynamicSharedPass>();
+}
+
+namespace {
+
+/// A workgroup buffer lowers to a shared global aligned to its element (4 bytes for f32),
+/// while its vector<4xf32> accesses become ld/st.shared.v4, which need 16. ptxas packs the
+/// buffers in order, so a buffer after one of 65 floats (SGQ's 2d+1 features) starts 4 bytes
+/// off 16 and its v4 accesses fault ("misaligned address": found by the first GPU run, an
+/// H200, on posrf-sgq's kv). Every static shared buffer is aligned to 16 bytes, as the
+/// dynamic pool's views already are.
+struct AlignSharedBuffersPass
+    : public PassWrapper<AlignSharedBuffersPass, OperationPass<gpu::GPUModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(AlignSharedBuffersPass)
+  StringRef getArgument() const final { return "spectra-align-shared-buffers"; }
+  StringRef getDescription() const final {
+    return "align every shared-memory global to 16 bytes (the v4 accesses' alignment)";
+  }
+  void runOnOperation() override {
+    for (LLVM::GlobalOp g : getOperation().getOps<LLVM::GlobalOp>())
+      if (g.getAddrSpace() == 3 && g.getAlignment().value_or(0) < kSharedAlignment)
+        g.setAlignment(kSharedAlignment);
+  }
+  static constexpr uint64_t kSharedAlignment = 16;
+};
+
+} // namespace
+
+static std::unique_ptr<Pass> createAlignSharedBuffersPass() {
+  return std::make_unique<AlignSharedBuffersPass>();
 }
 
 namespace {

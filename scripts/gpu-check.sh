@@ -13,7 +13,8 @@
 #                                 half precision, causal, decoding; the half-precision and causal
 #                                 ones again with each SPECTRA_MMA mode), then the GPU benchmarks
 #                                 (f32; bf16 with tensor cores against FMA; causal; the model's
-#                                 shapes), then the other GPU-aware suites; each step under its
+#                                 shapes), compute-sanitizer's memcheck over the paper's variants,
+#                                 then the other GPU-aware suites; each step under its
 #                                 own time limit; logs go to $OUT (or ./gpu-results)
 #                                 (TESTS picks the last suites, a gtest filter; SKIP_BENCH=1
 #                                 skips the benchmarks)
@@ -124,7 +125,7 @@ run() {
     [ "$status" = 0 ] || { rc=1; say "$name: FAILED (exit $status$([ "$status" = 124 ] && echo ", past ${limit} s"); log $name.log)"; }
     say "$name: $((SECONDS - t0)) s"
   }
-  step cuda-numerics 240 "$tests" --gtest_filter='FusedCuda*:Numerics.GpuKernels*'
+  step cuda-numerics 200 "$tests" --gtest_filter='FusedCuda*:Numerics.GpuKernels*'
   grep -h "^\[cuda\|FAILED\|OK \]" "$out/cuda-numerics.log" | tail -80 >&2 || true
   # The tensor-core path against the FMA path: half precision and causal with each mode.
   for mode in bf16 none; do
@@ -142,9 +143,17 @@ run() {
     step bench-model-b4 60 "$bench" --device cuda --variant posrf-mm --batch 4 --heads 2 --length 4096
     step bench-model-long 90 "$bench" --device cuda --variant posrf-mm --batch 1 --heads 16 \
       --length 65536 --dim 64 --m 256 --dtype bf16 --repeats 5
-    step bench-paper-bf16 150 "$bench" --device cuda --variant paper --dtype bf16
+    for v in saderf-orf oprf-qmc posrf-sgq; do
+      step "bench-$v-bf16" 60 "$bench" --device cuda --variant "$v" --dtype bf16
+    done
   fi
-  step other-suites 300 "$tests" --gtest_filter="${TESTS:-SpectralAttention.*:KernelCache.*:LraModel.*:DeviceStep.*:WeightModule.*}"
+  # Every access checked (memcheck: out of bounds, misaligned), the paper's variants and causal.
+  local sanitizer=/usr/local/cuda/bin/compute-sanitizer
+  command -v compute-sanitizer >/dev/null && sanitizer=compute-sanitizer
+  [ -x "$sanitizer" ] || command -v "$sanitizer" >/dev/null &&
+    step memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 1 --print-limit 5 "$tests" \
+      --gtest_filter='FusedCuda.EveryPaperVariant*:FusedCuda.Causal*'
+  step other-suites 120 "$tests" --gtest_filter="${TESTS:-SpectralAttention.*:KernelCache.*:LraModel.*:DeviceStep.*:WeightModule.*}"
   grep -h "FAILED\|PASSED\|SKIPPED" "$out"/*.log >&2 || true
   return $rc
 }
