@@ -200,8 +200,12 @@ struct CudaLauncher : KernelLauncher {
       : artifact(artifact), functions(functions), device(device) {}
   const KernelAbi &abi(const std::string &kind) const override { return artifact.kernel(kind); }
   bool has(const std::string &kind) const override { return artifact.kernels.count(kind) != 0; }
-  // One wave: the kernels are compiled for at least 2 resident blocks per SM (.minnctapersm).
-  int64_t targetBlocks() const override { return 2 * int64_t(cuda::multiprocessors(device)); }
+  // Four waves of the device (kChunkBlocksPerSm); SPECTRA_GPU_BLOCKS overrides it, as in the
+  // emulation.
+  int64_t targetBlocks() const override {
+    return gpuBlocksFromEnvironment("spectra fused CUDA attention")
+        .value_or(kChunkBlocksPerSm * int64_t(cuda::multiprocessors(device)));
+  }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     CudaLaunchGeometry g = cudaGeometry(abi, operands);
     if (g.grid[0] == 0 || g.grid[1] == 0)

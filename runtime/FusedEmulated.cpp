@@ -23,17 +23,10 @@ struct EmulatedLauncher : KernelLauncher {
   }
   const KernelAbi &abi(const std::string &kind) const override { return get(kind).abi; }
   bool has(const std::string &kind) const override { return byKind.count(kind) != 0; }
-  // The chunking a GPU would get: one wave of an H100 SXM (132 SMs x 2 blocks), or
+  // The chunking a GPU would get: an H100 SXM's 132 SMs x kChunkBlocksPerSm, or
   // SPECTRA_GPU_BLOCKS (a positive count; read at each launch, so tests can vary it).
   int64_t targetBlocks() const override {
-    if (const char *blocks = std::getenv("SPECTRA_GPU_BLOCKS"); blocks && *blocks) {
-      char *end = nullptr;
-      long long value = std::strtoll(blocks, &end, 10);
-      TORCH_CHECK(*end == 0 && value > 0, "spectra gpu-emulated attention: SPECTRA_GPU_BLOCKS='",
-                  blocks, "' is not a positive block count");
-      return value;
-    }
-    return 2 * 132;
+    return gpuBlocksFromEnvironment("spectra gpu-emulated attention").value_or(kChunkBlocksPerSm * 132);
   }
   void launch(const KernelAbi &abi, const std::vector<torch::Tensor> &operands) const override {
     callHostKernel(get(abi.kind).entry, abi, operands);

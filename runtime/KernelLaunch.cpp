@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <chrono>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -324,6 +325,17 @@ KernelTimer::KernelTimer() {
   KernelTimer *none = nullptr;
   TORCH_CHECK(activeTimer.compare_exchange_strong(none, this),
               "spectra: only one KernelTimer can be alive at a time");
+}
+
+std::optional<int64_t> gpuBlocksFromEnvironment(const char *who) {
+  const char *blocks = std::getenv("SPECTRA_GPU_BLOCKS");
+  if (!blocks || !*blocks)
+    return std::nullopt;
+  char *end = nullptr;
+  long long value = std::strtoll(blocks, &end, 10);
+  TORCH_CHECK(*end == 0 && value > 0, who, ": SPECTRA_GPU_BLOCKS='", blocks,
+              "' is not a positive block count");
+  return value;
 }
 
 int64_t rowChunks(const KernelLauncher &launcher, const KernelAbi &abi, int64_t rows,

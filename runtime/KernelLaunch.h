@@ -26,6 +26,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,19 @@ public:
   /// launcher with at least as many slices as workers prefers.
   virtual bool wholeSequencePerSlice(int64_t /*slices*/) const { return false; }
 };
+
+/// The blocks per SM the partial-sum kernels' chunks are sized for on a GPU: four waves of
+/// two resident blocks. Measured on an H200 (posrf-mm, B=1 H=16 N=65536 d=64 m=256): one wave
+/// (17 chunks of 3856 rows) took 127 ms forward+backward in bf16 and 100 ms in f32, four waves
+/// (66 chunks) 73 and 67 ms, 256-row chunks (256) 83 and 76 ms: a block's serial loop over
+/// thousands of rows leaves the SM idle between its tiles, and the combines grow with the
+/// chunks.
+constexpr int64_t kChunkBlocksPerSm = 8;
+
+/// SPECTRA_GPU_BLOCKS, when set: the blocks a GPU launch (or its emulation) spreads the
+/// partial-sum kernels' rows over, in place of one wave (read at each launch, so tests and
+/// measurements can vary it); throws naming `who` when it is not a positive count.
+std::optional<int64_t> gpuBlocksFromEnvironment(const char *who);
 
 /// The row chunks of a launch of `abi` over `rows` rows of `slices` slices: ceil(rows /
 /// chunk_rows), or for a chunksFromPartials kernel the fewest that still give the launcher's

@@ -159,8 +159,9 @@ def main():
                   f"{'fill':>6}{'FMA us':>9}{'TC us':>8}{'exp us':>8}{'HBM us':>8}  bound f32 (FMA)"
                   f" / bf16 (tensor cores)")
             total_now = total_tc = 0
-            # One wave of the chip: 2 resident blocks per SM (what the CUDA launcher targets).
-            chunks = {k["kind"]: row_chunks(k, N, B * H, 2 * gpu["sms"])
+            # Four waves of the chip: 8 blocks per SM, what the CUDA launcher targets
+            # (kChunkBlocksPerSm in runtime/KernelLaunch.h, measured on an H200).
+            chunks = {k["kind"]: row_chunks(k, N, B * H, 8 * gpu["sms"])
                       for k in artifact["kernels"] if k["grid"] in ("keys", "queries")}
             producer = {"kv_combine": "kv", "dsummary_combine": "query_backward",
                         "dweights_chunk_combine": "query_backward",
