@@ -31,6 +31,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 say() { printf '[gpu-check] %s\n' "$*" >&2; }
+# unxz_to SRC DST: decompress (Python's lzma: the GPU machines may lack xz).
+unxz_to() { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$1" "$2"; }
 
 bundle() {
   ./spectra setup
@@ -54,8 +56,7 @@ bundle() {
 build_runtime() {
   local dir=$1
   mkdir -p "$dir/prebuilt"
-  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-    .gpu/libspectra-compiler.so.xz "$dir/prebuilt/libspectra-compiler.so"
+  unxz_to .gpu/libspectra-compiler.so.xz "$dir/prebuilt/libspectra-compiler.so"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECTRA_RUNTIME_ONLY=ON \
     -DSPECTRA_PREBUILT_COMPILER="$ROOT/$dir/prebuilt/libspectra-compiler.so" \
     -DSPECTRA_JSON_INCLUDE="$ROOT/.gpu/include" -DSPECTRA_GTEST_SOURCE="$ROOT/.gpu/googletest" \
@@ -82,8 +83,7 @@ prebuild() {
 # them, LibTorch and its CUDA libraries; sets $tests and $bench.
 unpack() {
   mkdir -p build-gpu/prebuilt
-  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-    .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
+  unxz_to .gpu/libspectra-compiler.so.xz build-gpu/prebuilt/libspectra-compiler.so
   # The prebuilt binaries find the compiler, the runtime libraries, LibTorch and the CUDA
   # runtime here (their RUNPATH names this machine's paths, where they were built).
   local libs
@@ -96,8 +96,7 @@ print(":".join([os.path.join(t, "lib")] + sorted(glob.glob(os.path.join(os.path.
   mkdir -p build-gpu/bin
   for f in .gpu/bin/*.xz; do
     [ -f "$f" ] || continue
-    python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" \
-      "$f" "build-gpu/bin/$(basename "$f" .xz)"
+    unxz_to "$f" "build-gpu/bin/$(basename "$f" .xz)"
     chmod +x "build-gpu/bin/$(basename "$f" .xz)"
   done
 }
