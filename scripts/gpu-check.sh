@@ -13,9 +13,11 @@
 #                                 half precision, causal, decoding; the half-precision and causal
 #                                 ones again with each SPECTRA_MMA mode), then the GPU benchmarks
 #                                 (f32; bf16 with tensor cores against FMA; causal; the model's
-#                                 shapes), compute-sanitizer's memcheck over the paper's variants,
+#                                 shapes; per-kernel times by ncu, scripts/ncu-kernels.py),
+#                                 compute-sanitizer's memcheck over the paper's variants,
 #                                 then the other GPU-aware suites; each step under its
-#                                 own time limit; logs go to $OUT (or ./gpu-results)
+#                                 own time limit; logs go to $OUT/gpu-logs.tgz (or
+#                                 ./gpu-results/), packed again after every step
 #                                 (TESTS picks the last suites, a gtest filter; SKIP_BENCH=1
 #                                 skips the benchmarks)
 #   scripts/gpu-check.sh exec CMD there: CMD with the unpacked binaries ($tests, $bench exported)
@@ -76,6 +78,7 @@ prebuild() {
     strip --strip-unneeded -o ".gpu/bin/$(basename "$f")" "build-gpu/$f"
   done
   xz -T0 -6 .gpu/bin/*
+  { git rev-parse --short HEAD; git diff --quiet HEAD || echo "(with uncommitted changes)"; } > .gpu/commit.txt
   say ".gpu/ is $(du -sh .gpu | cut -f1) with the binaries; carry it with the run"
 }
 
@@ -103,8 +106,12 @@ print(":".join([os.path.join(t, "lib")] + sorted(glob.glob(os.path.join(os.path.
 
 run() {
   [ -f .gpu/libspectra-compiler.so.xz ] || { say "no .gpu/ bundle: run 'scripts/gpu-check.sh bundle' first"; exit 1; }
-  local out="${OUT:-$ROOT/gpu-results}" rc=0
-  mkdir -p "$out"
+  # The logs go to a folder of their own, packed into $OUT/gpu-logs.tgz after every step: the
+  # device tool brings back only a few files, and a run cut at its limit keeps what it did.
+  local dest="${OUT:-$ROOT/gpu-results}" out=/tmp/spectra-gpu-logs rc=0
+  rm -rf "$out" && mkdir -p "$out" "$dest"
+  # The commit the binaries were built at (prebuild records it; the copy there has no .git).
+  cp .gpu/commit.txt "$out/" 2>/dev/null || git -C "$ROOT" rev-parse HEAD > "$out/commit.txt" 2>/dev/null || true
   nvidia-smi -L 2>&1 | tee "$out/devices.txt" || true
   unpack
   if ! "$tests" --gtest_list_tests > "$out/list.txt" 2>&1; then
@@ -123,6 +130,7 @@ run() {
     timeout "$limit" "$@" > "$out/$name.log" 2>&1 || status=$?
     [ "$status" = 0 ] || { rc=1; say "$name: FAILED (exit $status$([ "$status" = 124 ] && echo ", past ${limit} s"); log $name.log)"; }
     say "$name: $((SECONDS - t0)) s"
+    tar czf "$dest/gpu-logs.tgz" -C "$out" . 2>/dev/null || true
   }
   step cuda-numerics 200 "$tests" --gtest_filter='FusedCuda*:Numerics.GpuKernels*'
   grep -h "^\[cuda\|FAILED\|OK \]" "$out/cuda-numerics.log" | tail -80 >&2 || true
@@ -146,6 +154,22 @@ run() {
       step "bench-$v-bf16" 60 "$bench" --device cuda --variant "$v" --dtype bf16
     done
   fi
+  # Per-kernel GPU times (Nsight Compute) at the model's two shapes, summarised by
+  # scripts/ncu-kernels.py beside the benchmark's own figures.
+  local ncu=/usr/local/cuda/bin/ncu shape i=0
+  command -v ncu >/dev/null && ncu=ncu
+  if [ -z "${SKIP_BENCH:-}" ] && { [ -x "$ncu" ] || command -v "$ncu" >/dev/null; }; then
+    for shape in "--length 4096" "--length 4096 --dtype bf16" \
+                 "--batch 1 --heads 16 --length 65536 --dim 64 --m 256 --dtype bf16"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      step "kernels-$i" 120 "$ncu" --metrics gpu__time_duration.sum --csv -k regex:posrf_mm \
+        --launch-count 40 "$bench" --device cuda --variant posrf-mm --repeats 1 $shape
+      python3 scripts/ncu-kernels.py "$out/kernels-$i.log" --strip posrf_mm_ \
+        > "$out/kernels-$i.txt" 2>&1 || true
+      { echo "posrf-mm $shape"; cat "$out/kernels-$i.txt"; } >&2
+    done
+  fi
   # Every access checked (memcheck: out of bounds, misaligned), the paper's variants and causal.
   local sanitizer=/usr/local/cuda/bin/compute-sanitizer
   command -v compute-sanitizer >/dev/null && sanitizer=compute-sanitizer
@@ -154,6 +178,7 @@ run() {
       --gtest_filter='FusedCuda.EveryPaperVariant*:FusedCuda.Causal*'
   step other-suites 120 "$tests" --gtest_filter="${TESTS:-SpectralAttention.*:KernelCache.*:LraModel.*:DeviceStep.*:WeightModule.*}"
   grep -h "FAILED\|PASSED\|SKIPPED" "$out"/*.log >&2 || true
+  tar czf "$dest/gpu-logs.tgz" -C "$out" . 2>/dev/null || true
   return $rc
 }
 
