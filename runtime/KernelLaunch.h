@@ -166,8 +166,8 @@ public:
 constexpr int64_t kChunkBlocksPerSm = 8;
 
 /// SPECTRA_GPU_BLOCKS, when set: the blocks a GPU launch (or its emulation) spreads the
-/// partial-sum kernels' rows over, in place of one wave (read at each launch, so tests and
-/// measurements can vary it); throws naming `who` when it is not a positive count.
+/// partial-sum kernels' rows over, in place of kChunkBlocksPerSm per SM (read at each launch,
+/// so tests and measurements can vary it); throws naming `who` when it is not a positive count.
 std::optional<int64_t> gpuBlocksFromEnvironment(const char *who);
 
 /// The row chunks of a launch of `abi` over `rows` rows of `slices` slices: ceil(rows /
