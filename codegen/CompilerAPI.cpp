@@ -3,6 +3,7 @@
 #include "codegen/spectra_compiler.h"
 
 #include "codegen/CpuKernel.h"
+#include "codegen/KernelWork.h"
 #include "codegen/GpuLowering.h"
 #include "frontend/OptionText.h"
 #include "codegen/MapTilesToGpu.h"
@@ -618,6 +619,31 @@ extern "C" spectra_cpu_kernel *spectra_cpu_compile_variant(const char *variant, 
   if (!module)
     return failKernel(error, why);
   return compileCpu(ctx, *module, nullptr, dv, causal != 0, error);
+}
+
+extern "C" char *spectra_cpu_work_variant(const char *variant, int64_t m, int64_t d,
+                                          int64_t seed, const char *options, int64_t dv,
+                                          int causal, char **error) {
+  Context ctx;
+  std::string why;
+  OwningOpRef<ModuleOp> module =
+      variantModule(ctx, "spectra_cpu_work_variant", variant, m, d, seed, options, why);
+  if (!module)
+    return fail(error, why);
+  if (failed(sp::linkBuiltinLibrary(*module)))
+    return fail(error, "could not link the built-in library:\n" + ctx.diagnostics);
+  // The JIT's options up to the vector stage.
+  sp::CpuPipelineOptions pipeline;
+  pipeline.valueDim = dv;
+  pipeline.causal = causal != 0;
+  pipeline.vectorWidth = sp::hostVectorWidth();
+  PassManager pm(&ctx.context);
+  sp::buildCpuPipeline(pm, pipeline, sp::CpuStage::Vectors);
+  if (failed(pm.run(*module)))
+    return fail(error, "spectra-cpu-pipeline failed:\n" + ctx.diagnostics);
+  int64_t width = pipeline.vectorWidth;
+  int64_t expOps = sp::expVectorOps(&ctx.context, width, width == 16 && sp::hostHasAvx512());
+  return duplicate(sp::formatKernelWork(sp::countKernelWork(*module), expOps));
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,

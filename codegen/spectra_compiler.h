@@ -96,6 +96,18 @@ SPECTRA_API void *spectra_cpu_kernel_entry(spectra_cpu_kernel *kernel, const cha
 SPECTRA_API const char *spectra_cpu_kernel_abi(spectra_cpu_kernel *kernel, const char *kind);
 /* The kernel's IR at a stage of spectra-cpu-pipeline: "tiles", "vectors" or "llvm". */
 SPECTRA_API const char *spectra_cpu_kernel_ir(spectra_cpu_kernel *kernel, const char *stage);
+/* The vector work per row tile of each CPU kernel of a variant (the vector stage of
+ * spectra-cpu-pipeline for this host; codegen/KernelWork.h), one line per kernel:
+ * "KIND tile_rows=.. width=.. fma=.. exp=.. exp_ops=.. other=.. load=.. store=.. if_fma=..
+ * if_exp=.. if_other=.. if_load=.. if_store=.. bound=.. if_bound=.. exact=0|1": the
+ * contractions' vector FMAs, the exponentials and the vector operations each becomes, every
+ * other vector operation, loads and stores; if_*: the work only done when W is learnable;
+ * bound: fma / (fma + exp x exp_ops + other), the share of the FMA peak the kernel could
+ * reach if every vector operation took an FMA port's cycle. Free with spectra_free; NULL and
+ * *error on failure. */
+SPECTRA_API char *spectra_cpu_work_variant(const char *variant, int64_t m, int64_t d,
+                                           int64_t seed, const char *options, int64_t dv,
+                                           int causal, char **error);
 /* What the JIT compiles for: triple, host CPU and vector width (part of cache keys). */
 SPECTRA_API const char *spectra_cpu_host_target(void);
 

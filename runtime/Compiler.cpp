@@ -52,6 +52,13 @@ std::string compileGpuVariant(const std::string &variant, const VariantConfig &c
   return take(text, error);
 }
 
+std::string cpuKernelWork(const std::string &variant, const VariantConfig &config, bool causal) {
+  char *error = nullptr;
+  char *text = spectra_cpu_work_variant(variant.c_str(), config.m, config.d, config.seed,
+                                        variantOptionsText(config).c_str(), 0, causal, &error);
+  return take(text, error);
+}
+
 std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
                          const std::string &featureMap, const std::string &target,
                          const std::string &dtype, int64_t dv, bool causal) {

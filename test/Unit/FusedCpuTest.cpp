@@ -1,6 +1,7 @@
 //===- FusedCpuTest.cpp - the JIT-compiled fused forward against the reference ===//
 
 #include "codegen/spectra_compiler.h"
+#include "runtime/Compiler.h"
 #include "runtime/FusedCpu.h"
 #include "runtime/FusedEmulated.h"
 #include "runtime/KernelLaunch.h"
@@ -10,6 +11,8 @@
 
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <regex>
 
 using namespace spectra;
@@ -460,3 +463,56 @@ TEST(FusedCpuBackward, StatisticsWithQueryAndKeyMasks) {
 }
 
 } // namespace
+
+// spectra_cpu_work_variant (codegen/KernelWork.h): each kernel's vector work per row tile at
+// this host's vector width, against the contractions' closed forms, and the bound it implies.
+TEST(FusedCpu, KernelWorkCountsTheContractionsAtTheHostWidth) {
+  auto parse = [](const std::string &text) {
+    std::map<std::string, std::map<std::string, double>> kernels;
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream words(line);
+      std::string kind, word;
+      words >> kind;
+      while (words >> word)
+        kernels[kind][word.substr(0, word.find('='))] = std::stod(word.substr(word.find('=') + 1));
+    }
+    return kernels;
+  };
+  VariantConfig config;  // m = 128, d = 32
+  auto posrf = parse(cpuKernelWork("posrf-orf", config, false));
+  auto saderf = parse(cpuKernelWork("saderf-orf", config, false));
+  ASSERT_EQ(posrf.count("kv"), 1u);
+  double width = posrf["kv"]["width"];
+  ASSERT_TRUE(width == 4 || width == 8 || width == 16) << width;
+  const double product = 32.0 * 32 * 128 / width;  // one 32-row tile's m x d contraction
+  for (const char *kind : {"kv", "readout"}) {
+    EXPECT_EQ(posrf[kind]["fma"], 2 * product) << kind;
+    EXPECT_EQ(posrf[kind]["if_fma"], 0) << kind;
+  }
+  for (const char *kind : {"query_backward", "key_backward"}) {
+    EXPECT_EQ(posrf[kind]["fma"], 4 * product) << kind;
+    EXPECT_EQ(posrf[kind]["if_fma"], product) << kind;  // dW, where W is learnable
+  }
+  EXPECT_EQ(posrf["readout"]["exp"], 32 * 128 / width);
+  for (auto &[kind, v] : posrf) {
+    EXPECT_EQ(v["exact"], 1) << kind;
+    double bound = v["fma"] / (v["fma"] + v["exp"] * v["exp_ops"] + v["other"]);
+    EXPECT_NEAR(v["bound"], bound, 1e-3) << kind;
+    EXPECT_GT(v["bound"], 0.3) << kind;
+    EXPECT_LT(v["bound"], 1.0) << kind;
+  }
+  // SADERF's features and backward do more elementwise work than PosRF's on the same products.
+  for (const char *kind : {"kv", "query_backward", "key_backward"}) {
+    EXPECT_EQ(saderf[kind]["fma"], posrf[kind]["fma"]) << kind;
+    EXPECT_GT(saderf[kind]["other"], posrf[kind]["other"]) << kind;
+  }
+  try {
+    cpuKernelWork("posrf-nope", config, false);
+    FAIL() << "an unknown variant was accepted";
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("unknown weight matrix 'nope'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid weights: base, orf"), std::string::npos) << e.what();
+  }
+}

@@ -28,6 +28,7 @@
 
 #include "FmaPeak.h"
 #include "codegen/spectra_compiler.h"
+#include "runtime/Compiler.h"
 #include "runtime/KernelCache.h"
 #include "runtime/KernelLaunch.h"
 #include "runtime/SpectralAttention.h"
@@ -45,6 +46,7 @@
 #include <malloc.h>
 #include <map>
 #include <spawn.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -259,15 +261,59 @@ double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t f
   return 0;
 }
 
+/// A CPU kernel's vector work per row tile and the share of the FMA peak it could reach if
+/// every vector operation took an FMA port's cycle (spectra_cpu_work_variant,
+/// codegen/KernelWork.h), with the weights' gradient where W is learnable.
+struct KernelBound {
+  double bound = 0;
+  int64_t tileRows = 0, fma = 0, exps = 0, expOps = 0, other = 0;
+};
+
+std::map<std::string, KernelBound> kernelBounds(const Setup &s, bool causal) {
+  std::map<std::string, KernelBound> out;
+  if (!s.options.ir.empty() || !s.device.is_cpu())
+    return out;
+  std::string text;
+  try {
+    text = cpuKernelWork(s.options.variant, s.options.config, causal);
+  } catch (const std::exception &e) {
+    std::cerr << "spectra-bench: no FMA-port bounds: " << e.what() << "\n";
+    return out;
+  }
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string kind, word;
+    words >> kind;
+    std::map<std::string, double> v;
+    while (words >> word)
+      if (auto eq = word.find('='); eq != std::string::npos)
+        v[word.substr(0, eq)] = std::stod(word.substr(eq + 1));
+    const bool dW = s.weightGrad;
+    KernelBound b;
+    b.bound = dW ? v["if_bound"] : v["bound"];
+    b.tileRows = int64_t(v["tile_rows"]);
+    b.fma = int64_t(v["fma"] + (dW ? v["if_fma"] : 0));
+    b.exps = int64_t(v["exp"] + (dW ? v["if_exp"] : 0));
+    b.expOps = int64_t(v["exp_ops"]);
+    b.other = int64_t(v["other"] + (dW ? v["if_other"] : 0));
+    out[kind] = b;
+  }
+  return out;
+}
+
 /// The per-kernel times of `repeats` forward+backward passes: each kind's time per pass, its
-/// share of the pass, its contraction GFLOP/s and share of the FMA peak, and what is left
-/// outside the kernels (LibTorch: preparation, parameters, autograd, conversions).
+/// share of the pass, its contraction GFLOP/s and share of the FMA peak beside its FMA-port
+/// bound, and what is left outside the kernels (LibTorch: preparation, parameters, autograd,
+/// conversions).
 void printKernelBreakdown(const std::map<std::string, KernelTimer::Total> &perKernel,
-                          const Setup &s, int64_t m, int64_t features, double pass, double peak) {
+                          const Setup &s, int64_t m, int64_t features, double pass, double peak,
+                          const std::map<std::string, KernelBound> &bounds) {
   if (perKernel.empty())
     return;
   std::cout << "fused kernels     per forward+backward (" << s.repeats << " passes timed):\n";
-  double inKernels = 0;
+  double inKernels = 0, boundedFlops = 0, boundedSeconds = 0, bestSeconds = 0;
   for (const char *kind : kKernelKinds) {
     auto it = perKernel.find(kind);
     if (it == perKernel.end())
@@ -278,16 +324,38 @@ void printKernelBreakdown(const std::map<std::string, KernelTimer::Total> &perKe
               << std::setprecision(2) << std::setw(7) << 1e3 * t << " ms " << std::setprecision(1)
               << std::setw(5) << 100 * t / pass << "%";
     double f = kernelFlops(kind, s, m, features);
-    if (f > 0 && t > 0)
+    if (f > 0 && t > 0) {
+      double share = f / t / 1e9 / peak;
       std::cout << "   " << std::setw(6) << f / t / 1e9 << " GFLOP/s, " << std::setw(4)
-                << 100 * f / t / 1e9 / peak << "% of the FMA peak";
+                << 100 * share << "% of the FMA peak";
+      auto b = bounds.find(kind);
+      if (b != bounds.end() && b->second.bound > 0) {
+        const KernelBound &k = b->second;
+        std::cout << "; bound " << 100 * k.bound << "% (" << std::setw(3) << 100 * share / k.bound
+                  << "% of it; per " << k.tileRows << "-row tile " << k.fma << " FMAs, "
+                  << k.exps << " exps x " << k.expOps << ", " << k.other << " other)";
+        boundedFlops += f;
+        boundedSeconds += t;
+        bestSeconds += f / (k.bound * peak * 1e9);
+      }
+    }
     std::cout << "\n";
   }
   std::cout << "  " << std::left << std::setw(18) << "outside kernels" << std::right
             << std::setprecision(2) << std::setw(7) << 1e3 * (pass - inKernels) << " ms "
             << std::setprecision(1) << std::setw(5) << 100 * (pass - inKernels) / pass
-            << "%   (LibTorch: inputs, parameters, autograd)\n"
-            << std::setprecision(4);
+            << "%   (LibTorch: inputs, parameters, autograd)\n";
+  if (bestSeconds > 0)
+    std::cout << "FMA-port bound    the share of the FMA peak a kernel could reach if each of its "
+                 "vector operations (an exp's "
+              << bounds.begin()->second.expOps
+              << ", the features, stabiliser, masks, reductions) took an FMA port's cycle, as "
+                 "512-bit operations do on Intel cores (elsewhere the true ceiling is higher); "
+                 "counted on the vector stage (spectra-compile --emit=work). These kernels: "
+              << 100 * boundedFlops / bestSeconds / 1e9 / peak << "% together, measured "
+              << 100 * boundedFlops / boundedSeconds / 1e9 / peak << "% ("
+              << 100 * bestSeconds / boundedSeconds << "% of the bound).\n";
+  std::cout << std::setprecision(4);
 }
 
 /// The median time of one pass of `method` on s's inputs.
@@ -621,7 +689,8 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
               << own / bF / 1e9 << " GFLOP/s = " << 100 * own / bF / 1e9 / peak.gflops << "%"
               << std::setprecision(4) << "\n";
   }
-  printKernelBreakdown(perKernel, s, desc.m, features, bF, peak.gflops);
+  printKernelBreakdown(perKernel, s, desc.m, features, bF, peak.gflops,
+                       gpu ? std::map<std::string, KernelBound>{} : kernelBounds(s, true));
   std::cout << "decoding          " << std::setprecision(1) << 1.0 / perStep
             << " steps/s after an " << s.N << "-token prompt (" << s.B * s.H
             << " heads per step, " << std::setprecision(3) << 1e6 * perStep
@@ -831,7 +900,7 @@ int main(int argc, char **argv) {
                   << "%, forward+backward " << 100 * both / peak.gflops << "% of it"
                   << std::setprecision(4) << "\n";
       }
-      printKernelBreakdown(perKernel, s, desc.m, features, tbF, peak.gflops);
+      printKernelBreakdown(perKernel, s, desc.m, features, tbF, peak.gflops, kernelBounds(s, false));
     }
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/CpuKernel.h"
+#include "codegen/KernelWork.h"
 #include "codegen/GpuLowering.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/ExportFeatureMap.h"
@@ -75,7 +76,8 @@ static cl::opt<std::string> emit("emit",
                                  cl::desc("stage to print: spectra (default), descriptor (the JSON "
                                           "the runtime reads); --target cpu: tiles (the kernels "
                                           "as linalg on tiles), vectors (register-tiled vector "
-                                          "code), llvm (lowered); --target sm_80|sm_90a: gpu "
+                                          "code), llvm (lowered), work (each kernel's vector work per row tile and its "
+                                          "FMA-port bound); --target sm_80|sm_90a: gpu "
                                           "(the tile kernels mapped to blocks and threads), llvm (NVVM), ptx, artifact "
                                           "(launch description and PTX as JSON)"),
                                  cl::init("spectra"), cl::cat(category));
@@ -154,7 +156,7 @@ int main(int argc, char **argv) {
     printVariants(llvm::outs());
     return 0;
   }
-  static const std::vector<std::string> stages = {"spectra", "descriptor", "tiles", "vectors",
+  static const std::vector<std::string> stages = {"spectra", "descriptor", "tiles", "vectors", "work",
                                                   "gpu",     "llvm",       "ptx",   "artifact"};
   if (!llvm::is_contained(stages, emit.getValue()))
     return fail("unknown --emit stage '" + emit + "'; stages: " + llvm::join(stages, ", "));
@@ -162,11 +164,12 @@ int main(int argc, char **argv) {
   if (!llvm::is_contained(targets, target.getValue()))
     return fail("unknown --target '" + target + "'; targets: cpu, sm_80, sm_90a");
   bool gpuTarget = target != "cpu";
-  bool cpuStage = !gpuTarget && (emit == "tiles" || emit == "vectors" || emit == "llvm");
+  bool cpuStage = !gpuTarget && (emit == "tiles" || emit == "vectors" || emit == "work" ||
+                                 emit == "llvm");
   bool gpuStage = gpuTarget && (emit == "gpu" || emit == "llvm" || emit == "ptx" || emit == "artifact");
   if (!gpuTarget && (emit == "gpu" || emit == "ptx" || emit == "artifact"))
     return fail("--emit=" + emit + " is a GPU stage: add --target sm_80 or --target sm_90a");
-  if (gpuTarget && (emit == "tiles" || emit == "vectors"))
+  if (gpuTarget && (emit == "tiles" || emit == "vectors" || emit == "work"))
     return fail("--emit=" + emit + " is a CPU stage: use --target cpu (GPU stages: gpu, llvm, ptx, "
                 "artifact)");
   if (gpuTarget && emit != "spectra" && emit != "descriptor" && !gpuStage)
@@ -293,7 +296,8 @@ int main(int argc, char **argv) {
       options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
-                                      : emit == "vectors" ? mlir::spectra::CpuStage::Vectors
+                                      : emit == "vectors" || emit == "work"
+                                          ? mlir::spectra::CpuStage::Vectors
                                                           : mlir::spectra::CpuStage::LLVM);
     } else if (!gpuStage) {
       mlir::spectra::buildSpectraInputPipeline(pm);
@@ -327,6 +331,14 @@ int main(int argc, char **argv) {
         return fail(llvm::toString(artifact.takeError()));
       output->os() << *artifact << "\n";
     }
+    output->keep();
+    return 0;
+  }
+  if (emit == "work") {
+    int64_t width = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
+    int64_t expOps = mlir::spectra::expVectorOps(
+        &context, width, width == 16 && mlir::spectra::hostHasAvx512());
+    output->os() << mlir::spectra::formatKernelWork(mlir::spectra::countKernelWork(*module), expOps);
     output->keep();
     return 0;
   }

@@ -1,0 +1,226 @@
+//===- KernelWork.cpp - the vector work of a CPU kernel per row tile -------===//
+
+#include "codegen/KernelWork.h"
+#include "codegen/Passes.h"
+#include "codegen/TileKernels.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/Pass/PassManager.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::spectra;
+
+KernelWork::Counts &KernelWork::Counts::operator+=(const Counts &o) {
+  fmas += o.fmas;
+  exps += o.exps;
+  other += o.other;
+  loads += o.loads;
+  stores += o.stores;
+  return *this;
+}
+
+namespace {
+
+/// A compare whose only use is a select of its own two operands: a minimum or maximum, one
+/// instruction (vminps/vmaxps) with the select.
+bool isExtremumCompare(Operation *op) {
+  auto cmp = dyn_cast<arith::CmpFOp>(op);
+  if (!cmp || !cmp->hasOneUse())
+    return false;
+  auto select = dyn_cast<arith::SelectOp>(*cmp->getUsers().begin());
+  return select && select.getCondition() == cmp.getResult() &&
+         llvm::is_contained(ValueRange{cmp.getLhs(), cmp.getRhs()}, select.getTrueValue()) &&
+         llvm::is_contained(ValueRange{cmp.getLhs(), cmp.getRhs()}, select.getFalseValue());
+}
+
+/// The vector operations `op` issues, by class, added to `c` `times` times.
+void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width) {
+  auto vectorOf = [](Type t) { return dyn_cast<VectorType>(t); };
+  for (Type t : op->getResultTypes())
+    if (auto v = vectorOf(t))
+      width = std::max<int64_t>(width, v.getNumElements());
+  if (isa<vector::FMAOp>(op)) {
+    c.fmas += times;
+    return;
+  }
+  if (isa<vector::LoadOp, vector::TransferReadOp, vector::MaskedLoadOp, vector::GatherOp>(op)) {
+    c.loads += times;
+    return;
+  }
+  if (isa<vector::StoreOp, vector::TransferWriteOp, vector::MaskedStoreOp>(op)) {
+    c.stores += times;
+    return;
+  }
+  if (auto broadcast = dyn_cast<vector::BroadcastOp>(op)) {
+    // A broadcast of a scalar from memory is one load (vbroadcastss from memory).
+    Operation *source = broadcast.getSource().getDefiningOp();
+    (isa_and_nonnull<memref::LoadOp>(source) ? c.loads : c.other) += times;
+    return;
+  }
+  if (auto reduction = dyn_cast<vector::ReductionOp>(op)) {
+    // A tree over the lanes: a shuffle and an operation per halving.
+    int64_t lanes = reduction.getSourceVectorType().getNumElements();
+    c.other += times * 2 * llvm::Log2_64_Ceil(std::max<int64_t>(lanes, 2));
+    return;
+  }
+  if (op->getNumResults() != 1)
+    return;
+  Type type = op->getResult(0).getType();
+  bool vector = vectorOf(type) != nullptr;
+  if (isa<math::ExpOp>(op)) {
+    (vector ? c.exps : c.other) += times;
+    return;
+  }
+  if (isa<vector::ShuffleOp, vector::ExtractOp, vector::InsertOp>(op)) {
+    c.other += times;
+    return;
+  }
+  // Arithmetic, compares and selects on vectors or on scalar floats (the same ports); index
+  // and integer scalars run on the integer units, constants are hoisted.
+  if (!isa<arith::ArithDialect, math::MathDialect>(op->getDialect()) || isa<arith::ConstantOp>(op))
+    return;
+  Type element = getElementTypeOrSelf(type);
+  bool floatLike = isa<FloatType>(element) ||
+                   (element.isInteger(1) && isa<arith::CmpFOp>(op)) ||
+                   (isa<arith::SelectOp>(op) && isa<FloatType>(element));
+  if (!vector && !floatLike)
+    return;
+  if (isa<arith::BitcastOp>(op) || isExtremumCompare(op))
+    return;
+  c.other += times;
+}
+
+/// The trip count of `loop`: constant bounds, or an upper bound `min(x, C)` (the rows left
+/// in a tile) taken as C. Unknown: 1, and `exact` cleared.
+double tripCount(scf::ForOp loop, bool &exact) {
+  std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound());
+  std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+  std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound());
+  if (!ub)
+    if (auto min = loop.getUpperBound().getDefiningOp<arith::MinSIOp>()) {
+      ub = getConstantIntValue(min.getRhs());
+      if (!ub)
+        ub = getConstantIntValue(min.getLhs());
+    }
+  if (!lb || !step || !ub || *step <= 0) {
+    exact = false;
+    return 1;
+  }
+  return *ub > *lb ? double(llvm::divideCeil(*ub - *lb, *step)) : 0.0;
+}
+
+void countBlock(Block &block, double times, bool conditional, KernelWork &work) {
+  for (Operation &op : block) {
+    if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work);
+      continue;
+    }
+    if (isa<scf::IfOp>(op)) {
+      for (Region &region : op.getRegions())
+        for (Block &inner : region)
+          countBlock(inner, times, /*conditional=*/true, work);
+      continue;
+    }
+    for (Region &region : op.getRegions())
+      for (Block &inner : region)
+        countBlock(inner, times, conditional, work);
+    classify(&op, times, conditional ? work.conditional : work.always, work.width);
+  }
+}
+
+} // namespace
+
+std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors) {
+  std::vector<KernelWork> result;
+  for (auto fn : vectors.getOps<func::FuncOp>()) {
+    auto kind = fn->getAttrOfType<StringAttr>(kKernelKindAttr);
+    auto rows = fn->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr);
+    if (!kind || !rows || fn.isExternal())
+      continue;
+    KernelWork work;
+    work.kind = kind.getValue().str();
+    work.tileRows = rows.getInt();
+    // The row-tile loops: over the rows (a dynamic bound) in steps of a tile. What runs
+    // once per launch (fills, the final sums) is left out.
+    bool found = false;
+    for (auto loop : fn.getBody().front().getOps<scf::ForOp>()) {
+      std::optional<int64_t> step = getConstantIntValue(loop.getStep());
+      if (!step || *step != work.tileRows || getConstantIntValue(loop.getUpperBound()))
+        continue;
+      found = true;
+      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work);
+    }
+    if (found)
+      result.push_back(std::move(work));
+  }
+  return result;
+}
+
+int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool scalef) {
+  context->loadDialect<func::FuncDialect, math::MathDialect, arith::ArithDialect,
+                       vector::VectorDialect, LLVM::LLVMDialect>();
+  OpBuilder b(context);
+  Location loc = b.getUnknownLoc();
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  auto type = VectorType::get({width}, b.getF32Type());
+  b.setInsertionPointToEnd(module->getBody());
+  auto fn = func::FuncOp::create(b, loc, "probe", b.getFunctionType({type}, {type}));
+  b.setInsertionPointToStart(fn.addEntryBlock());
+  Value e = math::ExpOp::create(b, loc, fn.getArgument(0));
+  func::ReturnOp::create(b, loc, e);
+  PassManager pm(context);
+  pm.addPass(createSpectraPolynomialExp({scalef}));
+  if (failed(pm.run(*module)))
+    return 0;
+  int64_t ops = 0;
+  fn.walk([&](Operation *op) {
+    if (isa<LLVM::CallIntrinsicOp>(op)) {
+      ++ops;
+      return;
+    }
+    if (!isa<arith::ArithDialect, math::MathDialect>(op->getDialect()) ||
+        isa<arith::ConstantOp, arith::BitcastOp>(op) || isExtremumCompare(op))
+      return;
+    ++ops;
+  });
+  return ops;
+}
+
+double mlir::spectra::fmaPortBound(const KernelWork::Counts &c, int64_t expOps) {
+  double issued = c.fmas + c.exps * double(expOps) + c.other;
+  return issued > 0 ? c.fmas / issued : 0.0;
+}
+
+std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work, int64_t expOps) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  auto n = [](double x) { return int64_t(std::llround(x)); };
+  for (const KernelWork &w : work) {
+    KernelWork::Counts both = w.always;
+    both += w.conditional;
+    os << w.kind << " tile_rows=" << w.tileRows << " width=" << w.width
+       << " fma=" << n(w.always.fmas) << " exp=" << n(w.always.exps) << " exp_ops=" << expOps
+       << " other=" << n(w.always.other) << " load=" << n(w.always.loads)
+       << " store=" << n(w.always.stores) << " if_fma=" << n(w.conditional.fmas)
+       << " if_exp=" << n(w.conditional.exps) << " if_other=" << n(w.conditional.other)
+       << " if_load=" << n(w.conditional.loads) << " if_store=" << n(w.conditional.stores);
+    os << llvm::format(" bound=%.3f if_bound=%.3f", fmaPortBound(w.always, expOps),
+                       fmaPortBound(both, expOps))
+       << " exact=" << (w.exact ? 1 : 0) << "\n";
+  }
+  return text;
+}
