@@ -21,6 +21,8 @@
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -75,16 +77,54 @@ namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAPOLYNOMIALEXP
 #define GEN_PASS_DEF_SPECTRAKEEPKERNELS
 #define GEN_PASS_DEF_SPECTRASELECTMAXIMA
+#define GEN_PASS_DEF_SPECTRAFORMFMA
 #include "codegen/Passes.h.inc"
 } // namespace mlir::spectra
+
+/// Whether `v` is available before `op`: defined in an enclosing block, or earlier in op's.
+static bool definedBefore(Value v, Operation *op) {
+  Block *where = v.getParentBlock();
+  if (where == op->getBlock()) {
+    Operation *def = v.getDefiningOp();
+    return !def || def->isBeforeInBlock(op);
+  }
+  return where->getParent()->isAncestor(op->getParentRegion());
+}
+
+arith::MulFOp mlir::spectra::expScaledBy(math::ExpOp exp) {
+  if (!exp->hasOneUse())
+    return {};
+  auto mul = dyn_cast<arith::MulFOp>(*exp->getUsers().begin());
+  // Both operands the exp (exp(x)^2) would need the product formed after it.
+  if (!mul || mul.getLhs() == mul.getRhs() || mul.getType() != exp.getType())
+    return {};
+  // The coefficient must be available where the exp is expanded: defined before it, or by a
+  // side-effect-free op of its block (a broadcast) whose operands are, which then moves up.
+  Value s = mul.getLhs() == exp.getResult() ? mul.getRhs() : mul.getLhs();
+  if (definedBefore(s, exp))
+    return mul;
+  Operation *def = s.getDefiningOp();
+  if (def && def->getBlock() == exp->getBlock() && def->getNumRegions() == 0 &&
+      isMemoryEffectFree(def) &&
+      llvm::all_of(def->getOperands(), [&](Value o) { return definedBefore(o, exp); }))
+    return mul;
+  return {};
+}
 
 namespace {
 /// exp(x) on vector<16xf32> for AVX-512: x = n ln2 + a with n = floor(x log2e + 1/2) and
 /// |a| <= ln2/2, e^a by the same Cephes polynomial as MLIR's approximation (relative error
 /// below 2^-22.5), and z 2^n by vscalefps, whose zero mask flushes x < -87.336 (results below
-/// 2^-126) to 0, so no denormal comes out. NaN passes through (the clamps and the mask's
-/// compare are unordered); +inf gives +inf. About 15 instructions where the generic form,
-/// which clamps n, converts it and builds 2^n from its bits, takes about 20.
+/// 2^-126) to 0, so no denormal comes out. NaN passes through (the clamp and the mask's
+/// compare are unordered); +inf gives +inf, -inf 0. The one clamp, at 2^14, only keeps the
+/// range reduction exact (n C1 needs n < 2^15): vscalefps overflows to inf past 88.72 by itself,
+/// even after a coefficient below folds in. No lower clamp: a lane the mask flushes is 0
+/// whatever its polynomial holds. 15 instructions where the generic form, which clamps n,
+/// converts it and builds 2^n from its bits, takes 20.
+///
+/// exp(x) * s, the exp's only use (a feature's coefficient): (p + 1) s = fma(p, s, s) before
+/// the scaling, one instruction less. A lane the mask flushes gives 0 even where s is
+/// infinite or NaN (0 * s would be NaN); the kernels' coefficients are finite.
 struct ScalefExp : OpRewritePattern<math::ExpOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(math::ExpOp op, PatternRewriter &rewriter) const override {
@@ -99,13 +139,9 @@ struct ScalefExp : OpRewritePattern<math::ExpOp> {
     auto fma = [&](Value a, Value b, Value d) -> Value {
       return math::FmaOp::create(rewriter, loc, a, b, d);
     };
-    auto clamp = [&](arith::CmpFPredicate pred, Value v, float bound) -> Value {
-      Value b = c(bound);
-      Value keep = arith::CmpFOp::create(rewriter, loc, pred, v, b);
-      return arith::SelectOp::create(rewriter, loc, keep, v, b);
-    };
-    Value x = clamp(arith::CmpFPredicate::UGE, op.getOperand(), -88.0f);
-    x = clamp(arith::CmpFPredicate::ULE, x, 88.8f);
+    Value x = op.getOperand();
+    Value keep = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::ULE, x, c(16384.0f));
+    x = arith::SelectOp::create(rewriter, loc, keep, x, c(16384.0f));
     Value live = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE, x, c(-87.336f));
     Value n = math::FloorOp::create(rewriter, loc, fma(x, c(1.44269504088896341f), c(0.5f)));
     Value a = fma(c(-0.693359375f), n, x);
@@ -114,13 +150,27 @@ struct ScalefExp : OpRewritePattern<math::ExpOp> {
     for (float p : {8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
       z = fma(z, a, c(p));
     z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
-    z = arith::AddFOp::create(rewriter, loc, z, c(1.0f));
+    arith::MulFOp scale = expScaledBy(op);
+    if (scale) {
+      Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
+      if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
+        rewriter.moveOpBefore(def, op);
+      z = fma(z, s, s);
+      rewriter.setInsertionPointAfter(scale);
+    } else {
+      z = arith::AddFOp::create(rewriter, loc, z, c(1.0f));
+    }
     Value mask = LLVM::BitcastOp::create(rewriter, loc, rewriter.getI16Type(), live);
     Value rounding = arith::ConstantOp::create(rewriter, loc, rewriter.getI32IntegerAttr(4));
     auto scaled = LLVM::CallIntrinsicOp::create(
         rewriter, loc, type, rewriter.getStringAttr("llvm.x86.avx512.mask.scalef.ps.512"),
         ValueRange{z, n, c(0.0f), mask, rounding});
-    rewriter.replaceOp(op, scaled.getResults());
+    if (scale) {
+      rewriter.replaceOp(scale, scaled.getResults());
+      rewriter.eraseOp(op);
+    } else {
+      rewriter.replaceOp(op, scaled.getResults());
+    }
     return success();
   }
 };
@@ -155,6 +205,72 @@ struct SelectMaximaPass : spectra::impl::SpectraSelectMaximaBase<SelectMaximaPas
     RewritePatternSet patterns(&getContext());
     patterns.add<SelectExtremum<arith::MaximumFOp, arith::CmpFPredicate::OGT>,
                  SelectExtremum<arith::MinimumFOp, arith::CmpFPredicate::OLT>>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+/// The product of a vector mulf whose only use is `user`, or null.
+arith::MulFOp productFeeding(Value v, Operation *user) {
+  auto mul = v.getDefiningOp<arith::MulFOp>();
+  if (!mul || !isa<VectorType>(mul.getType()) || !mul->hasOneUse() || *mul->user_begin() != user)
+    return {};
+  return mul;
+}
+
+/// A negated constant operand (a splat or dense float constant), or null.
+Value negatedConstant(PatternRewriter &rewriter, Value v) {
+  DenseElementsAttr dense;
+  if (!matchPattern(v, m_Constant(&dense)) || !isa<FloatType>(dense.getElementType()))
+    return {};
+  auto negated = dense.mapValues(dense.getElementType(), [](const APFloat &x) {
+    APFloat y = x;
+    y.changeSign();
+    return y.bitcastToAPInt();
+  });
+  return arith::ConstantOp::create(rewriter, v.getLoc(), cast<TypedAttr>(negated));
+}
+
+/// a * b + c and c + a * b -> fma(a, b, c).
+struct FuseAdd : OpRewritePattern<arith::AddFOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::AddFOp op, PatternRewriter &rewriter) const override {
+    for (auto [product, addend] : {std::pair{op.getLhs(), op.getRhs()}, {op.getRhs(), op.getLhs()}})
+      if (arith::MulFOp mul = productFeeding(product, op)) {
+        rewriter.replaceOpWithNewOp<math::FmaOp>(op, mul.getLhs(), mul.getRhs(), addend);
+        rewriter.eraseOp(mul);
+        return success();
+      }
+    return rewriter.notifyMatchFailure(op, "no single-use vector product");
+  }
+};
+
+/// a * b - C -> fma(a, b, -C); C - a * b and C - b * a with a constant factor K of the
+/// product -> fma(-K, x, C).
+struct FuseSub : OpRewritePattern<arith::SubFOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(arith::SubFOp op, PatternRewriter &rewriter) const override {
+    if (arith::MulFOp mul = productFeeding(op.getLhs(), op))
+      if (Value c = negatedConstant(rewriter, op.getRhs())) {
+        rewriter.replaceOpWithNewOp<math::FmaOp>(op, mul.getLhs(), mul.getRhs(), c);
+        rewriter.eraseOp(mul);
+        return success();
+      }
+    if (arith::MulFOp mul = productFeeding(op.getRhs(), op))
+      for (auto [k, x] : {std::pair{mul.getLhs(), mul.getRhs()}, {mul.getRhs(), mul.getLhs()}})
+        if (Value negK = negatedConstant(rewriter, k)) {
+          rewriter.replaceOpWithNewOp<math::FmaOp>(op, negK, x, op.getLhs());
+          rewriter.eraseOp(mul);
+          return success();
+        }
+    return rewriter.notifyMatchFailure(op, "no single-use vector product with a constant to negate");
+  }
+};
+
+struct FormFmaPass : spectra::impl::SpectraFormFmaBase<FormFmaPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<FuseAdd, FuseSub>(&getContext());
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
   }
@@ -201,6 +317,8 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     pm.addNestedPass<func::FuncOp>(createSpectraVectorizeTiles(vectors));
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
+    // After the canonicalizer (whose folds would not see through an fma).
+    pm.addNestedPass<func::FuncOp>(createSpectraFormFma());
     return;
   }
   case CpuStage::LLVM:

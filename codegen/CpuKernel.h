@@ -17,6 +17,8 @@
 
 #include "dialect/SpectraDialect.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -79,6 +81,11 @@ int64_t hostVectorWidth();
 /// Whether the host has AVX-512F (whatever SPECTRA_CPU_VECTOR_WIDTH says): the kernels may
 /// then use its instructions (spectra-polynomial-exp's scalef).
 bool hostHasAvx512();
+
+/// The multiply by a coefficient that spectra-polynomial-exp's vscalefps form folds into a
+/// 16-lane exp (exp(x) * s as fma(p, s, s) 2^n): the exp's only use, a mulf whose other
+/// operand is defined before the exp. Null otherwise.
+arith::MulFOp expScaledBy(math::ExpOp exp);
 
 /// Registers the dialects the CPU kernels use and their convert-to-llvm
 /// interfaces; every tool that runs the CPU pipeline needs them.

@@ -1,6 +1,7 @@
 //===- KernelWork.cpp - the vector work of a CPU kernel per row tile -------===//
 
 #include "codegen/KernelWork.h"
+#include "codegen/CpuKernel.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 
@@ -48,7 +49,7 @@ bool isExtremumCompare(Operation *op) {
 }
 
 /// The vector operations `op` issues, by class, added to `c` `times` times.
-void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width) {
+void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, bool expScalef) {
   auto vectorOf = [](Type t) { return dyn_cast<VectorType>(t); };
   for (Type t : op->getResultTypes())
     if (auto v = vectorOf(t))
@@ -101,6 +102,12 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
     return;
   if (isa<arith::BitcastOp>(op) || isExtremumCompare(op))
     return;
+  if (auto mul = dyn_cast<arith::MulFOp>(op); mul && expScalef)
+    for (Value operand : mul->getOperands())
+      if (auto exp = operand.getDefiningOp<math::ExpOp>();
+          exp && vectorOf(exp.getType()) && vectorOf(exp.getType()).getNumElements() == 16 &&
+          expScaledBy(exp) == mul)
+        return;
   c.other += times;
 }
 
@@ -123,28 +130,28 @@ double tripCount(scf::ForOp loop, bool &exact) {
   return *ub > *lb ? double(llvm::divideCeil(*ub - *lb, *step)) : 0.0;
 }
 
-void countBlock(Block &block, double times, bool conditional, KernelWork &work) {
+void countBlock(Block &block, double times, bool conditional, KernelWork &work, bool expScalef) {
   for (Operation &op : block) {
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
-      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work);
+      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, expScalef);
       continue;
     }
     if (isa<scf::IfOp>(op)) {
       for (Region &region : op.getRegions())
         for (Block &inner : region)
-          countBlock(inner, times, /*conditional=*/true, work);
+          countBlock(inner, times, /*conditional=*/true, work, expScalef);
       continue;
     }
     for (Region &region : op.getRegions())
       for (Block &inner : region)
-        countBlock(inner, times, conditional, work);
-    classify(&op, times, conditional ? work.conditional : work.always, work.width);
+        countBlock(inner, times, conditional, work, expScalef);
+    classify(&op, times, conditional ? work.conditional : work.always, work.width, expScalef);
   }
 }
 
 } // namespace
 
-std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors) {
+std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool expScalef) {
   std::vector<KernelWork> result;
   for (auto fn : vectors.getOps<func::FuncOp>()) {
     auto kind = fn->getAttrOfType<StringAttr>(kKernelKindAttr);
@@ -162,7 +169,7 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors) {
       if (!step || *step != work.tileRows || getConstantIntValue(loop.getUpperBound()))
         continue;
       found = true;
-      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work);
+      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work, expScalef);
     }
     if (found)
       result.push_back(std::move(work));

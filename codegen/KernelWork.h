@@ -43,7 +43,9 @@ struct KernelWork {
 };
 
 /// The kernels of a module at the vector stage with a row-tile loop (spectra.tile_rows).
-std::vector<KernelWork> countKernelWork(ModuleOp vectors);
+/// `expScalef`: the exps will take spectra-polynomial-exp's vscalefps form, which folds an
+/// exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted.
+std::vector<KernelWork> countKernelWork(ModuleOp vectors, bool expScalef);
 
 /// The vector operations one math.exp on vector<width x f32> becomes in the CPU lowering
 /// (spectra-polynomial-exp, with vscalefps where `scalef`), counted by running that pass.

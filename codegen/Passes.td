@@ -171,6 +171,29 @@ def SpectraSelectMaxima : Pass<"spectra-select-maxima"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def SpectraFormFma : Pass<"spectra-form-fma"> {
+  let summary = "a vector multiply and the add of its product as one math.fma (CPU)";
+  let description = [{
+    In the tile bodies between the contractions (the features, the stabiliser, the
+    backward chains), `a * b + c` written as an arith.mulf whose only use is an
+    arith.addf becomes one `math.fma` (one rounding). On a CPU whose 512-bit
+    operations all issue on the FMA ports, each such pair cost two of those
+    ports' cycles. `a * b - c` and `c - a * b` fuse where the negated operand
+    is a constant. Vectors only; LLVM would not fuse them itself (no `contract`
+    flag). Run at the end of spectra-cpu-pipeline's vector stage (so
+    `spectra-compile --emit=work` counts the result); the GPU pipeline and its
+    emulation keep each operation as written.
+
+    ```mlir
+    %p = arith.mulf %a, %b : vector<16xf32>
+    %s = arith.addf %p, %c : vector<16xf32>
+    // becomes
+    %s = math.fma %a, %b, %c : vector<16xf32>
+    ```
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::math::MathDialect"];
+}
+
 def SpectraPackTileBuffers : Pass<"spectra-pack-tile-buffers", "::mlir::LLVM::LLVMFuncOp"> {
   let summary = "place a CPU kernel's tile buffers in one stack arena, each at its own offset modulo 4 KiB";
   let description = [{

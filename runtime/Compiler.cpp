@@ -52,11 +52,22 @@ std::string compileGpuVariant(const std::string &variant, const VariantConfig &c
   return take(text, error);
 }
 
-std::string cpuKernelWork(const std::string &variant, const VariantConfig &config, bool causal) {
+KernelWorkTable cpuKernelWork(const std::string &variant, const VariantConfig &config, bool causal) {
   char *error = nullptr;
   char *text = spectra_cpu_work_variant(variant.c_str(), config.m, config.d, config.seed,
                                         variantOptionsText(config).c_str(), 0, causal, &error);
-  return take(text, error);
+  KernelWorkTable table;
+  std::istringstream lines(take(text, error));
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string kind, word;
+    words >> kind;
+    while (words >> word)
+      if (auto eq = word.find('='); eq != std::string::npos)
+        table[kind][word.substr(0, eq)] = std::stod(word.substr(eq + 1));
+  }
+  return table;
 }
 
 std::string compileGpuIR(const std::string &ir, const std::string &sourceName,

@@ -45,9 +45,11 @@ std::string compileGpuIR(const std::string &ir, const std::string &sourceName,
                          const std::string &featureMap, const std::string &target,
                          const std::string &dtype, int64_t dv, bool causal = false);
 
-/// Each CPU kernel's vector work per row tile and its FMA-port bound, one line per kernel
-/// (spectra_cpu_work_variant; codegen/KernelWork.h); throws std::invalid_argument.
-std::string cpuKernelWork(const std::string &variant, const VariantConfig &config, bool causal);
+/// Each CPU kernel's vector work per row tile and its FMA-port bound, by kind then field
+/// ("fma", "exp", "exp_ops", "other", "bound", "if_fma", ...: spectra_cpu_work_variant,
+/// codegen/KernelWork.h); throws std::invalid_argument.
+using KernelWorkTable = std::map<std::string, std::map<std::string, double>>;
+KernelWorkTable cpuKernelWork(const std::string &variant, const VariantConfig &config, bool causal);
 
 /// The compiler build id (part of every cache key).
 std::string compilerVersion();

@@ -467,22 +467,9 @@ TEST(FusedCpuBackward, StatisticsWithQueryAndKeyMasks) {
 // spectra_cpu_work_variant (codegen/KernelWork.h): each kernel's vector work per row tile at
 // this host's vector width, against the contractions' closed forms, and the bound it implies.
 TEST(FusedCpu, KernelWorkCountsTheContractionsAtTheHostWidth) {
-  auto parse = [](const std::string &text) {
-    std::map<std::string, std::map<std::string, double>> kernels;
-    std::istringstream lines(text);
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::istringstream words(line);
-      std::string kind, word;
-      words >> kind;
-      while (words >> word)
-        kernels[kind][word.substr(0, word.find('='))] = std::stod(word.substr(word.find('=') + 1));
-    }
-    return kernels;
-  };
   VariantConfig config;  // m = 128, d = 32
-  auto posrf = parse(cpuKernelWork("posrf-orf", config, false));
-  auto saderf = parse(cpuKernelWork("saderf-orf", config, false));
+  KernelWorkTable posrf = cpuKernelWork("posrf-orf", config, false);
+  KernelWorkTable saderf = cpuKernelWork("saderf-orf", config, false);
   ASSERT_EQ(posrf.count("kv"), 1u);
   double width = posrf["kv"]["width"];
   ASSERT_TRUE(width == 4 || width == 8 || width == 16) << width;

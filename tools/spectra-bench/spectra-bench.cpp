@@ -273,23 +273,14 @@ std::map<std::string, KernelBound> kernelBounds(const Setup &s, bool causal) {
   std::map<std::string, KernelBound> out;
   if (!s.options.ir.empty() || !s.device.is_cpu())
     return out;
-  std::string text;
+  KernelWorkTable table;
   try {
-    text = cpuKernelWork(s.options.variant, s.options.config, causal);
+    table = cpuKernelWork(s.options.variant, s.options.config, causal);
   } catch (const std::exception &e) {
     std::cerr << "spectra-bench: no FMA-port bounds: " << e.what() << "\n";
     return out;
   }
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::istringstream words(line);
-    std::string kind, word;
-    words >> kind;
-    std::map<std::string, double> v;
-    while (words >> word)
-      if (auto eq = word.find('='); eq != std::string::npos)
-        v[word.substr(0, eq)] = std::stod(word.substr(eq + 1));
+  for (auto &[kind, v] : table) {
     const bool dW = s.weightGrad;
     KernelBound b;
     b.bound = dW ? v["if_bound"] : v["bound"];

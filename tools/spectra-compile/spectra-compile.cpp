@@ -336,9 +336,10 @@ int main(int argc, char **argv) {
   }
   if (emit == "work") {
     int64_t width = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
-    int64_t expOps = mlir::spectra::expVectorOps(
-        &context, width, width == 16 && mlir::spectra::hostHasAvx512());
-    output->os() << mlir::spectra::formatKernelWork(mlir::spectra::countKernelWork(*module), expOps);
+    bool scalef = width == 16 && mlir::spectra::hostHasAvx512();
+    int64_t expOps = mlir::spectra::expVectorOps(&context, width, scalef);
+    output->os() << mlir::spectra::formatKernelWork(
+        mlir::spectra::countKernelWork(*module, scalef), expOps);
     output->keep();
     return 0;
   }
