@@ -130,16 +130,41 @@ double tripCount(scf::ForOp loop, bool &exact) {
   return *ub > *lb ? double(llvm::divideCeil(*ub - *lb, *step)) : 0.0;
 }
 
+/// Whether `cond` tests the kernel's `wgrad` argument (whether W is learnable): a compare of
+/// a value loaded from it.
+bool testsWeightGradient(Value cond) {
+  auto cmp = cond.getDefiningOp<arith::CmpFOp>();
+  if (!cmp)
+    return false;
+  for (Value operand : cmp->getOperands()) {
+    auto load = operand.getDefiningOp<memref::LoadOp>();
+    auto arg = load ? dyn_cast<BlockArgument>(load.getMemRef()) : BlockArgument();
+    auto fn = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()) : func::FuncOp();
+    auto names = fn ? fn->getAttrOfType<ArrayAttr>(kKernelArgNamesAttr) : ArrayAttr();
+    if (names && arg.getArgNumber() < names.size())
+      if (auto name = dyn_cast<StringAttr>(names[arg.getArgNumber()]); name && name == "wgrad")
+        return true;
+  }
+  return false;
+}
+
 void countBlock(Block &block, double times, bool conditional, KernelWork &work, bool expScalef) {
   for (Operation &op : block) {
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
       countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, expScalef);
       continue;
     }
-    if (isa<scf::IfOp>(op)) {
-      for (Region &region : op.getRegions())
-        for (Block &inner : region)
-          countBlock(inner, times, /*conditional=*/true, work, expScalef);
+    if (auto branch = dyn_cast<scf::IfOp>(op)) {
+      // The weights' gradient: counted apart. A branch on the data (the causal kernels'
+      // tests): its then-branch, taken, and the counts no longer exact.
+      if (testsWeightGradient(branch.getCondition())) {
+        countBlock(*branch.thenBlock(), times, /*conditional=*/true, work, expScalef);
+        if (branch.elseBlock())
+          work.exact = false;
+      } else {
+        countBlock(*branch.thenBlock(), times, conditional, work, expScalef);
+        work.exact = false;
+      }
       continue;
     }
     for (Region &region : op.getRegions())

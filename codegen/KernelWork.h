@@ -22,8 +22,10 @@ namespace mlir::spectra {
 
 /// Vector operations of one kernel per tile of `tileRows` rows. Loops with constant bounds
 /// count their trip count; a loop over the rows left in the tile (`min(rows left, tile)`)
-/// counts a full tile. Work under an `scf.if` (the weights' gradient, only when W is
-/// learnable) is counted apart, in `conditional`.
+/// counts a full tile. Work under an `scf.if` on the kernel's `wgrad` argument (the weights'
+/// gradient, only when W is learnable) is counted apart, in `conditional`; under any other
+/// `scf.if` (a test on the data, in the causal kernels) the then-branch is counted as taken
+/// and `exact` is cleared.
 struct KernelWork {
   struct Counts {
     double fmas = 0;   // vector.fma: the contractions' multiply-adds
@@ -38,7 +40,8 @@ struct KernelWork {
   int64_t width = 0; // f32 lanes of the widest vector
   Counts always;
   Counts conditional;
-  /// Every loop's trip count known (otherwise the counts are lower bounds).
+  /// Every loop's trip count known and no branch on the data (otherwise the counts are
+  /// estimates).
   bool exact = true;
 };
 

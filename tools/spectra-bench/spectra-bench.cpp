@@ -266,6 +266,7 @@ double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t f
 /// codegen/KernelWork.h), with the weights' gradient where W is learnable.
 struct KernelBound {
   double bound = 0;
+  bool exact = true;  // no branch on the data, every trip count known
   int64_t tileRows = 0, fma = 0, exps = 0, expOps = 0, other = 0;
 };
 
@@ -284,6 +285,7 @@ std::map<std::string, KernelBound> kernelBounds(const Setup &s, bool causal) {
     const bool dW = s.weightGrad;
     KernelBound b;
     b.bound = dW ? v["if_bound"] : v["bound"];
+    b.exact = v["exact"] == 1;
     b.tileRows = int64_t(v["tile_rows"]);
     b.fma = int64_t(v["fma"] + (dW ? v["if_fma"] : 0));
     b.exps = int64_t(v["exp"] + (dW ? v["if_exp"] : 0));
@@ -320,7 +322,9 @@ void printKernelBreakdown(const std::map<std::string, KernelTimer::Total> &perKe
       std::cout << "   " << std::setw(6) << f / t / 1e9 << " GFLOP/s, " << std::setw(4)
                 << 100 * share << "% of the FMA peak";
       auto b = bounds.find(kind);
-      if (b != bounds.end() && b->second.bound > 0) {
+      if (b != bounds.end() && b->second.bound > 0 && !b->second.exact) {
+        std::cout << "; bound not modelled (branches on the data)";
+      } else if (b != bounds.end() && b->second.bound > 0) {
         const KernelBound &k = b->second;
         std::cout << "; bound " << 100 * k.bound << "% (" << std::setw(3) << 100 * share / k.bound
                   << "% of it; per " << k.tileRows << "-row tile " << k.fma << " FMAs, "
