@@ -546,6 +546,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
   struct Row {
     std::string variant;
     double forward, both, eager, gflops;
+    double bound = 0;  // the four kernels' FMA-port bound together (0: not modelled)
   };
   std::vector<Row> rows;
   int index = 0;
@@ -560,6 +561,21 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
             timeMethod(Method::Reference, s, fused, reference, true), 0};
       const Descriptor &desc = fused->descriptor();
       r.gflops = flops(Method::Fused, s, desc.m, desc.numFeatures(), true) / r.both / 1e9;
+      // The bound of the four kernels together: their flops over the time each would take
+      // at its own bound.
+      double f = 0, atBound = 0;
+      auto bounds = kernelBounds(s, false);
+      for (const char *kind : {"kv", "readout", "query_backward", "key_backward"}) {
+        auto b = bounds.find(kind);
+        double fk = kernelFlops(kind, s, desc.m, desc.numFeatures());
+        if (b == bounds.end() || !b->second.exact || b->second.bound <= 0 || fk <= 0) {
+          atBound = 0;
+          break;
+        }
+        f += fk;
+        atBound += fk / b->second.bound;
+      }
+      r.bound = atBound > 0 ? f / atBound : 0;
       rows.push_back(r);
     }
   double posrfMm = 0;
@@ -569,15 +585,20 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
   std::cout << std::left << std::setw(18) << "variant" << std::right << std::setw(10) << "fwd s"
             << std::setw(10) << "fwd+bwd s" << std::setw(10) << "GFLOP/s" << std::setw(8)
             << "% peak" << std::setw(12) << "eager/fused" << std::setw(11) << "SDPA/fused"
-            << std::setw(13) << "vs posrf-mm" << "\n";
+            << std::setw(13) << "vs posrf-mm" << std::setw(8) << "bound" << "\n";
   for (const Row &r : rows)
     std::cout << std::left << std::setw(18) << r.variant << std::right << std::setprecision(4)
               << std::setw(10) << r.forward << std::setw(10) << r.both << std::setprecision(1)
               << std::setw(10) << r.gflops << std::setw(8) << 100 * r.gflops / peak.gflops
               << std::setw(12) << r.eager / r.both << std::setw(11) << sdpa / r.both
-              << std::setw(12) << 100 * r.gflops / posrfMm << "%\n";
+              << std::setw(12) << 100 * r.gflops / posrfMm << "%" << std::setw(7)
+              << (r.bound > 0 ? std::to_string(int(std::lround(100 * r.bound))) + "%" : "-")
+              << "\n";
   std::cout << "GFLOP/s: the contractions of the forward+backward (as the single-variant run "
-               "counts them); eager: the LibTorch reference of the same variant.\n";
+               "counts them); eager: the LibTorch reference of the same variant; bound: the "
+               "share of the peak the four kernels could reach together if each vector "
+               "operation took an FMA port's cycle (the work model: spectra-compile "
+               "--emit=work).\n";
   return 0;
 }
 
