@@ -641,10 +641,7 @@ extern "C" char *spectra_cpu_work_variant(const char *variant, int64_t m, int64_
   sp::buildCpuPipeline(pm, pipeline, sp::CpuStage::Vectors);
   if (failed(pm.run(*module)))
     return fail(error, "spectra-cpu-pipeline failed:\n" + ctx.diagnostics);
-  int64_t width = pipeline.vectorWidth;
-  bool scalef = width == 16 && sp::hostHasAvx512();
-  int64_t expOps = sp::expVectorOps(&ctx.context, width, scalef);
-  return duplicate(sp::formatKernelWork(sp::countKernelWork(*module, scalef), expOps));
+  return duplicate(sp::hostKernelWork(*module, pipeline.vectorWidth));
 }
 
 extern "C" spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const char *sourceName,

@@ -104,10 +104,9 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
     return;
   if (auto mul = dyn_cast<arith::MulFOp>(op); mul && expScalef)
     for (Value operand : mul->getOperands())
-      if (auto exp = operand.getDefiningOp<math::ExpOp>();
-          exp && vectorOf(exp.getType()) && vectorOf(exp.getType()).getNumElements() == 16 &&
-          expScaledBy(exp) == mul)
-        return;
+      if (auto exp = operand.getDefiningOp<math::ExpOp>())
+        if (auto v = vectorOf(exp.getType()); v && v.getNumElements() == 16 && expScaledBy(exp) == mul)
+          return;
   c.other += times;
 }
 
@@ -255,4 +254,10 @@ std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work,
        << " exact=" << (w.exact ? 1 : 0) << "\n";
   }
   return text;
+}
+
+std::string mlir::spectra::hostKernelWork(ModuleOp vectors, int64_t width) {
+  bool scalef = width == 16 && hostHasAvx512();
+  int64_t expOps = expVectorOps(vectors->getContext(), width, scalef);
+  return formatKernelWork(countKernelWork(vectors, scalef), expOps);
 }

@@ -63,6 +63,11 @@ double fmaPortBound(const KernelWork::Counts &c, int64_t expOps);
 /// if_bound=.. exact=0|1" (counts per tile; bounds as fractions of the FMA peak).
 std::string formatKernelWork(const std::vector<KernelWork> &work, int64_t expOps);
 
+/// formatKernelWork of a module at the vector stage compiled at `width` lanes for this host:
+/// the exp lowering the JIT would pick (vscalefps at 16 lanes on avx512f hosts) counted and
+/// applied to the counts.
+std::string hostKernelWork(ModuleOp vectors, int64_t width);
+
 } // namespace mlir::spectra
 
 #endif // SPECTRA_CODEGEN_KERNELWORK_H

@@ -336,10 +336,7 @@ int main(int argc, char **argv) {
   }
   if (emit == "work") {
     int64_t width = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
-    bool scalef = width == 16 && mlir::spectra::hostHasAvx512();
-    int64_t expOps = mlir::spectra::expVectorOps(&context, width, scalef);
-    output->os() << mlir::spectra::formatKernelWork(
-        mlir::spectra::countKernelWork(*module, scalef), expOps);
+    output->os() << mlir::spectra::hostKernelWork(*module, width);
     output->keep();
     return 0;
   }
