@@ -21,6 +21,52 @@ SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, un
   return used;
 }
 
+/// The value of `v` where it folds to a float constant (the derived partials are not yet
+/// canonicalised: -1/2 is negf(mulf(0.5, 1.0))). Folds without changing the IR.
+static std::optional<double> foldedConstant(Value v, unsigned depth = 0) {
+  APFloat f(0.0);
+  if (matchPattern(v, m_ConstantFloat(&f)))
+    return f.convertToDouble();
+  Operation *op = v.getDefiningOp();
+  if (!op || depth > 8 || op->getNumResults() != 1 || op->getNumRegions() != 0)
+    return std::nullopt;
+  SmallVector<Attribute> operands;
+  for (Value o : op->getOperands()) {
+    std::optional<double> c = foldedConstant(o, depth + 1);
+    if (!c || !isa<FloatType>(o.getType()))
+      return std::nullopt;
+    operands.push_back(FloatAttr::get(o.getType(), *c));
+  }
+  SmallVector<OpFoldResult> results;
+  if (failed(op->fold(operands, results)) || results.size() != 1)
+    return std::nullopt;
+  if (auto same = dyn_cast_if_present<Value>(results[0]))  // x * 1 folds to x
+    return same == v ? std::nullopt : foldedConstant(same, depth + 1);
+  auto attr = dyn_cast_if_present<FloatAttr>(dyn_cast_if_present<Attribute>(results[0]));
+  if (!attr)
+    return std::nullopt;
+  return attr.getValueAsDouble();
+}
+
+std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, unsigned args) {
+  auto yield = cast<PartialsYieldOp>(partials.getBody().front().getTerminator());
+  auto partial = [&](unsigned o, unsigned v, unsigned which) {
+    return foldedConstant(yield.getValues()[2 * (o * args + v) + which]);
+  };
+  std::optional<double> k;
+  for (unsigned o = 0; o < outputs; ++o) {
+    std::optional<double> wx = partial(o, 0, 0), xx = partial(o, 1, 0),
+                          cwx = partial(o, 0, 1), cxx = partial(o, 1, 1);
+    if (!wx || !xx || *wx == 0 || !cwx || *cwx != 0 || !cxx || *cxx != 0)
+      return std::nullopt;
+    double ratio = *xx / *wx;
+    if (k && *k != ratio)
+      return std::nullopt;
+    k = ratio;
+  }
+  return k;
+}
+
 Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
                            ArrayRef<Value> params, int64_t o) {
   KernelBuilder kb(b, loc, component);
@@ -89,11 +135,14 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
   return k;
 }
 
-GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used) {
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
+                            std::optional<double> dxxScale) {
   GradientTiles g;
   g.used.assign(used.begin(), used.end());
+  g.dxxScale = dxxScale;
   g.dwx = tb.buffer({s.T, s.M});
-  g.dxx = tb.buffer({s.T, s.M});
+  if (!dxxScale)
+    g.dxx = tb.buffer({s.T, s.M});
   g.dxxRow = tb.buffer({s.T});
   g.dx = tb.buffer({s.T, s.D});
   if (used[2]) {
@@ -127,9 +176,17 @@ void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body) {
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW) {
   tb.fill(g.dxxRow, 0);
-  tb.reduceRows({{g.dxx}}, {g.dxxRow}, [](OpBuilder &nb, Location l, ValueRange a) {
-    return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
-  });
+  if (g.dxxScale) {
+    double k = *g.dxxScale;
+    tb.reduceRows({{g.dwx}}, {g.dxxRow}, [k](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[1], x.mul(x.c(k), a[0]))};
+    });
+  } else {
+    tb.reduceRows({{g.dxx}}, {g.dxxRow}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
+    });
+  }
   tb.fill(g.dx, 0);
   tb.matmul(g.dwx, W, g.dx);
   tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [](OpBuilder &nb, Location l, ValueRange a) {

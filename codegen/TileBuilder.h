@@ -18,8 +18,9 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 
 #include <cmath>
-#include <map>
 #include <limits>
+#include <map>
+#include <optional>
 
 namespace mlir::spectra::tiles {
 
@@ -294,6 +295,11 @@ Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Va
 /// wx and xx always count: their tiles feed dq/dk, also when their sum is zero
 /// (a component whose features ignore ||x||^2).
 SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args);
+/// k where the ||x||^2 term of every output's chain is k times its w.x term: each output's
+/// d logit / d xx and d logit / d wx constants in the same ratio k, and its coefficient
+/// independent of both (PosRF and its kin: k = -1/2). The xx gradient is then k times the
+/// row sums of the wx gradient's tile and needs no tile of its own.
+std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, unsigned args);
 
 
 /// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
@@ -362,6 +368,8 @@ struct Types {
 /// null otherwise.)
 struct GradientTiles {
   SmallVector<bool> used;  // per argument (wx, xx, ww, params...)
+  /// dxxPerDwx: when set, dxx is null and the xx gradient's row sums are k times dwx's.
+  std::optional<double> dxxScale;
   Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
   SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
   /// An i1: whether dW is wanted (the `wgrad` argument; null: always). Without it the dW
@@ -370,7 +378,9 @@ struct GradientTiles {
   Value weightGrad;
   /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
   SmallVector<Value> outputs() const {
-    SmallVector<Value> out = {dwx, dxx};
+    SmallVector<Value> out = {dwx};
+    if (dxx)
+      out.push_back(dxx);
     if (dww)
       out.push_back(dww);
     for (Value p : dp)
@@ -380,7 +390,9 @@ struct GradientTiles {
   }
   /// The chained values for those outputs.
   SmallVector<Value> values(const Chained &c, function_ref<Value(Value)> keep) const {
-    SmallVector<Value> out = {keep(c.dwx), keep(c.dxx)};
+    SmallVector<Value> out = {keep(c.dwx)};
+    if (dxx)
+      out.push_back(keep(c.dxx));
     if (dww)
       out.push_back(keep(c.dww));
     for (auto [p, v] : llvm::zip(dp, c.dparams))
@@ -389,7 +401,8 @@ struct GradientTiles {
     return out;
   }
 };
-GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used);
+GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
+                            std::optional<double> dxxScale = std::nullopt);
 
 /// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`),
 /// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.

@@ -42,14 +42,28 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   tb.fill(c, -std::numeric_limits<double>::infinity());
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T});
   Value L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), tmax = tb.buffer({s.M}),
-        r = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
+        r = tb.buffer({s.M}), cf = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
   // Coefficients that do not vary by element are formed where phi is, not kept in tiles.
   bool varying = KernelBuilder(b, loc, component).coefficientsVary();
-  SmallVector<Value> logit, coeff;
+  SmallVector<Value> logit, coeff, scaleBy;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
     if (varying)
       coeff.push_back(tb.buffer({s.T, s.M}));
+  }
+  // Each feature's factor after the exp: coeff rowscale where the coefficient is invariant
+  // (one multiply per element, which the CPU exp folds into its last step), else rowscale.
+  for (int64_t o = 0; o < s.K; ++o) {
+    if (varying) {
+      scaleBy.push_back(rowscale);
+      continue;
+    }
+    scaleBy.push_back(tb.buffer({s.M}));
+    tb.elementwise({{rowscale}}, {scaleBy.back()}, [&](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.mul(invariantCoefficient(nb, l, component, a[0], k.params, o),
+                                      a[0])};
+    });
   }
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
@@ -85,11 +99,15 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
       tb.reduceCols({{logit[o]}}, {tmax}, [](OpBuilder &nb, Location l, ValueRange a) {
         return SmallVector<Value>{arith::MaximumFOp::create(nb, l, a[0], a[1])};
       });
-      tb.elementwise({{tmax}}, {co, r}, [](OpBuilder &nb, Location l, ValueRange a) {
+      // cf: the constant the exps subtract, c_f made finite (0 while no kept key has reached
+      // the feature: its logits are all -inf, and exp(-inf - 0) = 0 needs no select).
+      tb.elementwise({{tmax}}, {co, r, cf}, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
         Value raised = x.max(a[1], a[0]);
         Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], raised);
-        return SmallVector<Value>{raised, x.select(same, x.c(1), x.exp(x.sub(a[1], raised)))};
+        Value reached = x.cmp(arith::CmpFPredicate::UNE, raised, x.c(-INFINITY));
+        return SmallVector<Value>{raised, x.select(same, x.c(1), x.exp(x.sub(a[1], raised))),
+                                  x.select(reached, raised, x.c(0))};
       });
       tb.elementwise({{r, At::Row}}, {So}, [](OpBuilder &nb, Location l, ValueRange a) {
         return SmallVector<Value>{arith::MulFOp::create(nb, l, a[1], a[0])};
@@ -98,16 +116,20 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         Scalar x{nb, l};
         return SmallVector<Value>{x.mul(a[1], a[0]), x.mul(a[2], a[0])};
       });
-      // phi = coeff exp(l - c_f) rowscale, selected (never multiplied) to 0 where l = -inf.
-      SmallVector<Operand> phiIns = {{logit[o]}, {co, At::Col}, {rowscale, At::Col}};
+      // phi = coeff exp(l - c_f) rowscale: masked and padded keys' l = -inf gives exp 0
+      // against the finite cf (c_f >= every finite l of the feature), so no select where the
+      // coefficient is invariant. A varying coefficient comes from the key's own data, which
+      // a masked key may hold as inf or NaN: that product is selected (never multiplied) to 0.
+      SmallVector<Operand> phiIns = {{logit[o]}, {cf, At::Col}, {scaleBy[o], At::Col}};
       if (varying)
         phiIns.push_back({coeff[o]});
       tb.elementwise(phiIns, {phi}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
+        Value p = x.mul(x.exp(x.sub(a[0], a[1])), a[2]);
+        if (!varying)
+          return SmallVector<Value>{p};
         Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
-        Value co = varying ? a[3] : invariantCoefficient(nb, l, component, a[0], k.params, o);
-        Value p = x.mul(x.mul(co, x.exp(x.sub(a[0], a[1]))), a[2]);
-        return SmallVector<Value>{x.select(live, p, x.c(0))};
+        return SmallVector<Value>{x.select(live, x.mul(a[3], p), x.c(0))};
       });
       tb.matmul(phi, Vt, So, /*transposeA=*/true);
       tb.reduceCols({{phi}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
@@ -243,22 +265,24 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
   ifWeightGrad(tb, wantW, [&] { tb.fill(dW, 0); });
   Value Qt = tb.buffer({s.T, s.D}), Gt = tb.buffer({s.T, s.DV}), Ot = tb.buffer({s.T, s.DV}),
         L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), Mq = tb.buffer({s.T}),
-        rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), valid = tb.buffer({s.T});
-  SmallVector<Value> gS, P, Qd;
+        rden = tb.buffer({s.T}), gdot = tb.buffer({s.T});
+  SmallVector<Value> gS, P;
   for (int64_t o = 0; o < s.K; ++o) {
     gS.push_back(tb.buffer({s.T, s.M}));
     P.push_back(tb.buffer({s.T, s.M}));
-    Qd.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
+  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams),
+                                  dxxPerDwx(partials, s.K, 3 + numParams));
   g.weightGrad = wantW;
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.stage(gout, r0, rows, Gt, s.DV);
     tb.stage(out, r0, rows, Ot, s.DV);
-    tb.stageMask(Value(), r0, rows, valid);
-    // The forward's constant M and guarded denominator per query (1/den; 0 past the rows).
-    tb.fill(Mq, 0);
+    // The forward's constant M and guarded denominator per query. Past the rows M = +inf
+    // and 1/den = 0: there e = exp(l + c - M) = 0 and a = 0 (g and g.out are 0 too), so
+    // every product the rows give is 0 with no select (the partials of a zero query are
+    // finite for every component whose forward a zero query can take).
+    tb.fill(Mq, std::numeric_limits<double>::infinity());
     tb.fill(rden, 0);
     tb.forRange(tb.idx(0), rows, [&](Value i) {
       Value n = arith::AddIOp::create(b, loc, r0, i);
@@ -277,43 +301,41 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     }
     // dL/dphi_f = (g.S_f - (g.out) z_f) / den, chained through the derived partials.
     SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}, {Mq, At::Row},
-                                {rden, At::Row}, {gdot, At::Row}, {valid, At::Row}};
+                                {rden, At::Row}, {gdot, At::Row}};
     for (int64_t o = 0; o < s.K; ++o)
       ins.append({{tb.outputRows(c, o), At::Col}, {gS[o]}, {tb.outputRows(z, o), At::Col}});
     SmallVector<Value> outs = g.outputs();
-    for (int64_t o = 0; o < s.K; ++o)
-      outs.append({P[o], Qd[o]});
+    outs.append(P.begin(), P.end());
     tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
       KernelBuilder kb(nb, l, component);
       Scalar x{nb, l};
       Value wx = a[0], xxv = a[1], wwv = a[2], M = a[3], rd = a[4], gd = a[5];
-      Value live = x.positive(a[6]);
       auto [logits, coeffs] = kb.features(wx, xxv, wwv, k.params);
       SmallVector<Value> e, da, y;
       for (int64_t o = 0; o < s.K; ++o) {
-        Value co = a[7 + 3 * o], gSo = a[8 + 3 * o], zo = a[9 + 3 * o];
+        Value co = a[6 + 3 * o], gSo = a[7 + 3 * o], zo = a[8 + 3 * o];
         e.push_back(x.exp(x.sub(x.add(logits[o], co), M)));
         da.push_back(x.mul(x.sub(gSo, x.mul(gd, zo)), rd));
       }
       Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, k.params, coeffs, e, da);
-      // Rows past the end (zero queries) contribute nothing: selected away.
-      auto keep = [&](Value v) { return x.select(live, v, x.c(0)); };
-      y = g.values(ch, keep);
-      for (int64_t o = 0; o < s.K; ++o) {
-        Value scaled = x.mul(x.mul(coeffs[o], e[o]), rd);
-        y.append({keep(scaled), keep(x.mul(scaled, gd))});
-      }
+      y = g.values(ch, [](Value v) { return v; });
+      for (int64_t o = 0; o < s.K; ++o)
+        y.push_back(x.mul(x.mul(coeffs[o], e[o]), rd));
       return y;
     });
     accumulateGradients(tb, s, g, Qt, W, dW);
     // dq with respect to the unscaled queries, and the input scale's gradient.
     tb.unstage(g.dx, r0, rows, dq, s.D, qscale);
     scaleGradient(tb, g.dx, Qt, dqscale);
+    // dS += P^T g and dz -= P^T (g.out): P = coeff e / den (0 past the rows, where g.out is
+    // 0 too), so dz's product is one multiply-add per element of P, with no tile of its own.
     for (int64_t o = 0; o < s.K; ++o) {
       tb.matmul(P[o], Gt, tb.outputRows(dS, o), /*transposeA=*/true);
-      tb.reduceCols({{Qd[o]}}, {tb.outputRows(dz, o)}, [](OpBuilder &nb, Location l, ValueRange a) {
-        return SmallVector<Value>{arith::SubFOp::create(nb, l, a[1], a[0])};
-      });
+      tb.reduceCols({{P[o]}, {gdot, At::Row}}, {tb.outputRows(dz, o)},
+                    [](OpBuilder &nb, Location l, ValueRange a) {
+                      Scalar x{nb, l};
+                      return SmallVector<Value>{x.sub(a[2], x.mul(a[0], a[1]))};
+                    });
     }
   });
   finishGradients(tb, s, g, W, dW, dparams);
@@ -349,7 +371,8 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     B.push_back(tb.buffer({s.T, s.M}));
     phi.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams));
+  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams),
+                                  dxxPerDwx(partials, s.K, 3 + numParams));
   g.weightGrad = wantW;
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
@@ -377,7 +400,9 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
       for (int64_t o = 0; o < s.K; ++o) {
         Value co = a[5 + 3 * o], Bo = a[6 + 3 * o], dzo = a[7 + 3 * o];
         e.push_back(x.select(live, x.mul(x.exp(x.sub(logits[o], co)), rs), x.c(0)));
-        da.push_back(x.select(live, x.add(Bo, dzo), x.c(0)));
+        // Every term of the chain is a product with e (0 for masked keys), and every output
+        // is selected below: a masked key's v (in B) may be anything, and is not selected here.
+        da.push_back(x.add(Bo, dzo));
       }
       Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, k.params, coeffs, e, da);
       auto keepv = [&](Value v) { return x.select(live, v, x.c(0)); };
