@@ -110,18 +110,26 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
   c.other += times;
 }
 
+/// The constant operand of `min(x, C)` (the rows left in a tile, at most C).
+std::optional<int64_t> minBound(Value v) {
+  auto min = v.getDefiningOp<arith::MinSIOp>();
+  if (!min)
+    return std::nullopt;
+  std::optional<int64_t> c = getConstantIntValue(min.getRhs());
+  return c ? c : getConstantIntValue(min.getLhs());
+}
+
 /// The trip count of `loop`: constant bounds, or an upper bound `min(x, C)` (the rows left
-/// in a tile) taken as C. Unknown: 1, and `exact` cleared.
+/// in a tile) taken as C; a loop from `min(x, C)` to C (the rows past the end, in the last
+/// tile only) runs 0 times in a full tile. Unknown: 1, and `exact` cleared.
 double tripCount(scf::ForOp loop, bool &exact) {
   std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound());
   std::optional<int64_t> step = getConstantIntValue(loop.getStep());
   std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound());
+  if (!lb && ub && minBound(loop.getLowerBound()) == ub)
+    return 0;
   if (!ub)
-    if (auto min = loop.getUpperBound().getDefiningOp<arith::MinSIOp>()) {
-      ub = getConstantIntValue(min.getRhs());
-      if (!ub)
-        ub = getConstantIntValue(min.getLhs());
-    }
+    ub = minBound(loop.getUpperBound());
   if (!lb || !step || !ub || *step <= 0) {
     exact = false;
     return 1;

@@ -60,7 +60,7 @@ std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, un
     if (!wx || !xx || *wx == 0 || !cwx || *cwx != 0 || !cxx || *cxx != 0)
       return std::nullopt;
     double ratio = *xx / *wx;
-    if (k && *k != ratio)
+    if (!std::isfinite(ratio) || (k && *k != ratio))
       return std::nullopt;
     k = ratio;
   }
@@ -176,7 +176,9 @@ void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body) {
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW) {
   tb.fill(g.dxxRow, 0);
-  if (g.dxxScale) {
+  if (g.dxxScale && *g.dxxScale == 0) {
+    // No ||x||^2 term: the row sums stay 0.
+  } else if (g.dxxScale) {
     double k = *g.dxxScale;
     tb.reduceRows({{g.dwx}}, {g.dxxRow}, [k](OpBuilder &nb, Location l, ValueRange a) {
       Scalar x{nb, l};

@@ -297,8 +297,9 @@ Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Va
 SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args);
 /// k where the ||x||^2 term of every output's chain is k times its w.x term: each output's
 /// d logit / d xx and d logit / d wx constants in the same ratio k, and its coefficient
-/// independent of both (PosRF and its kin: k = -1/2). The xx gradient is then k times the
-/// row sums of the wx gradient's tile and needs no tile of its own.
+/// independent of both (PosRF: one output, k = -1/2; not PosRF-Hyp, whose two outputs
+/// have ratios -1/2 and 1/2). The xx gradient is then k times the row sums of the wx
+/// gradient's tile and needs no tile of its own.
 std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, unsigned args);
 
 

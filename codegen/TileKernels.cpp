@@ -53,6 +53,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   }
   // Each feature's factor after the exp: coeff rowscale where the coefficient is invariant
   // (one multiply per element, which the CPU exp folds into its last step), else rowscale.
+  // Formed once per launch; it must be finite (a masked key's phi is exp(-inf) = 0 times it).
   for (int64_t o = 0; o < s.K; ++o) {
     if (varying) {
       scaleBy.push_back(rowscale);
@@ -99,8 +100,8 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
       tb.reduceCols({{logit[o]}}, {tmax}, [](OpBuilder &nb, Location l, ValueRange a) {
         return SmallVector<Value>{arith::MaximumFOp::create(nb, l, a[0], a[1])};
       });
-      // cf: the constant the exps subtract, c_f made finite (0 while no kept key has reached
-      // the feature: its logits are all -inf, and exp(-inf - 0) = 0 needs no select).
+      // cf: the constant the exps subtract, c_f with -inf made 0 (no kept key has reached
+      // the feature yet: its logits are all -inf, and exp(-inf - 0) = 0 needs no select).
       tb.elementwise({{tmax}}, {co, r, cf}, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
         Value raised = x.max(a[1], a[0]);
@@ -279,9 +280,8 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     tb.stage(gout, r0, rows, Gt, s.DV);
     tb.stage(out, r0, rows, Ot, s.DV);
     // The forward's constant M and guarded denominator per query. Past the rows M = +inf
-    // and 1/den = 0: there e = exp(l + c - M) = 0 and a = 0 (g and g.out are 0 too), so
-    // every product the rows give is 0 with no select (the partials of a zero query are
-    // finite for every component whose forward a zero query can take).
+    // and 1/den = 0: there e = exp(l + c - M) = 0 and a = 0 (g and g.out are 0 too), so the
+    // products of those rows are 0 wherever the component is finite at a zero query.
     tb.fill(Mq, std::numeric_limits<double>::infinity());
     tb.fill(rden, 0);
     tb.forRange(tb.idx(0), rows, [&](Value i) {
@@ -322,6 +322,13 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
       for (int64_t o = 0; o < s.K; ++o)
         y.push_back(x.mul(x.mul(coeffs[o], e[o]), rd));
       return y;
+    });
+    // A declared component need not be finite at a zero query (a rsqrt of ||x||^2, say):
+    // the rows past the end are zeroed after the generic, by a loop that runs only in the
+    // last, partial tile, not by a select on every element.
+    tb.forRange(rows, tb.idx(s.T), [&](Value i) {
+      for (Value t : outs)
+        tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) { tb.store(tb.f32(0), t, {i, j}); });
     });
     accumulateGradients(tb, s, g, Qt, W, dW);
     // dq with respect to the unscaled queries, and the input scale's gradient.
