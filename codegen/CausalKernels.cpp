@@ -104,14 +104,14 @@ SmallVector<Value> one(Value v) { return SmallVector<Value>{v}; }
 /// Stages rows [r0, r0 + rows) of q, k, v (and dL/dout, out when given) and the masks.
 void stageRows(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in, Value r0,
                Value rows) {
-  tb.stage(in.Q, r0, rows, t.Qt, s.D, in.qscale);
-  tb.stage(in.K, r0, rows, t.Kt, s.D, in.kscale);
-  tb.stage(in.V, r0, rows, t.Vt, s.DV);
+  tb.stageFilled(in.Q, r0, rows, t.Qt, s.D, in.qscale);
+  tb.stageFilled(in.K, r0, rows, t.Kt, s.D, in.kscale);
+  tb.stageFilled(in.V, r0, rows, t.Vt, s.DV);
   tb.stageMask(in.keep, r0, rows, t.kept);
   tb.stageMask(Value(), r0, rows, t.valid);
   if (in.gout) {
-    tb.stage(in.gout, r0, rows, t.Gt, s.DV);
-    tb.stage(in.out, r0, rows, t.Ot, s.DV);
+    tb.stageFilled(in.gout, r0, rows, t.Gt, s.DV);
+    tb.stageFilled(in.out, r0, rows, t.Ot, s.DV);
   }
 }
 
@@ -921,9 +921,9 @@ void buildCausalSuffix(OpBuilder &b, Location loc, ComponentOp component, const 
   tb.fill(st.c, kNegInf);
   CausalTiles tt(tb, s, /*backward=*/true);
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
-    tb.stage(Q, r0, rows, tt.Qt, s.D, in.qscale);
-    tb.stage(gout, r0, rows, tt.Gt, s.DV);
-    tb.stage(out, r0, rows, tt.Ot, s.DV);
+    tb.stageFilled(Q, r0, rows, tt.Qt, s.D, in.qscale);
+    tb.stageFilled(gout, r0, rows, tt.Gt, s.DV);
+    tb.stageFilled(out, r0, rows, tt.Ot, s.DV);
     tb.stageMask(Value(), r0, rows, tt.valid);
     queryFeatures(tb, s, tt, in);
     rowStats(tb, s, tt, in, r0, rows);

@@ -36,15 +36,16 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   Value K = k.arg(0), V = k.arg(1), keep = k.arg(2), Wt = k.arg(3), ww = k.arg(4),
         rowscale = k.arg(5), S = k.arg(7), z = k.arg(8), zabs = k.arg(9), c = k.arg(10),
         kscale = k.arg(11);
+  // Coefficients that do not vary by element are formed where phi is, not kept in tiles.
+  bool varying = KernelBuilder(b, loc, component).coefficientsVary();
   tb.fill(S, 0);
   tb.fill(z, 0);
-  tb.fill(zabs, 0);
+  if (varying)
+    tb.fill(zabs, 0);
   tb.fill(c, -std::numeric_limits<double>::infinity());
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T});
   Value L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), tmax = tb.buffer({s.M}),
         r = tb.buffer({s.M}), cf = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
-  // Coefficients that do not vary by element are formed where phi is, not kept in tiles.
-  bool varying = KernelBuilder(b, loc, component).coefficientsVary();
   SmallVector<Value> logit, coeff, scaleBy;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
@@ -113,9 +114,16 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
       tb.elementwise({{r, At::Row}}, {So}, [](OpBuilder &nb, Location l, ValueRange a) {
         return SmallVector<Value>{arith::MulFOp::create(nb, l, a[1], a[0])};
       });
-      tb.elementwise({{r}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
+      // zabs is z's own sum of |phi| only where the coefficient varies (see below).
+      SmallVector<Value> sums = {zo};
+      if (varying)
+        sums.push_back(zabso);
+      tb.elementwise({{r}}, sums, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        return SmallVector<Value>{x.mul(a[1], a[0]), x.mul(a[2], a[0])};
+        SmallVector<Value> y;
+        for (Value v : a.drop_front())
+          y.push_back(x.mul(v, a[0]));
+        return y;
       });
       // phi = coeff exp(l - c_f) rowscale: masked and padded keys' l = -inf gives exp 0
       // against the finite cf (c_f >= every finite l of the feature), so no select where the
@@ -133,12 +141,26 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         return SmallVector<Value>{x.select(live, x.mul(a[3], p), x.c(0))};
       });
       tb.matmul(phi, Vt, So, /*transposeA=*/true);
-      tb.reduceCols({{phi}}, {zo, zabso}, [](OpBuilder &nb, Location l, ValueRange a) {
+      tb.reduceCols({{phi}}, sums, [](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        return SmallVector<Value>{x.add(a[1], a[0]), x.add(a[2], x.abs(a[0]))};
+        SmallVector<Value> y = {x.add(a[1], a[0])};
+        if (a.size() > 2)
+          y.push_back(x.add(a[2], x.abs(a[0])));
+        return y;
       });
     }
   });
+  // With an invariant coefficient every phi of feature f has the sign of its factor
+  // scaleBy_f (exp is positive, each rescale r > 0), so sum |phi| = |sum phi| exactly
+  // (rounding is symmetric in the sign): zabs = |z|, one pass over F values per launch in
+  // place of an abs and an add per element. The chunks' combine keeps this (its weights are
+  // positive and every chunk's z_f has the same sign).
+  if (!varying)
+    for (int64_t o = 0; o < s.K; ++o)
+      tb.elementwise({{tb.outputRows(z, o)}}, {tb.outputRows(zabs, o)},
+                     [](OpBuilder &nb, Location l, ValueRange a) {
+                       return SmallVector<Value>{Scalar{nb, l}.abs(a[0])};
+                     });
   func::ReturnOp::create(b, loc);
 }
 
@@ -159,13 +181,27 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
         Mq = tb.buffer({s.T}), acc = tb.buffer({s.T, s.DV}), den = tb.buffer({s.T}),
         total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
   bool varying = KernelBuilder(b, loc, component).coefficientsVary();
-  SmallVector<Value> logit, coeff, phi;
+  SmallVector<Value> logit, coeff, phi, zsigned;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
     if (varying)
       coeff.push_back(tb.buffer({s.T, s.M}));
     phi.push_back(tb.buffer({s.T, s.M}));
   }
+  // The guard's total sums |phi_f| zabs_f. With an invariant coefficient co every phi of
+  // output o has co's sign, so |phi_f| zabs_f = phi_f (sign(co) zabs_f) exactly: zabs
+  // signed once per launch, and no abs per element.
+  if (!varying)
+    for (int64_t o = 0; o < s.K; ++o) {
+      zsigned.push_back(tb.buffer({s.M}));
+      tb.elementwise({{tb.outputRows(zabs, o)}}, {zsigned.back()},
+                     [&](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value co = invariantCoefficient(nb, l, component, a[0], k.params, o);
+                       Value negative = x.cmp(arith::CmpFPredicate::OLT, co, x.c(0));
+                       return SmallVector<Value>{x.select(negative, x.neg(a[0]), a[0])};
+                     });
+    }
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
     tb.logits(Qt, Wt, L, xx);
@@ -209,11 +245,13 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
         return SmallVector<Value>{x.mul(co, x.exp(x.sub(a[0], a[1])))};
       });
       tb.matmul(phi[o], tb.outputRows(S, o), acc);
-      tb.reduceRows({{phi[o]}, {tb.outputRows(z, o), At::Col}, {tb.outputRows(zabs, o), At::Col}},
-                    {den, total}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Value guardBy = varying ? tb.outputRows(zabs, o) : zsigned[o];
+      tb.reduceRows({{phi[o]}, {tb.outputRows(z, o), At::Col}, {guardBy, At::Col}}, {den, total},
+                    [&](OpBuilder &nb, Location l, ValueRange a) {
                       Scalar x{nb, l};
+                      Value magnitude = varying ? x.abs(a[0]) : a[0];
                       return SmallVector<Value>{x.add(a[3], x.mul(a[0], a[1])),
-                                                x.add(a[4], x.mul(x.abs(a[0]), a[2]))};
+                                                x.add(a[4], x.mul(magnitude, a[2]))};
                     });
     }
     // The denominator guard (SPECTRA_DENOMINATOR_GUARD): fires unless |den| > guard * T
@@ -518,8 +556,8 @@ void buildMoments(OpBuilder &b, Location loc, ComponentOp component, const Dims 
   tb.fill(cross, 0);
   Value Xt = tb.buffer({s.T, s.D}), Yt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
   tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
-    tb.stage(X, r0, rows, Xt, s.D);
-    tb.stage(Y, r0, rows, Yt, s.D);
+    tb.stageFilled(X, r0, rows, Xt, s.D);
+    tb.stageFilled(Y, r0, rows, Yt, s.D);
     tb.stageMask(keep, r0, rows, kept);
     tb.reduceCols({{Xt}, {Yt}, {kept, At::Row}}, {sum, cross},
                   [](OpBuilder &nb, Location l, ValueRange a) {
@@ -548,8 +586,8 @@ void buildMomentsBackward(OpBuilder &b, Location loc, ComponentOp component, con
         DX = k.arg(5);
   Value Xt = tb.buffer({s.T, s.D}), DXt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
   tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
-    tb.stage(X, r0, rows, Xt, s.D);
-    tb.stage(DXin, r0, rows, DXt, s.D);
+    tb.stageFilled(X, r0, rows, Xt, s.D);
+    tb.stageFilled(DXin, r0, rows, DXt, s.D);
     tb.stageMask(keep, r0, rows, kept);
     tb.elementwise({{Xt}, {kept, At::Row}, {A, At::Col}, {Bv, At::Col}}, {DXt},
                    [](OpBuilder &nb, Location l, ValueRange a) {

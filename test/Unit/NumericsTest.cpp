@@ -335,4 +335,65 @@ TEST(Numerics, TheGuardFiresOnlyForSignedEstimatorsAndIsCounted) {
   }
 }
 
+TEST(Numerics, TheGuardSeesSignedRowWeightsAndNegativeCoefficients) {
+  // Invariant coefficients take short cuts in the kernels: kv writes zabs = |z| and the
+  // readout sums phi_f (sign(coeff) zabs_f) for |phi_f| zabs_f. Two identical rows of W
+  // (both 0) with row weights +1/2 and -1/2 give z_0 = -z_1, so every query's denominator
+  // cancels to rounding and the guard must fire, with T = sum |phi_f| zabs_f > 0. A zabs
+  // taken as z would make T = 0 (0 / 0 out); a coefficient's sign left out of the readout's
+  // sum would make T < 0 (the guard silent, out divided by rounding). Both for PosRF and for
+  // a declared PosRF with a negative coefficient, in the reference, the CPU kernels and the
+  // GPU kernels run on the CPU.
+  const char *negated = R"mlir(
+    spectra.component @negated params(%m, %d) {
+      %r = math.rsqrt %m : f32
+      %c = arith.negf %r : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %h = arith.mulf %xx, %half : f32
+      %l = arith.subf %wx, %h : f32
+      spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+    }
+    spectra.feature_map @negated_orf component @negated weights @orf m = 2 d = 8 seed = 0
+  )mlir";
+  VariantConfig config;
+  config.m = 2;
+  config.d = 8;
+  torch::manual_seed(5);
+  torch::Tensor q = 0.5 * torch::randn({1, 2, 5, 8}), k = 0.5 * torch::randn({1, 2, 7, 8}),
+                v = torch::randn({1, 2, 7, 3});
+  Weights w{torch::zeros({2, 8}), torch::tensor({0.5f, -0.5f}), {}};
+  // Without the cancellation (row weights 1/2, 1/2) nothing fires and the kernels match.
+  Weights same{torch::zeros({2, 8}), torch::tensor({0.5f, 0.5f}), {}};
+  auto check = [&](const char *what, const Descriptor &desc, const FusedCpuAttention &cpu,
+                   const FusedEmulatedAttention &gpu) {
+    ReferenceFeatureMap fm(desc);
+    AttentionResult ref = fm.attentionWithStats(q, k, v, w);
+    AttentionResult c = cpu.attentionWithStats(q, k, v, w);
+    AttentionResult g = gpu.attentionWithStats(q, k, v, w);
+    for (const auto &[who, r] : {std::pair<const char *, AttentionResult>{"reference", ref},
+                                 {"cpu kernels", c}, {"gpu kernels (emulated)", g}}) {
+      EXPECT_TRUE(torch::equal(r.guarded, torch::full({1, 2}, 5.0f)))
+          << what << ", " << who << ": every query guarded, got " << r.guarded;
+      EXPECT_TRUE(torch::isfinite(r.out).all().item<bool>()) << what << ", " << who;
+      EXPECT_LE(r.out.abs().max().item<double>(), v.abs().max().item<double>() / kDenominatorGuard)
+          << what << ", " << who;
+    }
+    AttentionResult plain = fm.attentionWithStats(q, k, v, same);
+    for (const auto &[who, r] :
+         {std::pair<const char *, AttentionResult>{"cpu kernels", cpu.attentionWithStats(q, k, v, same)},
+          {"gpu kernels (emulated)", gpu.attentionWithStats(q, k, v, same)}}) {
+      EXPECT_EQ(r.guarded.sum().item<double>(), 0) << what << ", " << who;
+      EXPECT_TRUE(torch::allclose(r.out, plain.out, 1e-5, 1e-5)) << what << ", " << who;
+    }
+    EXPECT_EQ(plain.guarded.sum().item<double>(), 0) << what;
+  };
+  FusedCpuAttention posrf("posrf-orf", config);
+  check("posrf-orf", posrf.descriptor(), posrf, FusedEmulatedAttention("posrf-orf", config));
+  FusedCpuAttention neg = FusedCpuAttention::fromIR(negated, "negated.mlir");
+  check("negated coefficient", neg.descriptor(), neg,
+        FusedEmulatedAttention::fromIR(negated, "negated.mlir"));
+}
+
 } // namespace
