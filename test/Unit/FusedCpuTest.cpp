@@ -276,6 +276,64 @@ TEST(FusedCpuBackward, QueriesPastTheLastTileGiveNothingAtLargeKeyConstants) {
   }
 }
 
+TEST(FusedCpuBackward, AFeatureNotFiniteAtZeroLeavesThePaddedRowsOut) {
+  // A declared feature of the direction x / ||x||: at the zero rows that pad a partial tile,
+  // rsqrt(||x||^2) = inf and w.x rsqrt(||x||^2) = 0 inf = NaN. The query backward zeroes
+  // those rows of its outputs after the chain (its loop runs only in a partial tile): nothing
+  // of them may reach dq, dk, dv or dW (summed over every row of the tile).
+  const char *ir = R"mlir(
+    spectra.component @direction params(%m, %d) {
+      %c = math.rsqrt %m : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %r = math.rsqrt %xx : f32
+      %u = arith.mulf %wx, %r : f32
+      %l = arith.subf %u, %half : f32
+      spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+    }
+    spectra.feature_map @direction_orf component @direction weights @orf m = 16 d = 8 seed = 1
+  )mlir";
+  FusedCpuAttention fused = FusedCpuAttention::fromIR(ir, "direction.mlir");
+  // The GPU kernels (run on the CPU) come from the same tile code.
+  FusedEmulatedAttention gpu = FusedEmulatedAttention::fromIR(ir, "direction.mlir");
+  const Descriptor &desc = fused.descriptor();
+  torch::manual_seed(9);
+  // 12 queries and 20 keys: both sides end in a partial 32-row tile.
+  torch::Tensor q0 = torch::randn({2, 2, 12, 8}, torch::kFloat64),
+                k0 = torch::randn({2, 2, 20, 8}, torch::kFloat64),
+                v0 = torch::randn({2, 2, 20, 5}, torch::kFloat64),
+                probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  enum Run { Reference, Cpu, Gpu };
+  auto grads = [&](Run run) {
+    auto type = run == Reference ? torch::kFloat64 : torch::kFloat32;
+    torch::Tensor q = q0.clone().to(type).requires_grad_(),
+                  k = k0.clone().to(type).requires_grad_(),
+                  v = v0.clone().to(type).requires_grad_();
+    Weights w = WeightFactory(desc).draw(desc.seed, type);
+    w.W = w.W.detach().clone().requires_grad_();
+    torch::Tensor out = run == Cpu   ? fused.attention(q, k, v, w)
+                        : run == Gpu ? gpu.attention(q, k, v, w)
+                                     : ReferenceFeatureMap(desc).attention(q, k, v, w);
+    (out.to(torch::kFloat64) * probe).sum().backward();
+    return std::vector<torch::Tensor>{out.detach().to(torch::kFloat64), q.grad(), k.grad(),
+                                      v.grad(), w.W.grad()};
+  };
+  std::vector<torch::Tensor> want = grads(Reference);
+  for (Run run : {Cpu, Gpu}) {
+    std::vector<torch::Tensor> got = grads(run);
+    const char *who = run == Cpu ? "cpu kernels" : "gpu kernels (emulated)";
+    const char *names[] = {"out", "dq", "dk", "dv", "dW"};
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(got[i].defined() && want[i].defined()) << who << ": " << names[i];
+      ASSERT_TRUE(torch::isfinite(got[i]).all().item<bool>())
+          << who << ": " << names[i] << " is not finite";
+      EXPECT_LT(maxAbs(got[i].to(torch::kFloat64) - want[i]), 1e-4 * (maxAbs(want[i]) + 1e-6))
+          << who << ": " << names[i];
+    }
+  }
+}
+
 using AttendFn = std::function<torch::Tensor(const torch::Tensor &, const torch::Tensor &,
                                              const torch::Tensor &, const Weights &)>;
 
