@@ -69,9 +69,12 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   }
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
-    tb.stage(V, r0, rows, Vt, s.DV);
     tb.stageMask(keep, r0, rows, kept);
     tb.logits(Kt, Wt, L, xx);
+    // The input check (q, k and v finite) rides on the kernels: a key's row of v carries
+    // 0 x ||k||^2, so an inf or NaN anywhere in k or v, kept or masked, makes S non-finite
+    // (0 x inf is NaN, whatever phi is), and zabs NaN below.
+    tb.stageWitnessed(V, r0, rows, Vt, s.DV, xx);
     // The features of the tile; masked (and padded) keys' logits become -inf.
     SmallVector<Value> outs;
     for (int64_t o = 0; o < s.K; ++o) {
@@ -155,12 +158,20 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   // (rounding is symmetric in the sign): zabs = |z|, one pass over F values per launch in
   // place of an abs and an add per element. The chunks' combine keeps this (its weights are
   // positive and every chunk's z_f has the same sign).
-  if (!varying)
-    for (int64_t o = 0; o < s.K; ++o)
+  for (int64_t o = 0; o < s.K; ++o) {
+    if (!varying)
       tb.elementwise({{tb.outputRows(z, o)}}, {tb.outputRows(zabs, o)},
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        return SmallVector<Value>{Scalar{nb, l}.abs(a[0])};
                      });
+    // zabs_f += 0 x S_f, per launch: NaN where S is not finite (the input check; the readout
+    // passes it on to the queries' guard counts).
+    tb.reduceRows({{tb.outputRows(S, o)}}, {tb.outputRows(zabs, o)},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return SmallVector<Value>{x.add(a[1], x.mul(a[0], x.c(0)))};
+                  });
+  }
   func::ReturnOp::create(b, loc);
 }
 
@@ -267,11 +278,17 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
       return SmallVector<Value>{arith::DivFOp::create(nb, l, a[1], a[0])};
     });
     tb.unstage(acc, r0, rows, out, s.DV);
+    // The guard's count carries the input check: 0 x (||q||^2 + the guarded denominator) is
+    // NaN where the query's row is not finite, or where k or v were not (zabs NaN makes the
+    // guard fire with a NaN denominator); the runtime sums the counts anyway.
     tb.forRange(tb.idx(0), rows, [&](Value i) {
       Value n = arith::AddIOp::create(b, loc, r0, i);
+      Value g = tb.load(guarded, {i});
       tb.store(tb.load(Mq, {i}), qstat, {n, tb.idx(0)});
-      tb.store(tb.load(guarded, {i}), qstat, {n, tb.idx(1)});
-      tb.store(tb.load(fired, {i}), qstat, {n, tb.idx(2)});
+      tb.store(g, qstat, {n, tb.idx(1)});
+      Value mark = arith::MulFOp::create(
+          b, loc, arith::AddFOp::create(b, loc, tb.load(xx, {i}), g), tb.f32(0));
+      tb.store(arith::AddFOp::create(b, loc, tb.load(fired, {i}), mark), qstat, {n, tb.idx(2)});
     });
   });
   func::ReturnOp::create(b, loc);

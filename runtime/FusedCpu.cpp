@@ -173,10 +173,22 @@ AttentionResult FusedCpuAttention::attentionWithStats(
     std::optional<double> scale, const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
+  // The bidirectional kernels carry the input check (checkForwardValues); the causal ones do
+  // not.
+  const bool checkAfter = !isCausal && !DeferredInputChecks::active();
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
-                                     queryMask, &launcher(q, v.size(3)));
+                                     queryMask, &launcher(q, v.size(3)), checkAfter);
   auto out = FusedAttentionFunction<FusedCpuAttention>::run(p, this);
+  if (checkAfter)
+    checkForwardValues(out[1], q, k, v);
   return {out[0].to(q.scalar_type()), out[1]};
+}
+
+void checkForwardValues(const torch::Tensor &guarded, const torch::Tensor &q,
+                        const torch::Tensor &k, const torch::Tensor &v) {
+  // The counts are small integers: their sum is finite unless one of them is NaN.
+  if (!std::isfinite(guarded.sum().item<double>()))
+    checkAttentionValues(q, k, v);
 }
 
 FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
@@ -184,9 +196,9 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale, torch::ScalarType inputType,
                                const std::optional<torch::Tensor> &queryMask,
-                               const KernelLauncher *launcher) {
+                               const KernelLauncher *launcher, bool valuesAfterKernels) {
   const Descriptor &desc = reference.descriptor();
-  checkAttentionInputs(desc, q, k, v, weights, keyMask);
+  checkAttentionInputs(desc, q, k, v, weights, keyMask, valuesAfterKernels);
   const int64_t B = q.size(0), H = q.size(1), Nk = k.size(2), m = desc.m;
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(q.device());
   double s = scale.value_or(std::pow(static_cast<double>(desc.d), -0.25));
@@ -251,9 +263,12 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
   torch::NoGradGuard noGrad;
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
+  const bool checkAfter = !isCausal && !DeferredInputChecks::active();
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
-                                     std::nullopt, &launcher(q, v.size(3)));
+                                     std::nullopt, &launcher(q, v.size(3)), checkAfter);
   FusedForward result = runForward(p);
+  if (checkAfter)
+    checkForwardValues(result.guarded, q, k, v);
   result.out = result.out.to(q.scalar_type());
   return result;
 }

@@ -54,13 +54,21 @@ struct FusedInputs {
 /// Computes FusedInputs (autograd follows through the statistics, parameters and
 /// transforms); q, k, v become `inputType`. The data statistics come from the compiled
 /// moments kernels of `launcher` where it has them (else from LibTorch reductions).
+/// `valuesAfterKernels`: the caller runs the bidirectional kernels and then
+/// checkForwardValues (checkAttentionInputs' flag of the same name).
 FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch::Tensor &q,
                                const torch::Tensor &k, const torch::Tensor &v,
                                const Weights &weights, const std::optional<torch::Tensor> &keyMask,
                                std::optional<double> scale,
                                torch::ScalarType inputType = torch::kFloat32,
                                const std::optional<torch::Tensor> &queryMask = std::nullopt,
-                               const KernelLauncher *launcher = nullptr);
+                               const KernelLauncher *launcher = nullptr,
+                               bool valuesAfterKernels = false);
+/// After the bidirectional kernels ran on inputs prepared with valuesAfterKernels: their
+/// guard counts [B, H] are NaN where some row of q, k or v was not (or, rarely, a finite
+/// square overflowed); then the exact check of q, k and v (checkAttentionValues) decides.
+void checkForwardValues(const torch::Tensor &guarded, const torch::Tensor &q,
+                        const torch::Tensor &k, const torch::Tensor &v);
 
 /// What the forward saves for a backward: S, z and the stabiliser constants.
 struct FusedForward {

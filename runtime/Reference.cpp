@@ -224,7 +224,7 @@ void checkAttentionShapes(const Descriptor &desc, const torch::Tensor &q, const 
 
 void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
                           const torch::Tensor &v, const Weights &weights,
-                          const std::optional<torch::Tensor> &keyMask) {
+                          const std::optional<torch::Tensor> &keyMask, bool valuesAfterKernels) {
   checkAttentionShapes(desc, q, k, v, weights);
   if (keyMask) {
     TORCH_CHECK(keyMask->scalar_type() == torch::kBool, "spectra attention: the key mask must be bool, got ",
@@ -239,12 +239,18 @@ void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const 
   // inf or NaN), and a sum is about half the time of aminmax's pass; only a sum that comes out
   // non-finite (a bad element, or finite elements whose sum overflows) takes the exact test.
   if (!DeferredInputChecks::active()) {
+    if (valuesAfterKernels)
+      return;
     torch::Tensor sums = torch::stack({q.detach().sum(torch::kFloat32),
                                        k.detach().sum(torch::kFloat32),
                                        v.detach().sum(torch::kFloat32)});
     if (torch::isfinite(sums).all().item<bool>())
       return;
   }
+  checkAttentionValues(q, k, v);
+}
+
+void checkAttentionValues(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v) {
   // One pass per tensor (min and max propagate NaN and show an inf) and one synchronisation.
   auto [qlo, qhi] = torch::aminmax(q.detach());
   auto [klo, khi] = torch::aminmax(k.detach());

@@ -150,9 +150,18 @@ void checkAttentionShapes(const Descriptor &desc, const torch::Tensor &q, const 
 /// The checks every attention entry point makes (shapes, dtypes, devices,
 /// mask, finiteness), as TORCH_CHECK errors naming what is wrong (the value
 /// checks deferred inside a DeferredInputChecks scope).
+/// With `valuesAfterKernels` (the CPU kernels, which carry the check themselves: see
+/// checkAttentionValues) the immediate pass over q, k and v is left out; inside a
+/// DeferredInputChecks scope the check is made as always.
 void checkAttentionInputs(const Descriptor &desc, const torch::Tensor &q, const torch::Tensor &k,
                           const torch::Tensor &v, const Weights &weights,
-                          const std::optional<torch::Tensor> &keyMask);
+                          const std::optional<torch::Tensor> &keyMask,
+                          bool valuesAfterKernels = false);
+/// The exact finiteness check of q, k and v (one min/max pass each): an error naming it, or
+/// a deferred flag inside a DeferredInputChecks scope. The CPU kernels mark their guard
+/// counts NaN where an input row was not finite; the runtime calls this only then (a false
+/// alarm, from a finite input whose square overflows, passes here).
+void checkAttentionValues(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v);
 
 /// The recurrent state of causal attention per (batch, head) (CAUSAL-NOTES.md section 4):
 /// S [B, H, F, dv], z and zabs [B, H, F] relative to the per-feature running maxima c

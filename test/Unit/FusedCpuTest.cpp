@@ -86,6 +86,59 @@ TEST(FusedCpu, ExtraComponentsMatchTheReference) {
   }
 }
 
+TEST(FusedCpu, TheKernelsCatchEveryNonFiniteInput) {
+  // The bidirectional CPU kernels carry the input check (no LibTorch pass over q, k and v
+  // first): a value row of v carries 0 x ||k||^2, zabs 0 x S, the guard counts 0 x ||q||^2,
+  // so one inf or NaN anywhere, in a kept or a masked row, must give the usual error. The
+  // W here has a positive first column, so a kept key (-inf, 0, ...) has logits -inf
+  // everywhere: by its features alone it would look masked and be dropped in silence.
+  using torch::indexing::Slice;
+  for (const char *variant : {"posrf-orf", "saderf-orf", "trigrf-orf"}) {
+    VariantConfig config;
+    config.m = 16;
+    config.d = 8;
+    FusedCpuAttention fused(variant, config);
+    Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
+    w.W = w.W.abs() + 0.1;
+    Case c = makeCase(0.5, 21);
+    torch::Tensor q = c.q.to(torch::kFloat32), k = c.k.to(torch::kFloat32),
+                  v = c.v.to(torch::kFloat32);
+    // Finite inputs: no error, and finite guard counts.
+    AttentionResult fine = fused.attentionWithStats(q, k, v, w, c.mask);
+    EXPECT_TRUE(torch::isfinite(fine.guarded).all().item<bool>()) << variant;
+    struct Bad {
+      const char *what;
+      int tensor;  // 0 q, 1 k, 2 v
+      int64_t b, row, col;
+      float value;
+    };
+    // Batch 1 masks keys 7..9.
+    const Bad cases[] = {{"q row, +inf", 0, 0, 3, 2, INFINITY},
+                         {"q row, NaN", 0, 1, 11, 0, NAN},
+                         {"kept key, -inf (every logit -inf)", 1, 0, 4, 0, -INFINITY},
+                         {"kept key, NaN", 1, 1, 2, 5, NAN},
+                         {"masked key, +inf", 1, 1, 8, 3, INFINITY},
+                         {"kept value, -inf", 2, 0, 9, 4, -INFINITY},
+                         {"masked value, NaN", 2, 1, 9, 1, NAN}};
+    for (const Bad &bad : cases) {
+      torch::Tensor t[3] = {q.clone(), k.clone(), v.clone()};
+      t[bad.tensor].index_put_({bad.b, 1, bad.row, bad.col}, bad.value);
+      for (bool autograd : {true, false}) {
+        try {
+          if (autograd)
+            fused.attentionWithStats(t[0], t[1], t[2], w, c.mask);
+          else
+            fused.forward(t[0], t[1], t[2], w, c.mask);
+          ADD_FAILURE() << variant << ", " << bad.what << ": no error";
+        } catch (const c10::Error &e) {
+          EXPECT_NE(std::string(e.what()).find("q, k and v must be finite"), std::string::npos)
+              << variant << ", " << bad.what << ": " << e.what();
+        }
+      }
+    }
+  }
+}
+
 TEST(FusedCpu, LargeLogitsStayFiniteAndCorrect) {
   VariantConfig config;
   config.m = 16;
