@@ -210,24 +210,6 @@ public:
       copyRow(from, to, scale);
     });
   }
-  /// stage() of an unscaled tile whose row i also carries 0 x witness[i]: the row is NaN
-  /// where witness[i] is not finite, and unchanged elsewhere (the kernels' input check).
-  void stageWitnessed(Value src, Value r0, Value rows, Value tile, int64_t width, Value witness) {
-    int64_t T = llvm::cast<MemRefType>(tile.getType()).getDimSize(0);
-    forRange(rows, idx(T), [&](Value i) { fill(rowOf(tile, i, width), 0); });
-    Type toType = llvm::cast<MemRefType>(tile.getType()).getElementType();
-    forRange(idx(0), rows, [&](Value i) {
-      Value from = rowOf(src, arith::AddIOp::create(b, loc, r0, i), width), to = rowOf(tile, i, width);
-      SmallVector<OpFoldResult> o = {i}, z = {b.getIndexAttr(1)}, st = {b.getIndexAttr(1)};
-      Value w = memref::SubViewOp::create(b, loc, witness, o, z, st);
-      elementwise({{from}, {w, At::Row}}, {to}, [&](OpBuilder &nb, Location l, ValueRange a) {
-        Value x = a[0].getType() == toType ? a[0] : Value(arith::ExtFOp::create(nb, l, toType, a[0]));
-        Value zero = arith::ConstantOp::create(nb, l, nb.getFloatAttr(toType, 0.0));
-        Value mark = arith::MulFOp::create(nb, l, a[1], zero);
-        return SmallVector<Value>{arith::AddFOp::create(nb, l, x, mark)};
-      });
-    });
-  }
   /// The first `rows` rows of tile [T, W] into dst [N, W] from row r0, times `scale`.
   void unstage(Value tile, Value r0, Value rows, Value dst, int64_t width, Value scale = Value()) {
     forRange(idx(0), rows, [&](Value i) {

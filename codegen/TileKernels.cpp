@@ -45,7 +45,9 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   tb.fill(c, -std::numeric_limits<double>::infinity());
   Value Kt = tb.buffer({s.T, s.D}), Vt = tb.buffer({s.T, s.DV}), kept = tb.buffer({s.T});
   Value L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}), tmax = tb.buffer({s.M}),
-        r = tb.buffer({s.M}), cf = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M});
+        r = tb.buffer({s.M}), cf = tb.buffer({s.M}), phi = tb.buffer({s.T, s.M}),
+        kmark = tb.buffer({1});
+  tb.fill(kmark, 0);
   SmallVector<Value> logit, coeff, scaleBy;
   for (int64_t o = 0; o < s.K; ++o) {
     logit.push_back(tb.buffer({s.T, s.M}));
@@ -69,12 +71,9 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
   }
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
+    tb.stage(V, r0, rows, Vt, s.DV);
     tb.stageMask(keep, r0, rows, kept);
     tb.logits(Kt, Wt, L, xx);
-    // The input check (q, k and v finite) rides on the kernels: a key's row of v carries
-    // 0 x ||k||^2, so an inf or NaN anywhere in k or v, kept or masked, makes S non-finite
-    // (0 x inf is NaN, whatever phi is), and zabs NaN below.
-    tb.stageWitnessed(V, r0, rows, Vt, s.DV, xx);
     // The features of the tile; masked (and padded) keys' logits become -inf.
     SmallVector<Value> outs;
     for (int64_t o = 0; o < s.K; ++o) {
@@ -152,6 +151,13 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         return y;
       });
     }
+    // The input check (q, k and v finite) rides on the kernels: kmark += 0 x ||k||^2 over
+    // the tile's rows, NaN from any inf or NaN in k, kept or masked (after the features and
+    // the sums, where it leaves a GPU warp chain whole).
+    tb.reduceCols({{xx, At::Row}}, {kmark}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Scalar x{nb, l};
+      return SmallVector<Value>{x.add(a[1], x.mul(a[0], x.c(0)))};
+    });
   });
   // With an invariant coefficient every phi of feature f has the sign of its factor
   // scaleBy_f (exp is positive, each rescale r > 0), so sum |phi| = |sum phi| exactly
@@ -164,12 +170,17 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
                      [](OpBuilder &nb, Location l, ValueRange a) {
                        return SmallVector<Value>{Scalar{nb, l}.abs(a[0])};
                      });
-    // zabs_f += 0 x S_f, per launch: NaN where S is not finite (the input check; the readout
-    // passes it on to the queries' guard counts).
+    // The input check, per launch: zabs_f += 0 x S_f (NaN from any inf or NaN in v, kept or
+    // masked: 0 x inf is NaN whatever phi is) + kmark. The readout passes it on to the
+    // queries' guard counts.
     tb.reduceRows({{tb.outputRows(S, o)}}, {tb.outputRows(zabs, o)},
                   [](OpBuilder &nb, Location l, ValueRange a) {
                     Scalar x{nb, l};
                     return SmallVector<Value>{x.add(a[1], x.mul(a[0], x.c(0)))};
+                  });
+    tb.reduceRows({{kmark, At::Col}}, {tb.outputRows(zabs, o)},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    return SmallVector<Value>{Scalar{nb, l}.add(a[1], a[0])};
                   });
   }
   func::ReturnOp::create(b, loc);
