@@ -295,6 +295,9 @@ struct Scalar {
   Value select(Value cond, Value x, Value y) { return arith::SelectOp::create(b, l, cond, x, y); }
   Value cmp(arith::CmpFPredicate p, Value x, Value y) { return arith::CmpFOp::create(b, l, p, x, y); }
   Value positive(Value x) { return cmp(arith::CmpFPredicate::OGT, x, c(0)); }
+  /// 0 x v: 0 where v is finite, NaN where it is not (the kernels' input check adds it to a
+  /// value the runtime reads anyway).
+  Value mark(Value v) { return mul(v, c(0)); }
 };
 
 /// Output o's coefficient when it depends on no element (KernelBuilder::coefficientsVary):

@@ -156,7 +156,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
     // the sums, where it leaves a GPU warp chain whole).
     tb.reduceCols({{xx, At::Row}}, {kmark}, [](OpBuilder &nb, Location l, ValueRange a) {
       Scalar x{nb, l};
-      return SmallVector<Value>{x.add(a[1], x.mul(a[0], x.c(0)))};
+      return SmallVector<Value>{x.add(a[1], x.mark(a[0]))};
     });
   });
   // With an invariant coefficient every phi of feature f has the sign of its factor
@@ -176,7 +176,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
     tb.reduceRows({{tb.outputRows(S, o)}}, {tb.outputRows(zabs, o)},
                   [](OpBuilder &nb, Location l, ValueRange a) {
                     Scalar x{nb, l};
-                    return SmallVector<Value>{x.add(a[1], x.mul(a[0], x.c(0)))};
+                    return SmallVector<Value>{x.add(a[1], x.mark(a[0]))};
                   });
     tb.reduceRows({{kmark, At::Col}}, {tb.outputRows(zabs, o)},
                   [](OpBuilder &nb, Location l, ValueRange a) {
@@ -293,13 +293,13 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     // NaN where the query's row is not finite, or where k or v were not (zabs NaN makes the
     // guard fire with a NaN denominator); the runtime sums the counts anyway.
     tb.forRange(tb.idx(0), rows, [&](Value i) {
+      Scalar x{b, loc};
       Value n = arith::AddIOp::create(b, loc, r0, i);
       Value g = tb.load(guarded, {i});
       tb.store(tb.load(Mq, {i}), qstat, {n, tb.idx(0)});
       tb.store(g, qstat, {n, tb.idx(1)});
-      Value mark = arith::MulFOp::create(
-          b, loc, arith::AddFOp::create(b, loc, tb.load(xx, {i}), g), tb.f32(0));
-      tb.store(arith::AddFOp::create(b, loc, tb.load(fired, {i}), mark), qstat, {n, tb.idx(2)});
+      Value mark = x.mark(x.add(tb.load(xx, {i}), g));
+      tb.store(x.add(tb.load(fired, {i}), mark), qstat, {n, tb.idx(2)});
     });
   });
   func::ReturnOp::create(b, loc);

@@ -173,9 +173,7 @@ AttentionResult FusedCpuAttention::attentionWithStats(
     std::optional<double> scale, const std::optional<torch::Tensor> &queryMask) const {
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
-  // The bidirectional kernels carry the input check (checkForwardValues); the causal ones do
-  // not.
-  const bool checkAfter = !isCausal && !DeferredInputChecks::active();
+  const bool checkAfter = kernelsCheckValues();
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
                                      queryMask, &launcher(q, v.size(3)), checkAfter);
   auto out = FusedAttentionFunction<FusedCpuAttention>::run(p, this);
@@ -263,7 +261,7 @@ FusedForward FusedCpuAttention::forward(const torch::Tensor &q, const torch::Ten
   torch::NoGradGuard noGrad;
   TORCH_CHECK(q.device().is_cpu(), "spectra fused CPU attention: inputs must be CPU tensors, got ",
               q.device());
-  const bool checkAfter = !isCausal && !DeferredInputChecks::active();
+  const bool checkAfter = kernelsCheckValues();
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale, torch::kFloat32,
                                      std::nullopt, &launcher(q, v.size(3)), checkAfter);
   FusedForward result = runForward(p);

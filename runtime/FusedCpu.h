@@ -209,6 +209,10 @@ public:
 
   /// Whether these are the causal kernels.
   bool causal() const { return isCausal; }
+  /// Whether a call leaves the finiteness of q, k and v to the kernels (checkForwardValues):
+  /// the bidirectional kernels carry the check, the causal ones do not, and a
+  /// DeferredInputChecks scope keeps its own flags.
+  bool kernelsCheckValues() const { return !isCausal && !DeferredInputChecks::active(); }
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
 
