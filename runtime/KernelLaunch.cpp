@@ -2,6 +2,8 @@
 
 #include "runtime/KernelLaunch.h"
 
+#include "runtime/BufferCache.h"
+
 #include "codegen/spectra_compiler.h"
 
 #include <algorithm>
@@ -259,9 +261,9 @@ DecodeState emptyCausalState(std::vector<int64_t> lead, int64_t F, int64_t dv,
   vec.push_back(F);
   mat.insert(mat.end(), {F, dv});
   DecodeState st;
-  st.S = torch::zeros(mat, f32);
-  st.z = torch::zeros(vec, f32);
-  st.zabs = torch::zeros(vec, f32);
+  st.S = emptyBuffer(mat, f32).zero_();
+  st.z = emptyBuffer(vec, f32).zero_();
+  st.zabs = emptyBuffer(vec, f32).zero_();
   st.c = torch::full(vec, -std::numeric_limits<float>::infinity(), f32);
   return st;
 }
@@ -308,8 +310,8 @@ std::array<torch::Tensor, 4> keySummaries(const KernelLauncher &launcher, const 
   const torch::Tensor &v = inputs.at("v");
   const int64_t BH = v.size(0), dv = v.size(2);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(v.device());
-  std::array<torch::Tensor, 4> out = {torch::empty({BH, C, F, dv}, f32), torch::empty({BH, C, F}, f32),
-                                      torch::empty({BH, C, F}, f32), torch::empty({BH, C, F}, f32)};
+  std::array<torch::Tensor, 4> out = {emptyBuffer({BH, C, F, dv}, f32), emptyBuffer({BH, C, F}, f32),
+                                      emptyBuffer({BH, C, F}, f32), emptyBuffer({BH, C, F}, f32)};
   std::map<std::string, torch::Tensor> buf = inputs;
   buf["S"] = out[0];
   buf["z"] = out[1];
@@ -381,13 +383,13 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(x.device());
   const KernelAbi &moments = launcher.abi("moments"), &combine = launcher.abi("moments_combine");
   const int64_t C = rowChunks(launcher, moments, N, BH);
-  torch::Tensor sump = torch::empty({BH, C, D}, f32), crossp = torch::empty({BH, C, D}, f32);
+  torch::Tensor sump = emptyBuffer({BH, C, D}, f32), crossp = emptyBuffer({BH, C, D}, f32);
   torch::Tensor keepRows =
       keep.to(f32).unsqueeze(1).expand({B, H, N}).reshape({BH, N}).contiguous();
   run(launcher, moments,
       {{"x", slices(x.contiguous())}, {"y", slices(y.contiguous())}, {"keep", keepRows},
        {"sum", sump}, {"cross", crossp}});
-  torch::Tensor sum = torch::empty({BH, D}, f32), cross = torch::empty({BH, D}, f32);
+  torch::Tensor sum = emptyBuffer({BH, D}, f32), cross = emptyBuffer({BH, D}, f32);
   run(launcher, combine, {{"sump", sump}, {"crossp", crossp}, {"sum", sum}, {"cross", cross}});
   return {sum.view({B, H, D}), cross.view({B, H, D})};
 }
@@ -420,10 +422,10 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
   // The keys' split reduction: per (slice, chunk) partials, then the combine in chunk order.
   auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
   FusedForward result;
-  result.S = torch::empty({BH, F, dv}, f32);
-  result.z = torch::empty({BH, F}, f32);
-  result.zabs = torch::empty({BH, F}, f32);
-  result.shift = torch::empty({BH, F}, f32);
+  result.S = emptyBuffer({BH, F, dv}, f32);
+  result.z = emptyBuffer({BH, F}, f32);
+  result.zabs = emptyBuffer({BH, F}, f32);
+  result.shift = emptyBuffer({BH, F}, f32);
   run(launcher, combine,
       {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", result.S}, {"z", result.z},
        {"zabs", result.zabs}, {"c", result.shift}});
@@ -431,8 +433,8 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
   buf["z"] = result.z;
   buf["zabs"] = result.zabs;
   buf["c"] = result.shift;
-  buf["out"] = torch::empty({BH, Nq, dv}, in.qs.options());
-  buf["qstat"] = torch::empty({BH, Nq, 3}, f32);
+  buf["out"] = emptyBuffer({BH, Nq, dv}, in.qs.options());
+  buf["qstat"] = emptyBuffer({BH, Nq, 3}, f32);
   run(launcher, readout, buf);
   result.out = buf["out"].view({B, H, Nq, dv});
   result.qstat = buf["qstat"].view({B, H, Nq, 3});
@@ -459,8 +461,8 @@ torch::Tensor weightGradient(const KernelLauncher &launcher, const KernelAbi &ch
   if (!in.weightGrad)
     return torch::Tensor();
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dWp.device());
-  torch::Tensor dWs = torch::empty({dWp.size(0), dWp.size(2), dWp.size(3)}, f32),
-                dW = torch::empty({dWp.size(2), dWp.size(3)}, f32);
+  torch::Tensor dWs = emptyBuffer({dWp.size(0), dWp.size(2), dWp.size(3)}, f32),
+                dW = emptyBuffer({dWp.size(2), dWp.size(3)}, f32);
   run(launcher, chunkCombine, {{"dWp", dWp}, {"dWs", dWs}});
   run(launcher, combine, {{"dWp", dWs}, {"dW", dW}});
   return dW;
@@ -482,39 +484,39 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
 
   std::map<std::string, torch::Tensor> buf = inputBuffers(in);
   buf["S"] = slices(saved.S).contiguous();
-  buf["St"] = buf["S"].transpose(1, 2).contiguous();
+  buf["St"] = contiguousBuffer(buf["S"].transpose(1, 2));
   buf["z"] = slices(saved.z).contiguous();
   buf["c"] = slices(saved.shift).contiguous();
   buf["out"] = slices(saved.out).contiguous();
-  buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
+  buf["gout"] = contiguousBuffer(slices(goutIn.to(in.qs.scalar_type())));
   buf["qstat"] = slices(saved.qstat).contiguous();
-  buf["dq"] = torch::empty({BH, Nq, D}, in.qs.options());
-  buf["dk"] = torch::empty({BH, Nk, D}, in.ks.options());
-  buf["dv"] = torch::empty({BH, Nk, dv}, in.vs.options());
+  buf["dq"] = emptyBuffer({BH, Nq, D}, in.qs.options());
+  buf["dk"] = emptyBuffer({BH, Nk, D}, in.ks.options());
+  buf["dv"] = emptyBuffer({BH, Nk, dv}, in.vs.options());
   // Every (slice, chunk) share of dW and dparams, queries' chunks first, in one buffer each.
-  torch::Tensor dWp = torch::empty({BH, Cq + Ck, M, D}, f32),
-                dpp = torch::empty({BH, Cq + Ck, P}, f32);
-  torch::Tensor dSp = torch::empty({BH, Cq, F, dv}, f32), dzp = torch::empty({BH, Cq, F}, f32);
+  torch::Tensor dWp = emptyBuffer({BH, Cq + Ck, M, D}, f32),
+                dpp = emptyBuffer({BH, Cq + Ck, P}, f32);
+  torch::Tensor dSp = emptyBuffer({BH, Cq, F, dv}, f32), dzp = emptyBuffer({BH, Cq, F}, f32);
   buf["dS"] = dSp;
   buf["dz"] = dzp;
   buf["dW"] = dWp.narrow(1, 0, Cq);
   buf["wgrad"] = weightGradSwitch(in);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
   // The input scales' gradients per chunk (summed below: [BH, C, D] is tiny).
-  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
+  torch::Tensor dqscale = emptyBuffer({BH, Cq, D}, f32), dkscale = emptyBuffer({BH, Ck, D}, f32);
   buf["dqscale"] = dqscale;
   buf["dkscale"] = dkscale;
   run(launcher, qb, buf);
-  torch::Tensor dS = torch::empty({BH, F, dv}, f32), dz = torch::empty({BH, F}, f32);
+  torch::Tensor dS = emptyBuffer({BH, F, dv}, f32), dz = emptyBuffer({BH, F}, f32);
   run(launcher, dsum, {{"dSp", dSp}, {"dzp", dzp}, {"dS", dS}, {"dz", dz}});
   buf["dS"] = dS;
-  buf["dSt"] = dS.transpose(1, 2).contiguous();
+  buf["dSt"] = contiguousBuffer(dS.transpose(1, 2));
   buf["dz"] = dz;
   buf["dW"] = dWp.narrow(1, Cq, Ck);
   buf["dparams"] = dpp.narrow(1, Cq, Ck);
   run(launcher, kb, buf);
   torch::Tensor dW = weightGradient(launcher, dwc, dw, in, dWp);
-  torch::Tensor dparams = torch::empty({BH, P}, f32);
+  torch::Tensor dparams = emptyBuffer({BH, P}, f32);
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
   return {buf["dq"].view({B, H, Nq, D}),
           buf["dk"].view({B, H, Nk, D}),
@@ -546,8 +548,8 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
                 "the keys' chunks (", kv.chunkRows, " rows) and the readout's (",
                 readout.chunkRows, ") differ");
     auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
-    S0 = torch::empty({BH, C, F, dv}, f32), z0 = torch::empty({BH, C, F}, f32),
-    zabs0 = torch::empty({BH, C, F}, f32), c0 = torch::empty({BH, C, F}, f32);
+    S0 = emptyBuffer({BH, C, F, dv}, f32), z0 = emptyBuffer({BH, C, F}, f32),
+    zabs0 = emptyBuffer({BH, C, F}, f32), c0 = emptyBuffer({BH, C, F}, f32);
     run(launcher, prefix,
         {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S0", S0}, {"z0", z0},
          {"zabs0", zabs0}, {"c0", c0}});
@@ -557,8 +559,8 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   buf["z0"] = z0.clone();
   buf["zabs0"] = zabs0.clone();
   buf["c0"] = c0.clone();
-  buf["out"] = torch::empty({BH, N, dv}, in.qs.options());
-  buf["qstat"] = torch::empty({BH, N, 3}, f32);
+  buf["out"] = emptyBuffer({BH, N, dv}, in.qs.options());
+  buf["qstat"] = emptyBuffer({BH, N, 3}, f32);
   run(launcher, readout, buf);
   FusedForward result;
   result.out = buf["out"].view({B, H, N, dv});
@@ -606,24 +608,24 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   const int64_t Ck = chunksOf(N, kb.chunkRows);
   TORCH_CHECK(chunksOf(N, suffix.chunkRows) == Ck, "spectra causal attention: internal error: ",
               "the suffix summaries' chunks differ from the keys' backward's");
-  torch::Tensor Rtp = torch::empty({BH, Ck, dv, F}, f32), rp = torch::empty({BH, Ck, F}, f32),
-                ep = torch::empty({BH, Ck, F}, f32);
+  torch::Tensor Rtp = emptyBuffer({BH, Ck, dv, F}, f32), rp = emptyBuffer({BH, Ck, F}, f32),
+                ep = emptyBuffer({BH, Ck, F}, f32);
   buf["Rt"] = Rtp;
   buf["r"] = rp;
   buf["e"] = ep;
-  buf["Rt0"] = torch::empty({BH, Ck, dv, F}, f32);
-  buf["r0"] = torch::empty({BH, Ck, F}, f32);
-  buf["e0"] = torch::empty({BH, Ck, F}, f32);
+  buf["Rt0"] = emptyBuffer({BH, Ck, dv, F}, f32);
+  buf["r0"] = emptyBuffer({BH, Ck, F}, f32);
+  buf["e0"] = emptyBuffer({BH, Ck, F}, f32);
   buf["out"] = slices(saved.out).contiguous();
-  buf["gout"] = slices(goutIn.to(in.qs.scalar_type())).contiguous();
+  buf["gout"] = contiguousBuffer(slices(goutIn.to(in.qs.scalar_type())));
   buf["qstat"] = slices(saved.qstat).contiguous();
-  buf["dq"] = torch::empty({BH, N, D}, in.qs.options());
-  buf["dk"] = torch::empty({BH, N, D}, in.ks.options());
-  buf["dv"] = torch::empty({BH, N, dv}, in.vs.options());
+  buf["dq"] = emptyBuffer({BH, N, D}, in.qs.options());
+  buf["dk"] = emptyBuffer({BH, N, D}, in.ks.options());
+  buf["dv"] = emptyBuffer({BH, N, dv}, in.vs.options());
   // The (slice, chunk) shares of dW and dparams: the queries' chunks, then the keys'.
-  torch::Tensor dWp = torch::empty({BH, Cq + Ck, M, D}, f32),
-                dpp = torch::empty({BH, Cq + Ck, P}, f32);
-  torch::Tensor dqscale = torch::empty({BH, Cq, D}, f32), dkscale = torch::empty({BH, Ck, D}, f32);
+  torch::Tensor dWp = emptyBuffer({BH, Cq + Ck, M, D}, f32),
+                dpp = emptyBuffer({BH, Cq + Ck, P}, f32);
+  torch::Tensor dqscale = emptyBuffer({BH, Cq, D}, f32), dkscale = emptyBuffer({BH, Ck, D}, f32);
   buf["dW"] = dWp.narrow(1, 0, Cq);
   buf["wgrad"] = weightGradSwitch(in);
   buf["dparams"] = dpp.narrow(1, 0, Cq);
@@ -643,7 +645,7 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   buf["dkscale"] = dkscale;
   run(launcher, kb, buf);
   torch::Tensor dW = weightGradient(launcher, dwc, dw, in, dWp);
-  torch::Tensor dparams = torch::empty({BH, P}, f32);
+  torch::Tensor dparams = emptyBuffer({BH, P}, f32);
   run(launcher, dp, {{"dparamsp", dpp}, {"dparams", dparams}});
   return {buf["dq"].view({B, H, N, D}),
           buf["dk"].view({B, H, N, D}),
@@ -780,8 +782,8 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
   buf["z0"] = state.z.view({BH, 1, F});
   buf["zabs0"] = state.zabs.view({BH, 1, F});
   buf["c0"] = state.c.view({BH, 1, F});
-  buf["out"] = torch::empty({BH, 1, dv}, buf["q"].options());
-  buf["qstat"] = torch::empty({BH, 1, 3}, f32);
+  buf["out"] = emptyBuffer({BH, 1, dv}, buf["q"].options());
+  buf["qstat"] = emptyBuffer({BH, 1, 3}, f32);
   run(launcher, launcher.abi("causal_decode"), buf);
   state.length += 1;
   return buf["out"].view({B, H, 1, dv}).to(q.scalar_type());

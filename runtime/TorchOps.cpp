@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/BufferCache.h"
 #include "runtime/KernelCache.h"
 #include "runtime/SpectralAttention.h"
 
@@ -145,6 +146,15 @@ decodeOp(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
 std::vector<int64_t> cacheStats() {
   CacheStats s = KernelCache::instance().stats();
   return {s.compiles, s.memoryHits, s.diskHits, s.corruptEntries, s.diskWrites};
+}
+
+/// The CPU buffer cache (runtime/BufferCache.h): {hits, misses, idle bytes, live bytes, cap},
+/// after returning its idle blocks to the system when `release` is set.
+std::vector<int64_t> bufferCacheOp(bool release) {
+  if (release)
+    releaseIdleBuffers();
+  BufferCacheStats s = bufferCacheStats();
+  return {s.hits, s.misses, s.idleBytes, s.liveBytes, s.capBytes};
 }
 
 std::vector<std::string> variantsOp() { return variantNames(); }
@@ -362,6 +372,7 @@ TORCH_LIBRARY(spectra, m) {
         "int seed=0, str mode='fused') -> (Tensor, Tensor[])",
         &spectra::decodeOp);
   m.def("cache_stats() -> int[]", &spectra::cacheStats);
+  m.def("buffer_cache(bool release=False) -> int[]", &spectra::bufferCacheOp);
   // The Python package's ops (python/spectra_attention): weights held by the caller.
   m.def("variants() -> str[]", &spectra::variantsOp);
   m.def("declare(str ir, str source='<ir>', str feature_map='') -> str[]", &spectra::declareOp);

@@ -14,9 +14,9 @@ for a CUDA GPU) and cached on disk (``$SPECTRA_CACHE_DIR``, else ``~/.cache/spec
 """
 
 from ._library import library_path
-from ._api import attention, declare, variants
+from ._api import attention, buffer_cache, declare, variants
 from ._modules import FastAttention, SpectralAttention
 
-__all__ = ["attention", "declare", "variants", "SpectralAttention", "FastAttention",
+__all__ = ["attention", "buffer_cache", "declare", "variants", "SpectralAttention", "FastAttention",
            "library_path"]
 __version__ = "0.1.0"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import torch
 
@@ -18,6 +18,19 @@ def variants() -> List[str]:
     order), then the other ``<component>-<weights>`` combinations, then the feature maps
     registered with :func:`declare`."""
     return list(_spectra.variants()) + [n for n in _declared]
+
+
+def buffer_cache(release: bool = False) -> Dict[str, int]:
+    """The CPU buffers the fused kernels keep for reuse: the output, the gradients and the
+    partial sums of one step are freed blocks of the step before, so a training loop does not
+    fault in fresh pages every step. Returns ``hits``, ``misses`` (allocations served by an idle
+    block, or by new memory), ``idle_bytes``, ``live_bytes`` and ``cap_bytes`` (the idle bytes
+    kept at most: ``$SPECTRA_CPU_BUFFER_CACHE_MB``, default 1024; 0 turns the cache off).
+    ``release=True`` first returns every idle block to the system, as
+    ``torch.cuda.empty_cache()`` does on a GPU."""
+    hits, misses, idle, live, cap = _spectra.buffer_cache(release)
+    return {"hits": hits, "misses": misses, "idle_bytes": idle, "live_bytes": live,
+            "cap_bytes": cap}
 
 
 def declare(ir: Union[str, os.PathLike], feature_map: Optional[str] = None) -> str:

@@ -118,6 +118,25 @@ def test_module_holds_its_weights_and_redraws_without_recompiling():
     torch.testing.assert_close(other(q, k, v), before, rtol=0, atol=0)
 
 
+def test_a_training_loop_reuses_the_kernels_cpu_buffers():
+    layer = sa.SpectralAttention("posrf-orf", dim_head=16, m=32)
+    q, k, v = (t.requires_grad_() for t in qkv(N=2048))
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None  # zero_grad(set_to_none=True): last step's gradients are freed
+        layer(q, k, v).sum().backward()
+
+    step()
+    before = sa.buffer_cache()
+    step()
+    after = sa.buffer_cache()
+    assert after["misses"] == before["misses"], "the second step took new memory"
+    assert after["hits"] - before["hits"] >= 5  # out, dq, dk, dv, the partials
+    assert after["idle_bytes"] > 0 and after["cap_bytes"] == 1024 << 20
+    assert sa.buffer_cache(release=True)["idle_bytes"] == 0
+
+
 def test_learnable_factors_are_parameters_and_train():
     layer = sa.SpectralAttention("posrf-fastfoodl", dim_head=16, m=32)
     params = dict(layer.named_parameters())
