@@ -125,9 +125,13 @@ AttentionResult FusedEmulatedAttention::attentionWithStats(
   TORCH_CHECK(q.device().is_cpu(),
               "spectra gpu-emulated attention runs on the CPU: inputs must be CPU tensors, got ",
               q.device());
+  const bool checkAfter = kernelsCheckValues();
   FusedInputs p = prepareFusedInputs(reference, q, k, v, weights, keyMask, scale,
-                                     scalarTypeOf(inputType), queryMask, &launcher(q, v.size(3)));
+                                     scalarTypeOf(inputType), queryMask, &launcher(q, v.size(3)),
+                                     checkAfter);
   auto out = FusedAttentionFunction<FusedEmulatedAttention>::run(p, this);
+  if (checkAfter)
+    checkForwardValues(out[1], q, k, v);
   return {out[0].to(q.scalar_type()), out[1]};
 }
 

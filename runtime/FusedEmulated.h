@@ -40,6 +40,10 @@ public:
                                        const std::string &featureMap = "",
                                        const std::string &dtype = "f32", bool causal = false);
   bool causal() const { return isCausal; }
+  /// Whether a call leaves the finiteness of q, k and v to the kernels, as the CPU kernels'
+  /// (FusedCpuAttention::kernelsCheckValues): the shared tile layer's marks are in these
+  /// kernels too.
+  bool kernelsCheckValues() const { return !isCausal && !DeferredInputChecks::active(); }
 
   const Descriptor &descriptor() const { return reference.descriptor(); }
   const std::string &dtype() const { return inputType; }

@@ -87,25 +87,40 @@ TEST(FusedCpu, ExtraComponentsMatchTheReference) {
 }
 
 TEST(FusedCpu, TheKernelsCatchEveryNonFiniteInput) {
-  // The bidirectional CPU kernels carry the input check (no LibTorch pass over q, k and v
-  // first): a value row of v carries 0 x ||k||^2, zabs 0 x S, the guard counts 0 x ||q||^2,
-  // so one inf or NaN anywhere, in a kept or a masked row, must give the usual error. The
-  // W here has a positive first column, so a kept key (-inf, 0, ...) has logits -inf
-  // everywhere: by its features alone it would look masked and be dropped in silence.
+  // The bidirectional kernels carry the input check (no LibTorch pass over q, k and v
+  // first): kv's per-tile mark 0 x ||k||^2 and 0 x S reach zabs, the guard counts carry
+  // 0 x ||q||^2, so one inf or NaN anywhere, in a kept or a masked row, must give the usual
+  // error. The W here has a positive first column, so a kept key (-inf, 0, ...) has logits
+  // -inf everywhere: by its features alone it would look masked and be dropped in silence.
+  // The marks are in the shared tile layer: the GPU kernels, run by gpu-emulated in f32 and
+  // bf16, carry them too.
   using torch::indexing::Slice;
   for (const char *variant : {"posrf-orf", "saderf-orf", "trigrf-orf"}) {
     VariantConfig config;
     config.m = 16;
     config.d = 8;
     FusedCpuAttention fused(variant, config);
+    FusedEmulatedAttention emulated(variant, config), emulatedBf16(variant, config, "bf16");
+    EXPECT_TRUE(emulated.kernelsCheckValues());
     Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
     w.W = w.W.abs() + 0.1;
     Case c = makeCase(0.5, 21);
     torch::Tensor q = c.q.to(torch::kFloat32), k = c.k.to(torch::kFloat32),
                   v = c.v.to(torch::kFloat32);
+    using Attend = std::function<void(const torch::Tensor &, const torch::Tensor &,
+                                      const torch::Tensor &)>;
+    const std::pair<const char *, Attend> paths[] = {
+        {"cpu, autograd", [&](auto &a, auto &b, auto &d) { fused.attentionWithStats(a, b, d, w, c.mask); }},
+        {"cpu, forward", [&](auto &a, auto &b, auto &d) { fused.forward(a, b, d, w, c.mask); }},
+        {"gpu-emulated f32", [&](auto &a, auto &b, auto &d) { emulated.attentionWithStats(a, b, d, w, c.mask); }},
+        {"gpu-emulated bf16", [&](auto &a, auto &b, auto &d) { emulatedBf16.attentionWithStats(a, b, d, w, c.mask); }}};
     // Finite inputs: no error, and finite guard counts.
     AttentionResult fine = fused.attentionWithStats(q, k, v, w, c.mask);
     EXPECT_TRUE(torch::isfinite(fine.guarded).all().item<bool>()) << variant;
+    EXPECT_TRUE(torch::isfinite(emulated.attentionWithStats(q, k, v, w, c.mask).guarded)
+                    .all()
+                    .item<bool>())
+        << variant;
     struct Bad {
       const char *what;
       int tensor;  // 0 q, 1 k, 2 v
@@ -123,16 +138,13 @@ TEST(FusedCpu, TheKernelsCatchEveryNonFiniteInput) {
     for (const Bad &bad : cases) {
       torch::Tensor t[3] = {q.clone(), k.clone(), v.clone()};
       t[bad.tensor].index_put_({bad.b, 1, bad.row, bad.col}, bad.value);
-      for (bool autograd : {true, false}) {
+      for (const auto &[path, attend] : paths) {
         try {
-          if (autograd)
-            fused.attentionWithStats(t[0], t[1], t[2], w, c.mask);
-          else
-            fused.forward(t[0], t[1], t[2], w, c.mask);
-          ADD_FAILURE() << variant << ", " << bad.what << ": no error";
+          attend(t[0], t[1], t[2]);
+          ADD_FAILURE() << variant << ", " << path << ", " << bad.what << ": no error";
         } catch (const c10::Error &e) {
           EXPECT_NE(std::string(e.what()).find("q, k and v must be finite"), std::string::npos)
-              << variant << ", " << bad.what << ": " << e.what();
+              << variant << ", " << path << ", " << bad.what << ": " << e.what();
         }
       }
     }
