@@ -2,6 +2,7 @@
 autograd) and performer-pytorch; errors."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -119,6 +120,9 @@ def test_module_holds_its_weights_and_redraws_without_recompiling():
 
 
 def test_a_training_loop_reuses_the_kernels_cpu_buffers():
+    cap_mib = int(os.environ.get("SPECTRA_CPU_BUFFER_CACHE_MB") or 1024)
+    if cap_mib < 16:
+        pytest.skip(f"SPECTRA_CPU_BUFFER_CACHE_MB={cap_mib} keeps less than one step's buffers")
     layer = sa.SpectralAttention("posrf-orf", dim_head=16, m=32)
     q, k, v = (t.requires_grad_() for t in qkv(N=2048))
 
@@ -133,7 +137,7 @@ def test_a_training_loop_reuses_the_kernels_cpu_buffers():
     after = sa.buffer_cache()
     assert after["misses"] == before["misses"], "the second step took new memory"
     assert after["hits"] - before["hits"] >= 5  # out, dq, dk, dv, the partials
-    assert after["idle_bytes"] > 0 and after["cap_bytes"] == 1024 << 20
+    assert after["idle_bytes"] > 0 and after["cap_bytes"] == cap_mib << 20
     assert sa.buffer_cache(release=True)["idle_bytes"] == 0
 
 
