@@ -269,7 +269,7 @@ void rescale(TileBuilder &tb, const Dims &s, CausalTiles &t, const State &st) {
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
                      Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], a[0]);
-                     return SmallVector<Value>{a[0], x.select(same, x.c(1), x.exp(x.sub(a[1], a[0])))};
+                     return SmallVector<Value>{a[0], x.select(same, x.c(1), x.expAtMostZero(x.sub(a[1], a[0])))};
                    });
     auto times = [](OpBuilder &nb, Location l, ValueRange a) {
       return one(arith::MulFOp::create(nb, l, a[1], a[0]));
@@ -325,7 +325,7 @@ void referencedFactors(TileBuilder &tb, CausalTiles &t, const CausalArgs &in, in
     Scalar x{nb, loc};
     Value live = x.cmp(arith::CmpFPredicate::UNE, a[n], x.c(kNegInf));
     Value co = coefficient(x, t, tb.component, in, a, at, /*scaled=*/bool(rowscale), o);
-    return one(x.select(live, x.mul(co, x.exp(x.sub(a[n], a[0]))), x.c(0)));
+    return one(x.select(live, x.mul(co, x.expAtMostZero(x.sub(a[n], a[0]))), x.c(0)));
   });
 }
 
@@ -517,7 +517,7 @@ void mergeSummaries(TileBuilder &tb, const Summary &from, const Summary &part, c
     Value m = x.max(a[0], a[1]);
     auto weight = [&](Value v) {
       Value live = x.cmp(arith::CmpFPredicate::UNE, v, x.c(kNegInf));
-      return x.select(live, x.exp(x.sub(v, m)), x.c(0));
+      return x.select(live, x.expAtMostZero(x.sub(v, m)), x.c(0));
     };
     return SmallVector<Value>{m, weight(a[0]), weight(a[1])};
   });

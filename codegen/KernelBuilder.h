@@ -21,6 +21,10 @@
 
 namespace mlir::spectra {
 
+/// A unit attribute on math.exp: its argument is at most 0, or NaN (a stabilised exponent, a
+/// logit less a constant no smaller than it). The AVX-512 expansion then needs no upper clamp.
+inline constexpr llvm::StringLiteral kExpAtMostZeroAttr = "spectra.exp_at_most_zero";
+
 /// Emits kernel code; `b` always points where the next op goes.
 class KernelBuilder {
 public:

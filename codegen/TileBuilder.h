@@ -288,6 +288,13 @@ struct Scalar {
   Value mul(Value x, Value y) { return arith::MulFOp::create(b, l, x, y); }
   Value div(Value x, Value y) { return arith::DivFOp::create(b, l, x, y); }
   Value exp(Value x) { return math::ExpOp::create(b, l, x); }
+  /// exp(x) for x at most 0 or NaN (a stabilised exponent: a logit less a constant at least
+  /// as large), marked so that the CPU's expansion drops its overflow clamp.
+  Value expAtMostZero(Value x) {
+    auto e = math::ExpOp::create(b, l, x);
+    e->setAttr(kExpAtMostZeroAttr, b.getUnitAttr());
+    return e;
+  }
   Value abs(Value x) { return math::AbsFOp::create(b, l, x); }
   Value neg(Value x) { return arith::NegFOp::create(b, l, x); }
   Value max(Value x, Value y) { return arith::MaximumFOp::create(b, l, x, y); }

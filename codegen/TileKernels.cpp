@@ -110,7 +110,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         Value raised = x.max(a[1], a[0]);
         Value same = x.cmp(arith::CmpFPredicate::OEQ, a[1], raised);
         Value reached = x.cmp(arith::CmpFPredicate::UNE, raised, x.c(-INFINITY));
-        return SmallVector<Value>{raised, x.select(same, x.c(1), x.exp(x.sub(a[1], raised))),
+        return SmallVector<Value>{raised, x.select(same, x.c(1), x.expAtMostZero(x.sub(a[1], raised))),
                                   x.select(reached, raised, x.c(0))};
       });
       tb.elementwise({{r, At::Row}}, {So}, [](OpBuilder &nb, Location l, ValueRange a) {
@@ -136,7 +136,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
         phiIns.push_back({coeff[o]});
       tb.elementwise(phiIns, {phi}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        Value p = x.mul(x.exp(x.sub(a[0], a[1])), a[2]);
+        Value p = x.mul(x.expAtMostZero(x.sub(a[0], a[1])), a[2]);
         if (!varying)
           return SmallVector<Value>{p};
         Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
@@ -264,7 +264,7 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
       tb.elementwise(phiIns, {phi[o]}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
         Value co = varying ? a[2] : invariantCoefficient(nb, l, component, a[0], k.params, o);
-        return SmallVector<Value>{x.mul(co, x.exp(x.sub(a[0], a[1])))};
+        return SmallVector<Value>{x.mul(co, x.expAtMostZero(x.sub(a[0], a[1])))};
       });
       tb.matmul(phi[o], tb.outputRows(S, o), acc);
       Value guardBy = varying ? tb.outputRows(zabs, o) : zsigned[o];
@@ -380,7 +380,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
       SmallVector<Value> e, da, y;
       for (int64_t o = 0; o < s.K; ++o) {
         Value co = a[6 + 3 * o], gSo = a[7 + 3 * o], zo = a[8 + 3 * o];
-        e.push_back(x.exp(x.sub(x.add(logits[o], co), M)));
+        e.push_back(x.expAtMostZero(x.sub(x.add(logits[o], co), M)));
         da.push_back(x.mul(x.sub(gSo, x.mul(gd, zo)), rd));
       }
       Chained ch = chain(kb, x, partials, g.used, wx, xxv, wwv, k.params, coeffs, e, da);
@@ -472,7 +472,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
       SmallVector<Value> e, da, y;
       for (int64_t o = 0; o < s.K; ++o) {
         Value co = a[5 + 3 * o], Bo = a[6 + 3 * o], dzo = a[7 + 3 * o];
-        e.push_back(x.select(live, x.mul(x.exp(x.sub(logits[o], co)), rs), x.c(0)));
+        e.push_back(x.select(live, x.mul(x.expAtMostZero(x.sub(logits[o], co)), rs), x.c(0)));
         // Every term of the chain is a product with e (0 for masked keys), and every output
         // is selected below: a masked key's v (in B) may be anything, and is not selected here.
         da.push_back(x.add(Bo, dzo));
@@ -527,7 +527,7 @@ void buildKvCombine(OpBuilder &b, Location loc, ComponentOp component, const Dim
     tb.elementwise({{chunkOf(tb, cp, ch)}, {c}}, {w}, [](OpBuilder &nb, Location l, ValueRange a) {
       Scalar x{nb, l};
       Value live = x.cmp(arith::CmpFPredicate::UNE, a[0], x.c(-INFINITY));
-      return SmallVector<Value>{x.select(live, x.exp(x.sub(a[0], a[1])), x.c(0))};
+      return SmallVector<Value>{x.select(live, x.expAtMostZero(x.sub(a[0], a[1])), x.c(0))};
     });
     tb.elementwise({{chunkOf(tb, Sp, ch)}, {w, At::Row}}, {S},
                    [](OpBuilder &nb, Location l, ValueRange a) {

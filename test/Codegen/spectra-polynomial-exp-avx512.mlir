@@ -30,6 +30,17 @@
 // CHECK-NEXT: nan
 // CHECK-NEXT: inf
 // CHECK-NEXT: 0
+// A stabilised exp (marked spectra.exp_at_most_zero: no overflow clamp), 65,536 arguments
+// evenly over [-87.3, 0] against float64: below 3e-7, and below 1e-7 with scalef; then
+// -inf 0, NaN, 0 exactly 1, -88 flushed to 0, exp(-87.2) just above 2^-126.
+// CHECK-NEXT: 1
+// SCALEF-NEXT: 1
+// GENERIC-NEXT: {{^[01]$}}
+// CHECK-NEXT: 0
+// CHECK-NEXT: nan
+// CHECK-NEXT: 1
+// CHECK-NEXT: 0
+// CHECK-NEXT: 1.34748e-38
 
 // Kept out of line so that the greedy driver cannot fold exp of a constant.
 func.func @exp16(%x: vector<16xf32>) -> vector<16xf32> {
@@ -41,6 +52,10 @@ func.func @exp16_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
   %b = vector.broadcast %s : f32 to vector<16xf32>
   %y = arith.mulf %b, %e : vector<16xf32>
   return %y : vector<16xf32>
+}
+func.func @exp16_at_most_zero(%x: vector<16xf32>) -> vector<16xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
+  return %e : vector<16xf32>
 }
 func.func @exp64(%x: vector<16xf64>) -> vector<16xf64> {
   %e = math.exp %x : vector<16xf64>
@@ -139,5 +154,43 @@ func.func @main() {
   vector.print %f2 : f32
   %f3 = vector.extract %ss[3] : f32 from vector<16xf32>
   vector.print %f3 : f32
+  %stepz = arith.constant 1.33209228515625e-03 : f64  // 87.3 / 65536
+  %worst3 = scf.for %i = %c0 to %steps step %c1 iter_args(%w = %zero) -> (f64) {
+    %ii = arith.index_cast %i : index to i64
+    %fi = arith.sitofp %ii : i64 to f64
+    %first = arith.mulf %fi, %sixteen : f64
+    %firstv = vector.broadcast %first : f64 to vector<16xf64>
+    %idx = arith.addf %firstv, %lanes : vector<16xf64>
+    %stepv = vector.broadcast %stepz : f64 to vector<16xf64>
+    %lowv = vector.broadcast %low : f64 to vector<16xf64>
+    %x64 = math.fma %idx, %stepv, %lowv : vector<16xf64>
+    %x = arith.truncf %x64 : vector<16xf64> to vector<16xf32>
+    %e = func.call @exp16_at_most_zero(%x) : (vector<16xf32>) -> vector<16xf32>
+    %e64 = arith.extf %e : vector<16xf32> to vector<16xf64>
+    %xr = arith.extf %x : vector<16xf32> to vector<16xf64>
+    %r = func.call @exp64(%xr) : (vector<16xf64>) -> vector<16xf64>
+    %d = arith.subf %e64, %r : vector<16xf64>
+    %a = math.absf %d : vector<16xf64>
+    %q = arith.divf %a, %r : vector<16xf64>
+    %m = vector.reduction <maximumf>, %q : vector<16xf64> into f64
+    %nw = arith.maximumf %w, %m : f64
+    scf.yield %nw : f64
+  }
+  %ok3 = arith.cmpf olt, %worst3, %tol : f64
+  vector.print %ok3 : i1
+  %close3 = arith.cmpf olt, %worst3, %tight : f64
+  vector.print %close3 : i1
+  %z = arith.constant dense<[0xFF800000, 0x7FC00000, 0.0, -88.0, -87.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]> : vector<16xf32>
+  %ez = func.call @exp16_at_most_zero(%z) : (vector<16xf32>) -> vector<16xf32>
+  %z0 = vector.extract %ez[0] : f32 from vector<16xf32>
+  vector.print %z0 : f32
+  %z1 = vector.extract %ez[1] : f32 from vector<16xf32>
+  vector.print %z1 : f32
+  %z2 = vector.extract %ez[2] : f32 from vector<16xf32>
+  vector.print %z2 : f32
+  %z3 = vector.extract %ez[3] : f32 from vector<16xf32>
+  vector.print %z3 : f32
+  %z4 = vector.extract %ez[4] : f32 from vector<16xf32>
+  vector.print %z4 : f32
   return
 }

@@ -42,6 +42,19 @@ func.func @exp16_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
   return %y : vector<16xf32>
 }
 
+// A stabilised exp (its argument at most 0 or NaN, marked by the tile kernels) has no
+// overflow clamp: the flush mask's compare reads the argument itself.
+// SCALEF-LABEL: func.func @exp16_at_most_zero
+// SCALEF-NOT:     1.638400e+04
+// SCALEF:         %[[LIVE:.*]] = arith.cmpf uge, %arg0, %{{.*}} : vector<16xf32>
+// SCALEF:         llvm.call_intrinsic "llvm.x86.avx512.mask.scalef.ps.512"
+// SCALEF-NOT:     arith.select
+// SCALEF:         return
+func.func @exp16_at_most_zero(%x: vector<16xf32>) -> vector<16xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
+  return %e : vector<16xf32>
+}
+
 // An exp with a second use keeps its own add of 1 and the multiply.
 // SCALEF-LABEL: func.func @exp16_two_uses
 // SCALEF:         arith.addf
