@@ -50,7 +50,15 @@ bool isExtremumCompare(Operation *op) {
 }
 
 /// The vector operations `op` issues, by class, added to `c` `times` times.
-void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, bool expScalef) {
+/// Whether `exp` takes a form that folds a coefficient multiply after it into its last step
+/// (CpuKernel.cpp's ScalefExp at 16 lanes on AVX-512, BitsExp for a marked exp).
+bool foldsScale(math::ExpOp exp, bool expScalef) {
+  auto v = dyn_cast<VectorType>(exp.getType());
+  return v && ((expScalef && v.getNumElements() == 16) || exp->hasAttr(kExpAtMostZeroAttr));
+}
+
+void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, bool expScalef,
+              int64_t unmarkedExtra) {
   auto vectorOf = [](Type t) { return dyn_cast<VectorType>(t); };
   for (Type t : op->getResultTypes())
     if (auto v = vectorOf(t))
@@ -85,10 +93,10 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
   bool vector = vectorOf(type) != nullptr;
   if (isa<math::ExpOp>(op)) {
     (vector ? c.exps : c.other) += times;
-    // exp_ops counts the AVX-512 form of a stabilised exp; one without that mark keeps the
-    // overflow clamp (CpuKernel.cpp's ScalefExp), counted here.
-    if (vector && expScalef && vectorOf(type).getNumElements() == 16 && !op->hasAttr(kExpAtMostZeroAttr))
-      c.other += times;
+    // exp_ops counts the form of a stabilised exp; one without that mark takes a longer one
+    // (its overflow clamp; MLIR's generic form without vscalefps), counted here.
+    if (vector && !op->hasAttr(kExpAtMostZeroAttr))
+      c.other += times * double(unmarkedExtra);
     return;
   }
   if (isa<vector::ShuffleOp, vector::ExtractOp, vector::InsertOp>(op)) {
@@ -107,10 +115,10 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
     return;
   if (isa<arith::BitcastOp>(op) || isExtremumCompare(op))
     return;
-  if (auto mul = dyn_cast<arith::MulFOp>(op); mul && expScalef)
+  if (auto mul = dyn_cast<arith::MulFOp>(op))
     for (Value operand : mul->getOperands())
       if (auto exp = operand.getDefiningOp<math::ExpOp>())
-        if (auto v = vectorOf(exp.getType()); v && v.getNumElements() == 16 && expScaledBy(exp) == mul)
+        if (foldsScale(exp, expScalef) && expScaledBy(exp) == mul)
           return;
   c.other += times;
 }
@@ -160,35 +168,39 @@ bool testsWeightGradient(Value cond) {
   return false;
 }
 
-void countBlock(Block &block, double times, bool conditional, KernelWork &work, bool expScalef) {
+void countBlock(Block &block, double times, bool conditional, KernelWork &work, bool expScalef,
+                int64_t unmarkedExtra) {
   for (Operation &op : block) {
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
-      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, expScalef);
+      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, expScalef,
+                 unmarkedExtra);
       continue;
     }
     if (auto branch = dyn_cast<scf::IfOp>(op)) {
       // The weights' gradient: counted apart. A branch on the data (the causal kernels'
       // tests): its then-branch, taken, and the counts no longer exact.
       if (testsWeightGradient(branch.getCondition())) {
-        countBlock(*branch.thenBlock(), times, /*conditional=*/true, work, expScalef);
+        countBlock(*branch.thenBlock(), times, /*conditional=*/true, work, expScalef, unmarkedExtra);
         if (branch.elseBlock())
           work.exact = false;
       } else {
-        countBlock(*branch.thenBlock(), times, conditional, work, expScalef);
+        countBlock(*branch.thenBlock(), times, conditional, work, expScalef, unmarkedExtra);
         work.exact = false;
       }
       continue;
     }
     for (Region &region : op.getRegions())
       for (Block &inner : region)
-        countBlock(inner, times, conditional, work, expScalef);
-    classify(&op, times, conditional ? work.conditional : work.always, work.width, expScalef);
+        countBlock(inner, times, conditional, work, expScalef, unmarkedExtra);
+    classify(&op, times, conditional ? work.conditional : work.always, work.width, expScalef,
+             unmarkedExtra);
   }
 }
 
 } // namespace
 
-std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool expScalef) {
+std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool expScalef,
+                                                       int64_t unmarkedExtra) {
   std::vector<KernelWork> result;
   for (auto fn : vectors.getOps<func::FuncOp>()) {
     auto kind = fn->getAttrOfType<StringAttr>(kKernelKindAttr);
@@ -206,7 +218,7 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool ex
       if (!step || *step != work.tileRows || getConstantIntValue(loop.getUpperBound()))
         continue;
       found = true;
-      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work, expScalef);
+      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work, expScalef, unmarkedExtra);
     }
     if (found)
       result.push_back(std::move(work));
@@ -214,7 +226,8 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool ex
   return result;
 }
 
-int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool scalef) {
+int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool scalef,
+                                    bool atMostZero) {
   context->loadDialect<func::FuncDialect, math::MathDialect, arith::ArithDialect,
                        vector::VectorDialect, LLVM::LLVMDialect>();
   OpBuilder b(context);
@@ -225,7 +238,8 @@ int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool sc
   auto fn = func::FuncOp::create(b, loc, "probe", b.getFunctionType({type}, {type}));
   b.setInsertionPointToStart(fn.addEntryBlock());
   auto e = math::ExpOp::create(b, loc, fn.getArgument(0));
-  e->setAttr(kExpAtMostZeroAttr, b.getUnitAttr());
+  if (atMostZero)
+    e->setAttr(kExpAtMostZeroAttr, b.getUnitAttr());
   func::ReturnOp::create(b, loc, e.getResult());
   PassManager pm(context);
   pm.addPass(createSpectraPolynomialExp({scalef}));
@@ -272,6 +286,7 @@ std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work,
 
 std::string mlir::spectra::hostKernelWork(ModuleOp vectors, int64_t width) {
   bool scalef = width == 16 && hostHasAvx512();
-  int64_t expOps = expVectorOps(vectors->getContext(), width, scalef);
-  return formatKernelWork(countKernelWork(vectors, scalef), expOps);
+  int64_t expOps = expVectorOps(vectors->getContext(), width, scalef, /*atMostZero=*/true);
+  int64_t unmarked = expVectorOps(vectors->getContext(), width, scalef, /*atMostZero=*/false);
+  return formatKernelWork(countKernelWork(vectors, scalef, unmarked - expOps), expOps);
 }

@@ -46,13 +46,16 @@ struct KernelWork {
 };
 
 /// The kernels of a module at the vector stage with a row-tile loop (spectra.tile_rows).
-/// `expScalef`: the exps will take spectra-polynomial-exp's vscalefps form, which folds an
-/// exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted.
-std::vector<KernelWork> countKernelWork(ModuleOp vectors, bool expScalef);
+/// `expScalef`: the 16-lane exps will take spectra-polynomial-exp's vscalefps form, which
+/// folds an exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted
+/// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms all fold it). Exps are counted
+/// as stabilised ones; each unmarked exp adds `unmarkedExtra` operations to other.
+std::vector<KernelWork> countKernelWork(ModuleOp vectors, bool expScalef, int64_t unmarkedExtra);
 
 /// The vector operations one math.exp on vector<width x f32> becomes in the CPU lowering
-/// (spectra-polynomial-exp, with vscalefps where `scalef`), counted by running that pass.
-int64_t expVectorOps(MLIRContext *context, int64_t width, bool scalef);
+/// (spectra-polynomial-exp, with vscalefps where `scalef`), counted by running that pass; with
+/// `atMostZero`, an exp marked as stabilised (kExpAtMostZeroAttr).
+int64_t expVectorOps(MLIRContext *context, int64_t width, bool scalef, bool atMostZero);
 
 /// The share of the FMA peak `c` allows if every vector operation takes an FMA port's
 /// cycle: fmas / (fmas + exps x expOps + other).

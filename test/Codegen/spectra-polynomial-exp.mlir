@@ -50,6 +50,19 @@ func.func @exp16_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
 // SCALEF:         llvm.call_intrinsic "llvm.x86.avx512.mask.scalef.ps.512"
 // SCALEF-NOT:     arith.select
 // SCALEF:         return
+// Without vscalefps it takes the magic-constant form: t = x log2e + 1.5 2^23 + 127 rounds n
+// into t's low bits, 2^n is bits(t) << 23, and lanes below -87.336 are selected to 0; no
+// conversion to integers and no clamp.
+// GENERIC-LABEL: func.func @exp16_at_most_zero
+// GENERIC-NOT:     arith.fptosi
+// GENERIC-NOT:     1.638400e+04
+// GENERIC:         %[[LIVE:.*]] = arith.cmpf uge, %arg0, %{{.*}} : vector<16xf32>
+// GENERIC:         %[[T:.*]] = math.fma %arg0, %{{.*}}, %{{.*}} : vector<16xf32>
+// GENERIC:         %[[BITS:.*]] = arith.bitcast %[[T]] : vector<16xf32> to vector<16xi32>
+// GENERIC:         %[[POW:.*]] = arith.shli %[[BITS]], %{{.*}} : vector<16xi32>
+// GENERIC:         arith.select %[[LIVE]]
+// GENERIC-NOT:     arith.fptosi
+// GENERIC:         return
 func.func @exp16_at_most_zero(%x: vector<16xf32>) -> vector<16xf32> {
   %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
   return %e : vector<16xf32>
