@@ -111,6 +111,38 @@ arith::MulFOp mlir::spectra::expScaledBy(math::ExpOp exp) {
   return {};
 }
 
+/// e^a s (or e^a without `scale`) for a = x - n ln2, |a| <= ln2/2: the reduction in two FMAs
+/// (Cody and Waite's split of ln2), e^a = 1 + a + a^2 P(a) with P of degree 4 fitted to
+/// e^a's relative error on that interval (3.1e-9 in exact arithmetic, so f32 rounding decides
+/// the result), and the last step fma(p, s, s) where the exp's only use multiplies it by s
+/// (`scale`, whose coefficient moves above the expansion; the insertion point moves past the
+/// multiply, which the caller replaces).
+static Value expMantissa(PatternRewriter &rewriter, math::ExpOp op, Value x, Value n,
+                         arith::MulFOp scale) {
+  Location loc = op.getLoc();
+  auto type = cast<VectorType>(op.getType());
+  auto c = [&](float v) -> Value {
+    return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
+  };
+  auto fma = [&](Value a, Value b, Value d) -> Value {
+    return math::FmaOp::create(rewriter, loc, a, b, d);
+  };
+  Value a = fma(c(-0.693359375f), n, x);
+  a = fma(c(2.12194440e-4f), n, a);
+  Value z = fma(a, c(1.38145988e-3f), c(8.36871658e-3f));
+  for (float p : {4.16683890e-2f, 1.66665211e-1f, 4.99999940e-1f})
+    z = fma(z, a, c(p));
+  z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
+  if (!scale)
+    return arith::AddFOp::create(rewriter, loc, z, c(1.0f));
+  Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
+  if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
+    rewriter.moveOpBefore(def, op);
+  z = fma(z, s, s);
+  rewriter.setInsertionPointAfter(scale);
+  return z;
+}
+
 namespace {
 /// exp(x) on vector<16xf32> for AVX-512: x = n ln2 + a with n = floor(x log2e + 1/2) and
 /// |a| <= ln2/2, e^a = 1 + a + a^2 P(a) with P of degree 4 fitted to e^a's relative error on
@@ -149,22 +181,8 @@ struct ScalefExp : OpRewritePattern<math::ExpOp> {
     }
     Value live = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE, x, c(-87.336f));
     Value n = math::FloorOp::create(rewriter, loc, fma(x, c(1.44269504088896341f), c(0.5f)));
-    Value a = fma(c(-0.693359375f), n, x);
-    a = fma(c(2.12194440e-4f), n, a);
-    Value z = fma(a, c(1.38145988e-3f), c(8.36871658e-3f));
-    for (float p : {4.16683890e-2f, 1.66665211e-1f, 4.99999940e-1f})
-      z = fma(z, a, c(p));
-    z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
     arith::MulFOp scale = expScaledBy(op);
-    if (scale) {
-      Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
-      if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
-        rewriter.moveOpBefore(def, op);
-      z = fma(z, s, s);
-      rewriter.setInsertionPointAfter(scale);
-    } else {
-      z = arith::AddFOp::create(rewriter, loc, z, c(1.0f));
-    }
+    Value z = expMantissa(rewriter, op, x, n, scale);
     Value mask = LLVM::BitcastOp::create(rewriter, loc, rewriter.getI16Type(), live);
     Value rounding = arith::ConstantOp::create(rewriter, loc, rewriter.getI32IntegerAttr(4));
     auto scaled = LLVM::CallIntrinsicOp::create(
@@ -210,22 +228,8 @@ struct BitsExp : OpRewritePattern<math::ExpOp> {
     const float magic = 12583039.0f; // 1.5 2^23 + 127
     Value t = fma(x, c(1.44269504088896341f), c(magic));
     Value n = arith::SubFOp::create(rewriter, loc, t, c(magic));
-    Value a = fma(c(-0.693359375f), n, x);
-    a = fma(c(2.12194440e-4f), n, a);
-    Value z = fma(a, c(1.38145988e-3f), c(8.36871658e-3f));
-    for (float p : {4.16683890e-2f, 1.66665211e-1f, 4.99999940e-1f})
-      z = fma(z, a, c(p));
-    z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
     arith::MulFOp scale = expScaledBy(op);
-    if (scale) {
-      Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
-      if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
-        rewriter.moveOpBefore(def, op);
-      z = fma(z, s, s);
-      rewriter.setInsertionPointAfter(scale);
-    } else {
-      z = arith::AddFOp::create(rewriter, loc, z, c(1.0f));
-    }
+    Value z = expMantissa(rewriter, op, x, n, scale);
     Value bits = arith::BitcastOp::create(rewriter, loc, intType, t);
     Value shift = arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(intType, int32_t(23)));
     Value pow = arith::BitcastOp::create(rewriter, loc, type,
