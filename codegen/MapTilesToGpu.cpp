@@ -33,6 +33,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
@@ -56,6 +57,7 @@ namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRASTRIPWORKGROUPMEMORY
 #define GEN_PASS_DEF_SPECTRALAUNCHMAPPEDKERNELS
 #define GEN_PASS_DEF_SPECTRAEMULATEWARPMMA
+#define GEN_PASS_DEF_SPECTRAEXPANDBF16
 #define GEN_PASS_DEF_SPECTRADESCRIBEGPUKERNELS
 #include "codegen/Passes.h.inc"
 } // namespace mlir::spectra
@@ -554,6 +556,16 @@ struct StripWorkgroupMemoryPass : mlir::spectra::impl::SpectraStripWorkgroupMemo
   }
 };
 
+/// bf16 conversions as integer arithmetic: the CPU need not have them (AVX2 has none).
+struct ExpandBf16Pass : mlir::spectra::impl::SpectraExpandBf16Base<ExpandBf16Pass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    arith::populateExpandBFloat16Patterns(patterns);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
 /// The tensor-core tiles lane by lane on the CPU (MapContractionsToMma.h).
 struct EmulateWarpMmaPass : mlir::spectra::impl::SpectraEmulateWarpMmaBase<EmulateWarpMmaPass> {
   void runOnOperation() override {
@@ -890,6 +902,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
 void mlir::spectra::buildGpuEmulationLowering(OpPassManager &pm) {
   pm.addPass(createSpectraEmulateWarpMma());
   pm.addPass(createSpectraStripWorkgroupMemory());
+  pm.addPass(createSpectraExpandBf16());
   pm.addPass(createForallToForLoopPass());
   pm.addPass(createConvertLinalgToLoopsPass());
   pm.addPass(createCanonicalizerPass());

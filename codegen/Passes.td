@@ -290,6 +290,24 @@ def SpectraStripWorkgroupMemory : Pass<"spectra-strip-workgroup-memory", "::mlir
   }];
 }
 
+def SpectraExpandBf16 : Pass<"spectra-expand-bf16", "::mlir::ModuleOp"> {
+  let summary = "bf16 conversions as integer arithmetic (gpu-emulated on the CPU)";
+  let description = [{
+    `arith.truncf` to bf16 and `arith.extf` from it become integer arithmetic on
+    the f32 bits (round to nearest even, NaN kept a NaN), the rounding of the
+    GPU's cvt.rn.bf16.f32. Without it LLVM lowers the truncation to a call of
+    `__truncsfbf2` on a CPU without AVX512-BF16 (an AVX2 host), a symbol the
+    JIT does not find. Only the bf16 patterns of upstream's arith expansion are
+    applied; every other op is left as it is.
+
+    ```mlir
+    %h = arith.truncf %x : vector<8xf32> to vector<8xbf16>
+    // -> arith.bitcast to i32, the rounding bias added, arith.shrui by 16,
+    //    arith.trunci to i16, arith.bitcast to bf16 (a NaN selected apart)
+    ```
+  }];
+}
+
 def SpectraEmulateWarpMma : Pass<"spectra-emulate-warp-mma", "::mlir::ModuleOp"> {
   let summary = "the tensor-core tiles of the mapped kernels, lane by lane on the CPU";
   let description = [{

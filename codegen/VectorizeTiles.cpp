@@ -319,6 +319,26 @@ private:
     return vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{0});
   }
 
+  /// Two vectors of a row group folded into one (lowerRowReduction): x and y each hold 2^s
+  /// rows' partial results in blocks of B = VL / 2^s lanes (row r of x in block r); the
+  /// result holds x's rows then y's in blocks of B / 2, each the combination of its block's
+  /// two halves (two shuffles and one op). After log2 VL levels lane r holds row r.
+  Value foldRows(vector::CombiningKind kind, Value x, Value y, int64_t s) {
+    const int64_t block = VL >> s, half = block / 2, rowsIn = int64_t(1) << s;
+    SmallVector<int64_t> lo, hi;
+    for (int64_t t = 0; t < VL; ++t) {
+      int64_t at = t / half, source = at < rowsIn ? 0 : VL, lane = (at % rowsIn) * block + t % half;
+      lo.push_back(source + lane);
+      hi.push_back(source + lane + half);
+    }
+    // Two statements: the shuffles' order in the IR must not depend on the compiler.
+    Value low = vector::ShuffleOp::create(b, loc, x, y, lo);
+    Value high = vector::ShuffleOp::create(b, loc, x, y, hi);
+    if (kind == vector::CombiningKind::ADD)
+      return arith::AddFOp::create(b, loc, low, high);
+    return arith::MaximumFOp::create(b, loc, low, high);
+  }
+
   /// Whether output k of a reduction is reduced (its map leaves out the reduction dim
   /// `dim`) rather than written element by element (a fused elementwise output).
   static bool reducedOutput(linalg::GenericOp op, unsigned k, unsigned dim) {
@@ -419,8 +439,67 @@ private:
         return arith::AddFOp::create(b, loc, x, y);
       return arith::MaximumFOp::create(b, loc, x, y);
     };
-    loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
-      int64_t n = shape[1], full = n - n % VL;
+    // Rows of whole vectors go in groups of VL: each row's accumulators are folded into the
+    // group's as it completes (foldRows), so one vector per output holds the group's results,
+    // row r in lane r, combined into the output with one vector load and store where the
+    // output is contiguous along the rows. A row's own lane tree (log2 VL shuffles and ops,
+    // an extract, a scalar load, op and store) becomes 3 (VL - 1) / VL operations.
+    const int64_t rows = shape[0], n = shape[1];
+    const int64_t grouped = n % VL == 0 && n > 0 && VL >= 2 && llvm::isPowerOf2_64(VL) &&
+                                    !kinds.empty() && rows >= VL
+                                ? rows - rows % VL
+                                : 0;
+    auto rowAccumulators = [&](Value i) {
+      SmallVector<Value> init;
+      for (vector::CombiningKind kind : kinds)
+        init.push_back(splat(identity(kind), VL));
+      return loop(0, n, VL, init, [&](Value j0, ValueRange carried) {
+        return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
+      });
+    };
+    if (grouped > 0)
+      loop(0, grouped, VL, {}, [&](Value i0, ValueRange) {
+        // Pending folds: (level, accumulators), level s holding 2^s rows.
+        SmallVector<std::pair<int64_t, SmallVector<Value>>> pending;
+        for (int64_t r = 0; r < VL; ++r) {
+          Value i = r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
+          SmallVector<Value> acc = rowAccumulators(i);
+          int64_t level = 0;
+          while (!pending.empty() && pending.back().first == level) {
+            for (unsigned k = 0; k < kinds.size(); ++k)
+              acc[k] = foldRows(kinds[k], pending.back().second[k], acc[k], level);
+            pending.pop_back();
+            ++level;
+          }
+          pending.push_back({level, acc});
+        }
+        SmallVector<Value> folded = pending.front().second;
+        unsigned next = 0;
+        for (unsigned k = 0; k < numOuts; ++k) {
+          if (!reduced[k])
+            continue;
+          Value out = op->getOperand(numIns + k), v = folded[next];
+          AffineMap map = op.getIndexingMapsArray()[numIns + k];
+          vector::CombiningKind kind = kinds[next++];
+          if (alongDim(map, 0) && cast<MemRefType>(out.getType()).isLastDimUnitStride()) {
+            SmallVector<Value> at = indices(map, {i0, Value()});
+            vstore(combine(kind, vload(out, at, VL), v), out, at);
+            continue;
+          }
+          for (int64_t r = 0; r < VL; ++r) {
+            Value i = r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
+            SmallVector<Value> at = indices(map, {i, Value()});
+            Value old = memref::LoadOp::create(b, loc, out, at);
+            Value lane = vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{r});
+            memref::StoreOp::create(b, loc, combine(kind, old, lane), out, at);
+          }
+        }
+        return SmallVector<Value>();
+      });
+    if (grouped == rows)
+      return success();
+    loop(grouped, rows, 1, {}, [&](Value i, ValueRange) {
+      int64_t full = n - n % VL;
       SmallVector<Value> sums;
       for (vector::CombiningKind kind : kinds)
         sums.push_back(identity(kind));

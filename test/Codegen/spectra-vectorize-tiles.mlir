@@ -511,3 +511,49 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
   }
   return
 }
+
+// -----
+
+// Tests that rows of whole vectors are reduced in groups of 8 (the vector width): each row's
+// accumulator is folded into the group's as its loop ends (two shuffles and one op per fold,
+// halves of blocks of 8, 4, 2 lanes), so one vector holds the 8 rows' results in order and
+// is combined into a contiguous output with one vector load and store, and into a strided
+// one lane by lane; the rows past the last whole group (16..19) keep a tree each.
+#g_full = affine_map<(i, j) -> (i, j)>
+#g_row = affine_map<(i, j) -> (i)>
+// CHECK-LABEL: func.func @row_groups(
+// CHECK-SAME: %[[X:.*]]: memref<20x16xf32>, %[[SUMS:.*]]: memref<20xf32>, %[[MAXS:.*]]: memref<20xf32, strided<[2]>>)
+// CHECK: scf.for %[[I0:.*]] = %c0 to %c16 step %c8 {
+// CHECK-COUNT-2: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>)
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 1, 2, 3, 8, 9, 10, 11] : vector<8xf32>, vector<8xf32>
+// CHECK-NEXT: vector.shuffle %{{.*}}, %{{.*}} [4, 5, 6, 7, 12, 13, 14, 15] : vector<8xf32>, vector<8xf32>
+// CHECK-NEXT: arith.addf %{{.*}} : vector<8xf32>
+// CHECK: vector.shuffle {{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK-NEXT: vector.shuffle {{.*}} [4, 5, 6, 7, 12, 13, 14, 15]
+// CHECK-NEXT: arith.maximumf %{{.*}} : vector<8xf32>
+// CHECK: vector.shuffle {{.*}} [0, 1, 4, 5, 8, 9, 12, 13]
+// CHECK-NEXT: vector.shuffle {{.*}} [2, 3, 6, 7, 10, 11, 14, 15]
+// CHECK: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14]
+// CHECK-NEXT: vector.shuffle {{.*}} [1, 3, 5, 7, 9, 11, 13, 15]
+// CHECK-NEXT: %[[S:.*]] = arith.addf %{{.*}} : vector<8xf32>
+// CHECK: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14]
+// CHECK-NEXT: vector.shuffle {{.*}} [1, 3, 5, 7, 9, 11, 13, 15]
+// CHECK-NEXT: %[[M:.*]] = arith.maximumf %{{.*}} : vector<8xf32>
+// CHECK-NOT: vector.reduction
+// CHECK: %[[OLD:.*]] = vector.load %[[SUMS]][%[[I0]]] : memref<20xf32>, vector<8xf32>
+// CHECK: %[[NEW:.*]] = arith.addf %[[OLD]], %[[S]] : vector<8xf32>
+// CHECK: vector.store %[[NEW]], %[[SUMS]][%[[I0]]] : memref<20xf32>, vector<8xf32>
+// CHECK-COUNT-8: vector.extract %[[M]]
+// CHECK: }
+// CHECK: scf.for %{{.*}} = %c16 to %c20 step %c1 {
+// CHECK: vector.reduction <add>
+func.func @row_groups(%x: memref<20x16xf32>, %sums: memref<20xf32>, %maxs: memref<20xf32, strided<[2]>>) {
+  linalg.generic {indexing_maps = [#g_full, #g_row, #g_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<20x16xf32>) outs(%sums, %maxs : memref<20xf32>, memref<20xf32, strided<[2]>>) {
+  ^bb0(%v: f32, %s: f32, %m: f32):
+    %a = arith.addf %v, %s : f32
+    %b = arith.maximumf %v, %m : f32
+    linalg.yield %a, %b : f32, f32
+  }
+  return
+}
