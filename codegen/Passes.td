@@ -124,9 +124,21 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
     The CPU kernels spend much of their time in `exp`; lowered as a libm call
     it is scalar and opaque to the loop vectoriser. This pass applies MLIR's
     polynomial approximation of `math.exp` (arith ops only, within a few ulp
-    in f32), run by spectra-cpu-lowering before the conversion to LLVM. With
-    `scalef` (AVX-512 hosts), a 16-lane exp forms z 2^n with one vscalefps
-    instead of clamping n, converting it and building 2^n from its bits.
+    in f32), run by spectra-cpu-lowering before the conversion to LLVM. Three forms:
+
+    - With `scalef` (AVX-512 hosts), a 16-lane exp forms z 2^n with one vscalefps
+      (its zero mask flushes results below 2^-126) instead of clamping n,
+      converting it and building 2^n from its bits; P(a) is of degree 4: 14
+      vector instructions where the generic form takes 20.
+    - An exp marked `spectra.exp_at_most_zero` (a stabilised argument: a logit
+      less a constant at least as large, so at most 0 or NaN) needs no overflow
+      clamp: 13 instructions with vscalefps; without it (8-lane AVX2 code,
+      tails) the magic-constant form, n rounded by adding 1.5 2^23 + 127 and
+      2^n = bits << 23, 0 selected below -87.336: 15 instructions.
+    - Any other exp takes MLIR's generic approximation.
+
+    Where the exp's only use multiplies it by a coefficient s, s folds into the
+    polynomial's last step (fma(p, s, s)).
 
     ```mlir
     %e = math.exp %x : f32   // becomes arith.mulf/addf/... and a bitcast

@@ -90,7 +90,7 @@ Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef
   };
   auto add = [&](Value y, Value z) -> Value { return !y ? z : !z ? y : x.add(y, z); };
   unsigned args = 3 + params.size();
-  SmallVector<Value> sums(args);
+  std::vector<Value> sums(args);  // null: no term yet
   for (unsigned o = 0; o < e.size(); ++o) {
     // dL/d arg = a (phi dlogit + e dcoeff) = (a phi) dlogit + (a e) dcoeff.
     Value aphi, ae;

@@ -449,21 +449,29 @@ private:
                                     !kinds.empty() && rows >= VL
                                 ? rows - rows % VL
                                 : 0;
-    auto rowAccumulators = [&](Value i) {
+    // Row i's accumulators over its first `bound` columns, whole vectors (bound % VL == 0).
+    auto rowAccumulators = [&](Value i, int64_t bound) {
       SmallVector<Value> init;
       for (vector::CombiningKind kind : kinds)
         init.push_back(splat(identity(kind), VL));
-      return loop(0, n, VL, init, [&](Value j0, ValueRange carried) {
+      return loop(0, bound, VL, init, [&](Value j0, ValueRange carried) {
         return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
       });
+    };
+    auto rowOf = [&](Value i0, int64_t r) -> Value {
+      return r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
+    };
+    // out[at] = combine(out[at], value): one scalar element.
+    auto combineInto = [&](vector::CombiningKind kind, Value out, ArrayRef<Value> at, Value value) {
+      Value old = memref::LoadOp::create(b, loc, out, at);
+      memref::StoreOp::create(b, loc, combine(kind, old, value), out, at);
     };
     if (grouped > 0)
       loop(0, grouped, VL, {}, [&](Value i0, ValueRange) {
         // Pending folds: (level, accumulators), level s holding 2^s rows.
         SmallVector<std::pair<int64_t, SmallVector<Value>>> pending;
         for (int64_t r = 0; r < VL; ++r) {
-          Value i = r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
-          SmallVector<Value> acc = rowAccumulators(i);
+          SmallVector<Value> acc = rowAccumulators(rowOf(i0, r), n);
           int64_t level = 0;
           while (!pending.empty() && pending.back().first == level) {
             for (unsigned k = 0; k < kinds.size(); ++k)
@@ -487,11 +495,8 @@ private:
             continue;
           }
           for (int64_t r = 0; r < VL; ++r) {
-            Value i = r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
-            SmallVector<Value> at = indices(map, {i, Value()});
-            Value old = memref::LoadOp::create(b, loc, out, at);
-            Value lane = vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{r});
-            memref::StoreOp::create(b, loc, combine(kind, old, lane), out, at);
+            SmallVector<Value> at = indices(map, {rowOf(i0, r), Value()});
+            combineInto(kind, out, at, vector::ExtractOp::create(b, loc, v, ArrayRef<int64_t>{r}));
           }
         }
         return SmallVector<Value>();
@@ -504,12 +509,7 @@ private:
       for (vector::CombiningKind kind : kinds)
         sums.push_back(identity(kind));
       if (full > 0) {
-        SmallVector<Value> init;
-        for (vector::CombiningKind kind : kinds)
-          init.push_back(splat(identity(kind), VL));
-        SmallVector<Value> acc = loop(0, full, VL, init, [&](Value j0, ValueRange carried) {
-          return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
-        });
+        SmallVector<Value> acc = rowAccumulators(i, full);
         for (unsigned k = 0; k < kinds.size(); ++k)
           sums[k] = acrossLanes(kinds[k], acc[k]);
       }
@@ -525,10 +525,8 @@ private:
       for (unsigned k = 0; k < numOuts; ++k) {
         if (!reduced[k])
           continue;
-        Value out = op->getOperand(numIns + k);
         SmallVector<Value> at = indices(op.getIndexingMapsArray()[numIns + k], {i, Value()});
-        Value old = memref::LoadOp::create(b, loc, out, at);
-        memref::StoreOp::create(b, loc, combine(kinds[next], old, sums[next]), out, at);
+        combineInto(kinds[next], op->getOperand(numIns + k), at, sums[next]);
         ++next;
       }
       return SmallVector<Value>();

@@ -377,6 +377,28 @@ double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAtt
   });
 }
 
+/// The fused forward+backward on one thread beside the run on `threads`, each as a share of
+/// the FMA peak measured on as many threads: whether the kernels or the machine lose what
+/// the threads do not gain (on a virtual machine two vCPUs may share a core's FMA units
+/// with other guests for a while, which a register-only peak of a fraction of a second
+/// misses and a run of seconds does not).
+void printThreadScaling(Setup &s, SpectralAttention &fused, SpectralAttention &reference,
+                        int64_t m, int64_t features, double both, double peak, int threads) {
+  at::set_num_threads(1);
+  double peak1 = bench::measureFmaPeak(1).gflops;
+  double one = timeMethod(Method::Fused, s, fused, reference, true);
+  at::set_num_threads(threads);
+  if (peak1 <= 0 || one <= 0)
+    return;
+  double f = flops(Method::Fused, s, m, features, true) / 1e9;
+  std::cout << "one thread        fused forward+backward " << std::setprecision(4) << one
+            << " s, " << std::setprecision(1) << f / one << " GFLOP/s = " << 100 * f / one / peak1
+            << "% of the 1-thread FMA peak (" << peak1 << " GFLOP/s, measured now); on "
+            << threads << " threads " << 100 * f / both / peak << "% of theirs: " << std::setprecision(2)
+            << one / both << "x faster on " << threads << " threads, the peak " << peak / peak1
+            << "x" << std::setprecision(4) << "\n";
+}
+
 std::vector<int64_t> numbers(const std::string &list) {
   std::vector<int64_t> out;
   std::stringstream ss(list);
@@ -917,6 +939,8 @@ int main(int argc, char **argv) {
                   << std::setprecision(4) << "\n";
       }
       printKernelBreakdown(perKernel, s, desc.m, features, tbF, peak.gflops, kernelBounds(s, false));
+      if (threads > 1 && peak.gflops > 0)
+        printThreadScaling(s, fused, reference, desc.m, features, tbF, peak.gflops, threads);
     }
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);
