@@ -118,6 +118,40 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
 }
 
+def SpectraStripTiles : Pass<"spectra-strip-tiles", "::mlir::func::FuncOp"> {
+  let summary = "run a chain of tile ops one strip of their feature axis at a time, so its tiles stay in L1 (CPU)";
+  let description = [{
+    A run of linalg ops on buffers (fills and generics, one after another with
+    only pure ops between) in which every op has exactly one parallel loop of
+    the longest extent E that is a multiple of `strip` (the features, m), and
+    every buffer is read or written along one axis of that loop throughout the
+    run (or only read, whole), is independent strip by strip: the run becomes
+    one scf.for over E / `strip` strips, each op on its strip's subviews.
+    A temporary that only the run uses (the logits, the features, the column
+    maxima) shrinks to one strip. Runs that hold a reduction-carrying op and at
+    least one such temporary are rewritten; others are left as they are.
+
+    The point is the cache: kv's logits, features and summary tiles are 16 KiB
+    each at m = 128 and the weights another 16 KiB, which overflows a 32 KiB L1
+    between the logits' contraction and the summary's, where one 16-feature
+    strip of each is 2 KiB. Runs before spectra-vectorize-tiles, which still
+    fuses a fill and an epilogue with their contraction inside the strip.
+
+    ```mlir
+    // linalg.fill, contraction into %l: memref<32x128xf32>, exp into %p, ... (all along m)
+    // becomes
+    scf.for %j = %c0 to %c128 step %c16 {
+      // the same ops on memref<32x16xf32> strips, %l and %p one strip each
+    }
+    ```
+  }];
+  let options = [
+    Option<"strip", "strip", "int64_t", /*default=*/"16", "features per strip">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
   let summary = "replace math.exp by its polynomial approximation (vectorisable, no libm call)";
   let description = [{
