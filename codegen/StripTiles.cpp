@@ -11,11 +11,15 @@
 //
 // Legality, checked per run of consecutive ops (only pure ops between):
 //  - each op is a linalg.fill or linalg.generic on buffers whose loops include
-//    exactly one parallel loop of extent E, with projected-permutation maps;
-//  - each buffer the run touches is a function argument or an alloca (no view
-//    whose base another operand may share), and is indexed along that loop by
-//    the same axis in every op of the run, or by none in every op and then
-//    never written by the run.
+//    exactly one parallel loop of extent E, with projected-permutation maps, and
+//    a body that neither reads its indices (linalg.index) nor touches memory;
+//  - each buffer the run touches is a function argument or an allocation (no
+//    view whose base another operand may share), and is indexed along that loop
+//    by the same axis in every op of the run, or by none in every op and then
+//    never written by the run;
+//  - a function argument the run writes may be the same memory as another of
+//    its type (the kernels' in-place calls: dx may be dxin), so every argument
+//    of that type is indexed by the written one's axis.
 // Strip j of every op then reads strip j of the buffers the run writes and
 // whole buffers it does not write, so running the ops strip after strip gives
 // the same values as running each op whole.
@@ -46,8 +50,6 @@ constexpr int64_t kWhole = -1;
 
 struct Run {
   SmallVector<linalg::LinalgOp> ops;
-  /// Each op's loop along the strip.
-  SmallVector<unsigned> dims;
   /// Each buffer's axis along the strip (kWhole: read whole), in first-use order.
   llvm::MapVector<Value, int64_t> axes;
   llvm::DenseSet<Value> written;
@@ -57,8 +59,15 @@ bool isStripOp(Operation *op) { return isa<linalg::FillOp, linalg::GenericOp>(op
 
 /// The op's one parallel loop of extent `extent`, if it has exactly one and its maps allow it.
 std::optional<unsigned> stripDim(linalg::LinalgOp op, int64_t extent) {
-  if (!op.hasPureBufferSemantics())
+  if (!op.hasPureBufferSemantics() || op.hasIndexSemantics())
     return std::nullopt;
+  // A body that loads from a buffer it captures would see the strip's subview's indices.
+  for (Block &body : op->getRegions().front())
+    for (Operation &inner : body)
+      if (!isMemoryEffectFree(&inner) || llvm::any_of(inner.getOperandTypes(), [](Type t) {
+            return isa<BaseMemRefType>(t);
+          }))
+        return std::nullopt;
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
   std::optional<unsigned> dim;
@@ -115,11 +124,16 @@ bool extend(Run &run, linalg::LinalgOp op, int64_t extent) {
     if (writes)
       written.insert(buffer);
   }
-  for (auto &[buffer, axis] : axes)
+  for (auto &[buffer, axis] : axes) {
     if (axis == kWhole && written.contains(buffer))
       return false;
+    // An argument written here may be another argument of its type (an in-place call).
+    if (isa<BlockArgument>(buffer) && written.contains(buffer))
+      for (auto &[other, otherAxis] : axes)
+        if (isa<BlockArgument>(other) && other.getType() == buffer.getType() && otherAxis != axis)
+          return false;
+  }
   run.ops.push_back(op);
-  run.dims.push_back(*dim);
   run.axes = std::move(axes);
   run.written = std::move(written);
   return true;
@@ -172,7 +186,7 @@ llvm::SetVector<Value> temporaries(const Run &run) {
   return out;
 }
 
-void rewrite(Run &run, int64_t extent, int64_t strip, const llvm::SetVector<Value> &shrunk) {
+scf::ForOp rewrite(Run &run, int64_t extent, int64_t strip, const llvm::SetVector<Value> &shrunk) {
   Operation *first = run.ops.front();
   Operation *last = run.ops.back();
   // Pure ops between the run's ops go before the loop (the bodies may capture them).
@@ -196,7 +210,10 @@ void rewrite(Run &run, int64_t extent, int64_t strip, const llvm::SetVector<Valu
     shape[run.axes.lookup(buffer)] = strip;
     OpBuilder at(alloca);
     Value small = memref::AllocaOp::create(
-        at, alloca.getLoc(), MemRefType::get(shape, type.getElementType()));
+        at, alloca.getLoc(),
+        MemRefType::get(shape, type.getElementType(), MemRefLayoutAttrInterface(),
+                        type.getMemorySpace()),
+        alloca.getAlignmentAttr());
     strips.map(buffer, small);
   }
   Value lb = arith::ConstantIndexOp::create(b, loc, 0);
@@ -230,6 +247,7 @@ void rewrite(Run &run, int64_t extent, int64_t strip, const llvm::SetVector<Valu
   }
   for (Value buffer : shrunk)
     buffer.getDefiningOp()->erase();
+  return loop;
 }
 
 /// The extents worth a strip loop: loop ranges that are multiples of `strip` above it,
@@ -248,6 +266,7 @@ SmallVector<int64_t> extents(func::FuncOp fn, int64_t strip) {
 
 struct StripTilesPass : spectra::impl::SpectraStripTilesBase<StripTilesPass> {
   using Base::Base;
+  llvm::DenseSet<Operation *> made;
 
   void runOnOperation() override {
     if (strip < 1) {
@@ -256,7 +275,13 @@ struct StripTilesPass : spectra::impl::SpectraStripTilesBase<StripTilesPass> {
     }
     for (int64_t extent : extents(getOperation(), strip)) {
       SmallVector<Block *> blocks;
-      getOperation().walk([&](Block *block) { blocks.push_back(block); });
+      // Not inside a strip loop already made (its ops are one strip wide).
+      getOperation().walk([&](Block *block) {
+        for (Operation *p = block->getParentOp(); p; p = p->getParentOp())
+          if (made.contains(p))
+            return;
+        blocks.push_back(block);
+      });
       for (Block *block : blocks)
         stripBlock(*block, extent);
     }
@@ -285,7 +310,7 @@ struct StripTilesPass : spectra::impl::SpectraStripTilesBase<StripTilesPass> {
     for (Run &run : runs) {
       llvm::SetVector<Value> shrunk = temporaries(run);
       if (worthStripping(run, shrunk))
-        rewrite(run, extent, strip, shrunk);
+        made.insert(rewrite(run, extent, strip, shrunk));
     }
   }
 };

@@ -23,6 +23,7 @@
 // CHECK-DAG:     %[[C0:.*]] = arith.constant 0 : index
 // CHECK-DAG:     %[[C32:.*]] = arith.constant 32 : index
 // CHECK-DAG:     %[[C16:.*]] = arith.constant 16 : index
+// CHECK-DAG:     %[[HALF:.*]] = arith.constant 5.000000e-01 : f32
 // CHECK:         scf.for %[[J:.*]] = %[[C0]] to %[[C32]] step %[[C16]] {
 // CHECK-DAG:       %[[WJ:.*]] = memref.subview %[[W]][0, %[[J]]] [8, 16] [1, 1]
 // CHECK-DAG:       %[[BJ:.*]] = memref.subview %[[B]][%[[J]]] [16] [1]
@@ -30,8 +31,12 @@
 // CHECK:           linalg.fill ins(%{{.*}} : f32) outs(%[[L]] : memref<4x16xf32>)
 // CHECK:           linalg.generic {{.*}} ins(%[[K]], %[[WJ]] : memref<4x8xf32>, memref<8x16xf32, strided<[32, 1], offset: ?>>) outs(%[[L]] : memref<4x16xf32>)
 // CHECK:           linalg.generic {{.*}} ins(%[[L]], %[[BJ]] : {{.*}}) outs(%[[P]] : memref<4x16xf32>)
-// CHECK:           math.exp
+// CHECK:             arith.mulf %{{.*}}, %[[HALF]]
+// CHECK:             math.exp
 // CHECK:           linalg.generic {{.*}} ins(%[[P]], %[[V]] : memref<4x16xf32>, memref<4x8xf32>) outs(%[[SJ]] : memref<16x8xf32, strided<[8, 1], offset: ?>>)
+// CHECK-NOT:     memref<4x32xf32>
+// CHECK-NOT:     linalg.{{generic|fill}}
+// CHECK:         return
 func.func @chain(%k: memref<4x8xf32>, %v: memref<4x8xf32>, %w: memref<8x32xf32>, %b: memref<32xf32>,
                  %s: memref<32x8xf32>) {
   %zero = arith.constant 0.0 : f32
@@ -45,10 +50,13 @@ func.func @chain(%k: memref<4x8xf32>, %v: memref<4x8xf32>, %w: memref<8x32xf32>,
     %r = arith.addf %acc, %m : f32
     linalg.yield %r : f32
   }
+  // A pure op between two of the chain's ops: it moves before the loop, whose bodies use it.
+  %half = arith.constant 0.5 : f32
   linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
       ins(%l, %b : memref<4x32xf32>, memref<32xf32>) outs(%p : memref<4x32xf32>) {
   ^bb0(%x: f32, %y: f32, %o: f32):
-    %d = arith.subf %x, %y : f32
+    %h = arith.mulf %y, %half : f32
+    %d = arith.subf %x, %h : f32
     %e = math.exp %d : f32
     linalg.yield %e : f32
   }
@@ -97,18 +105,74 @@ func.func @row_maximum(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %mx: memref<4x
 // CHECK:         return
 func.func @written_then_read_whole(%k: memref<4x32xf32>, %b: memref<32xf32>, %t: memref<4x32xf32>,
                                    %w: memref<32x32xf32>) {
+  %zero = arith.constant 0.0 : f32
   %u = memref.alloca() : memref<4x32xf32>
   linalg.generic {indexing_maps = [#id, #col], iterator_types = ["parallel", "parallel"]}
       ins(%t : memref<4x32xf32>) outs(%b : memref<32xf32>) {
   ^bb0(%x: f32, %o: f32):
     linalg.yield %x : f32
   }
+  linalg.fill ins(%zero : f32) outs(%u : memref<4x32xf32>)
   linalg.generic {indexing_maps = [#kn, #kw, #kb, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%k, %w, %b : memref<4x32xf32>, memref<32x32xf32>, memref<32xf32>) outs(%u : memref<4x32xf32>) {
   ^bb0(%a: f32, %x: f32, %y: f32, %acc: f32):
     %m = arith.mulf %a, %x : f32
     %n = arith.mulf %m, %y : f32
     %r = arith.addf %acc, %n : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// Two in-place arguments: %o is written along the features and %i, of the same type, may be
+// the same memory (dx may be dxin); %i is read whole (summed over its features), which strip
+// 0 would do before strip 1 of %o is written, so the run ends before that op.
+// CHECK-LABEL: func.func @in_place
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @in_place(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32>, %i: memref<4x32xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %l = memref.alloca() : memref<4x32xf32>
+  linalg.fill ins(%zero : f32) outs(%l : memref<4x32xf32>)
+  linalg.generic {indexing_maps = [#kn, #kw, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%k, %w : memref<4x8xf32>, memref<8x32xf32>) outs(%l : memref<4x32xf32>) {
+  ^bb0(%a: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %a, %x : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#kn, #ij, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%i, %l : memref<4x32xf32>, memref<4x32xf32>) outs(%o : memref<4x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// A body that reads its position (linalg.index) would see the strip's, not the tile's.
+// CHECK-LABEL: func.func @index
+// CHECK-NOT:     scf.for
+// CHECK:         return
+func.func @index(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %l = memref.alloca() : memref<4x32xf32>
+  linalg.fill ins(%zero : f32) outs(%l : memref<4x32xf32>)
+  linalg.generic {indexing_maps = [#kn, #kw, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%k, %w : memref<4x8xf32>, memref<8x32xf32>) outs(%l : memref<4x32xf32>) {
+  ^bb0(%a: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %a, %x : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%l : memref<4x32xf32>) outs(%o : memref<4x32xf32>) {
+  ^bb0(%x: f32, %y: f32):
+    %j = linalg.index 1 : index
+    %c16 = arith.constant 16 : index
+    %lo = arith.cmpi ult, %j, %c16 : index
+    %r = arith.select %lo, %x, %zero : f32
     linalg.yield %r : f32
   }
   return
