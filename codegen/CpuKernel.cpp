@@ -384,9 +384,11 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
         o.registerRows > 0 ? int64_t(o.registerRows) : cpuRegisterRows(o.vectorWidth);
     vectors.registerVectors = o.registerVectors;
     // One strip of features at a time (a register tile's width): the chain's tiles in L1.
-    SpectraStripTilesOptions strips;
-    strips.strip = vectors.registerVectors * o.vectorWidth;
-    pm.addNestedPass<func::FuncOp>(createSpectraStripTiles(strips));
+    if (o.stripFeatures) {
+      SpectraStripTilesOptions strips;
+      strips.strip = vectors.registerVectors * o.vectorWidth;
+      pm.addNestedPass<func::FuncOp>(createSpectraStripTiles(strips));
+    }
     pm.addNestedPass<func::FuncOp>(createSpectraVectorizeTiles(vectors));
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());

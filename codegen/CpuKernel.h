@@ -51,6 +51,12 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
                          llvm::cl::desc("16-lane exps with AVX-512's vscalefps "
                                         "(spectra-polynomial-exp's scalef; for avx512f hosts)"),
                          llvm::cl::init(false)};
+  Option<bool> stripFeatures{
+      *this, "strip-features",
+      llvm::cl::desc("chains parallel along the features one register tile's width of them at "
+                     "a time (spectra-strip-tiles); off: measured neutral on a Zen 3 core, "
+                     "README issue 23"),
+      llvm::cl::init(false)};
   Option<bool> selectMaxima{*this, "select-maxima",
                             llvm::cl::desc("maxima as one compare-and-select (spectra-select-maxima); "
                                            "off where the GPU's max.NaN is emulated"),

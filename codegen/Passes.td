@@ -135,7 +135,9 @@ def SpectraStripTiles : Pass<"spectra-strip-tiles", "::mlir::func::FuncOp"> {
     each at m = 128 and the weights another 16 KiB, which overflows a 32 KiB L1
     between the logits' contraction and the summary's, where one 16-feature
     strip of each is 2 KiB. Runs before spectra-vectorize-tiles, which still
-    fuses a fill and an epilogue with their contraction inside the strip.
+    fuses a fill and an epilogue with their contraction inside the strip, when
+    spectra-cpu-pipeline's `strip-features` is set (off by default: on a Zen 3
+    core its effect was within the machine's noise; README, issue 23).
 
     ```mlir
     // linalg.fill, contraction into %l: memref<32x128xf32>, exp into %p, ... (all along m)

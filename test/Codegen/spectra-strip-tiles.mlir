@@ -1,4 +1,14 @@
 // RUN: spectra-opt %s -pass-pipeline='builtin.module(func.func(spectra-strip-tiles{strip=16}))' | FileCheck %s
+// RUN: spectra-compile --variant posrf-mm --emit=tiles | spectra-opt -pass-pipeline='builtin.module(func.func(spectra-strip-tiles{strip=16}))' | FileCheck %s --check-prefix=KV
+
+// The compiled kv (m = 128): its logits, features and their epilogue's output, one strip each,
+// and the chain in a loop of 16-feature strips inside the row-tile loop.
+// KV-LABEL:   func.func @posrf_mm_kv
+// KV-COUNT-3: memref.alloca() : memref<32x16xf32>
+// KV-NOT:     memref.alloca() : memref<32x128xf32>
+// KV:         scf.for
+// KV:           scf.for %{{.*}} = %{{.*}} to %c128 step %c16
+// KV-LABEL:   func.func @posrf_mm_readout
 
 #kn = affine_map<(i, j, k) -> (i, k)>
 #kw = affine_map<(i, j, k) -> (k, j)>
