@@ -123,7 +123,8 @@ def SpectraStripTiles : Pass<"spectra-strip-tiles", "::mlir::func::FuncOp"> {
   let description = [{
     A run of linalg ops on buffers (fills and generics, one after another with
     only pure ops between) in which every op has exactly one parallel loop of
-    the longest extent E that is a multiple of `strip` (the features, m), and
+    an extent E above `strip` and a multiple of it (the features, m; extents
+    tried largest first), and
     every buffer is read or written along one axis of that loop throughout the
     run (or only read, whole), is independent strip by strip: the run becomes
     one scf.for over E / `strip` strips, each op on its strip's subviews.
