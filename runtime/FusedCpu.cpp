@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -73,23 +74,31 @@ struct CpuLauncher : KernelLauncher {
         break;
       }
     if (abi.grid == "slices") {  // a task per slice, over all of its rows
-      at::parallel_for(0, grid[0], 1, [&](int64_t begin, int64_t end) {
-        for (int64_t slice = begin; slice < end; ++slice)
-          call(slice, 0, 0, n);
-      });
+      runCpuTasks(grid[0], [&](int64_t slice) { call(slice, 0, 0, n); });
       return;
     }
     const int64_t chunks = abi.grid == "slices" ? 1 : grid[0], slices = abi.grid == "slices" ? grid[0] : grid[1];
-    at::parallel_for(0, slices * chunks, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t task = begin; task < end; ++task) {
-        int64_t slice = task / chunks, chunk = task % chunks, first = chunk * abi.chunkRows;
-        call(slice, chunk, first, std::min(abi.chunkRows, n - first));
-      }
+    runCpuTasks(slices * chunks, [&](int64_t task) {
+      int64_t slice = task / chunks, chunk = task % chunks, first = chunk * abi.chunkRows;
+      call(slice, chunk, first, std::min(abi.chunkRows, n - first));
     });
   }
 };
 
 } // namespace
+
+void runCpuTasks(int64_t total, const std::function<void(int64_t)> &task) {
+  if (total <= 0)
+    return;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), total);
+  std::atomic<int64_t> next{0};
+  // Called once per thread, or once in all (nested in a parallel region, one thread): every
+  // call drains the queue.
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1); i < total; i = next.fetch_add(1))
+      task(i);
+  });
+}
 
 FusedCpuAttention::FusedCpuAttention(Descriptor desc, Compile c, bool causal)
     : reference(std::move(desc)), compile(std::move(c)), isCausal(causal),

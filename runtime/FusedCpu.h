@@ -183,9 +183,17 @@ public:
   }
 };
 
+/// Runs task(i) for every i in [0, total) on the intra-op threads, each thread claiming the
+/// next task when it has finished one (the CPU launches' tasks: slices, or slices x row
+/// chunks). A core that runs slower for a while (another process or guest on it, an
+/// efficiency core) then takes fewer tasks, where a split fixed in advance leaves the other
+/// threads waiting at the launch's end. Each task writes only its own outputs, so which
+/// thread runs it does not change the result.
+void runCpuTasks(int64_t total, const std::function<void(int64_t)> &task);
+
 /// The fused CPU kernels (codegen/TileKernels.h), JIT-compiled by
 /// libspectra-compiler for this host and run over (batch, head, row chunk)
-/// tasks with at::parallel_for: row chunks of kChunkRows keys or queries, so
+/// tasks with runCpuTasks: row chunks of kChunkRows keys or queries, so
 /// small batch-head counts still keep every thread busy; key chunks' S, z and
 /// constants are merged in a fixed order (the bidirectional result does not
 /// depend on the thread count; the causal plan runs each slice as one task when

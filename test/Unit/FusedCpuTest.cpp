@@ -7,14 +7,19 @@
 #include "runtime/KernelLaunch.h"
 #include "runtime/WeightFactory.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <sstream>
 #include <regex>
+#include <mutex>
+#include <thread>
 
 using namespace spectra;
 
@@ -61,6 +66,38 @@ void expectMatchesReference(FusedCpuAttention &fused, const Case &c, double tole
   ASSERT_TRUE(torch::isfinite(out.out).all().item<bool>()) << what;
   EXPECT_LT(maxAbs(out.out.to(torch::kFloat64) - truth), tolerance * maxAbs(truth)) << what;
   EXPECT_EQ(out.S.sizes(), (std::vector<int64_t>{2, 2, desc.numFeatures(), 5})) << what;
+}
+
+// The CPU launches hand out their tasks one at a time: every task runs once, and a thread held
+// up by one task leaves the rest to the others, where a split fixed in advance (what
+// at::parallel_for does) would give it half of them. Another process on a core, or another
+// guest on a virtual machine, holds a thread up in the same way.
+TEST(FusedCpu, LaunchTasksGoToWhicheverThreadIsFree) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(2);
+  for (int64_t total : {0, 1, 2, 7, 40}) {
+    std::vector<std::atomic<int>> runs(total);
+    runCpuTasks(total, [&](int64_t i) { runs[i]++; });
+    for (int64_t i = 0; i < total; ++i)
+      EXPECT_EQ(runs[i].load(), 1) << "task " << i << " of " << total;
+  }
+  // Task 0, the first claimed, holds its thread for 200 ms; the other 39 take 0.1 ms each.
+  std::mutex mutex;
+  std::map<std::thread::id, int> tasksOf;
+  std::thread::id held;
+  runCpuTasks(40, [&](int64_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++tasksOf[std::this_thread::get_id()];
+      if (i == 0)
+        held = std::this_thread::get_id();
+    }
+    std::this_thread::sleep_for(i == 0 ? std::chrono::microseconds(200000)
+                                       : std::chrono::microseconds(100));
+  });
+  at::set_num_threads(saved);
+  ASSERT_EQ(tasksOf.size(), 2u) << "the tasks ran on two intra-op threads";
+  EXPECT_EQ(tasksOf[held], 1) << "the held thread ran only its own task";
 }
 
 TEST(FusedCpu, EveryPaperVariantMatchesTheReference) {
