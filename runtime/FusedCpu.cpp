@@ -77,7 +77,7 @@ struct CpuLauncher : KernelLauncher {
       runCpuTasks(grid[0], [&](int64_t slice) { call(slice, 0, 0, n); });
       return;
     }
-    const int64_t chunks = abi.grid == "slices" ? 1 : grid[0], slices = abi.grid == "slices" ? grid[0] : grid[1];
+    const int64_t chunks = grid[0], slices = grid[1];  // a task per (slice, row chunk)
     runCpuTasks(slices * chunks, [&](int64_t task) {
       int64_t slice = task / chunks, chunk = task % chunks, first = chunk * abi.chunkRows;
       call(slice, chunk, first, std::min(abi.chunkRows, n - first));
