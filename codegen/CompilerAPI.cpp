@@ -449,12 +449,12 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     return failKernel(error, why);
 
   auto result = std::make_unique<spectra_cpu_kernel>();
-  // spectra-cpu-pipeline's options: this host's vector width, the requested value dim.
+  // spectra-cpu-pipeline's options: this host's vector width and exp forms, the requested
+  // value dim.
   sp::CpuPipelineOptions options;
+  sp::setHostTarget(options);
   options.valueDim = dv;
   options.causal = causal;
-  options.vectorWidth = sp::hostVectorWidth();
-  options.expScalef = sp::hostHasAvx512();
   sp::GpuScheduleOptions emulated;
   emulated.valueDim = dv;
   emulated.causal = causal;

@@ -51,6 +51,11 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
                          llvm::cl::desc("16-lane exps with AVX-512's vscalefps "
                                         "(spectra-polynomial-exp's scalef; for avx512f hosts)"),
                          llvm::cl::init(false)};
+  Option<bool> expTable{*this, "exp-table",
+                        llvm::cl::desc("8-lane stabilised exps from an 8-entry table of 2^(j/8) "
+                                       "with AVX2's vpermd (spectra-polynomial-exp's table; "
+                                       "for avx2 hosts)"),
+                        llvm::cl::init(false)};
   Option<bool> stripFeatures{
       *this, "strip-features",
       llvm::cl::desc("chains parallel along the features one register tile's width of them at "
@@ -87,6 +92,14 @@ int64_t hostVectorWidth();
 /// Whether the host has AVX-512F (whatever SPECTRA_CPU_VECTOR_WIDTH says): the kernels may
 /// then use its instructions (spectra-polynomial-exp's scalef).
 bool hostHasAvx512();
+
+/// Whether the host has AVX2: 8-lane stabilised exps may then use vpermd
+/// (spectra-polynomial-exp's table).
+bool hostHasAvx2();
+
+/// Sets spectra-cpu-pipeline's options for kernels run on this host (what the JIT compiles
+/// with): its vector width and the exp forms its instructions allow.
+void setHostTarget(CpuPipelineOptions &options);
 
 /// The multiply by a coefficient that spectra-polynomial-exp's vscalefps form folds into a
 /// 16-lane exp (exp(x) * s as fma(p, s, s) 2^n): the exp's only use, a mulf whose other

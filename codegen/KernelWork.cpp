@@ -51,13 +51,20 @@ bool isExtremumCompare(Operation *op) {
 
 /// The vector operations `op` issues, by class, added to `c` `times` times.
 /// Whether `exp` takes a form that folds a coefficient multiply after it into its last step
-/// (CpuKernel.cpp's ScalefExp at 16 lanes on AVX-512, BitsExp for a marked exp).
-bool foldsScale(math::ExpOp exp, bool expScalef) {
+/// (CpuKernel.cpp's ScalefExp at 16 lanes on AVX-512, BitsExp for a marked exp). TableExp (a
+/// marked 8-lane exp with `expTable`) keeps the multiply as an instruction of its own.
+bool foldsScale(math::ExpOp exp, ExpForms forms) {
   auto v = dyn_cast<VectorType>(exp.getType());
-  return v && ((expScalef && v.getNumElements() == 16) || exp->hasAttr(kExpAtMostZeroAttr));
+  if (!v)
+    return false;
+  if (forms.scalef && v.getNumElements() == 16)
+    return true;
+  if (!exp->hasAttr(kExpAtMostZeroAttr))
+    return false;
+  return !(forms.table && v.getNumElements() == 8);
 }
 
-void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, bool expScalef,
+void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, ExpForms forms,
               int64_t unmarkedExtra) {
   auto vectorOf = [](Type t) { return dyn_cast<VectorType>(t); };
   for (Type t : op->getResultTypes())
@@ -118,7 +125,7 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
   if (auto mul = dyn_cast<arith::MulFOp>(op))
     for (Value operand : mul->getOperands())
       if (auto exp = operand.getDefiningOp<math::ExpOp>())
-        if (foldsScale(exp, expScalef) && expScaledBy(exp) == mul)
+        if (foldsScale(exp, forms) && expScaledBy(exp) == mul)
           return;
   c.other += times;
 }
@@ -168,11 +175,11 @@ bool testsWeightGradient(Value cond) {
   return false;
 }
 
-void countBlock(Block &block, double times, bool conditional, KernelWork &work, bool expScalef,
+void countBlock(Block &block, double times, bool conditional, KernelWork &work, ExpForms forms,
                 int64_t unmarkedExtra) {
   for (Operation &op : block) {
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
-      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, expScalef,
+      countBlock(*loop.getBody(), times * tripCount(loop, work.exact), conditional, work, forms,
                  unmarkedExtra);
       continue;
     }
@@ -180,26 +187,26 @@ void countBlock(Block &block, double times, bool conditional, KernelWork &work, 
       // The weights' gradient: counted apart. A branch on the data (the causal kernels'
       // tests): its then-branch, taken, and the counts no longer exact.
       if (testsWeightGradient(branch.getCondition())) {
-        countBlock(*branch.thenBlock(), times, /*conditional=*/true, work, expScalef, unmarkedExtra);
+        countBlock(*branch.thenBlock(), times, /*conditional=*/true, work, forms, unmarkedExtra);
         if (branch.elseBlock())
           work.exact = false;
       } else {
-        countBlock(*branch.thenBlock(), times, conditional, work, expScalef, unmarkedExtra);
+        countBlock(*branch.thenBlock(), times, conditional, work, forms, unmarkedExtra);
         work.exact = false;
       }
       continue;
     }
     for (Region &region : op.getRegions())
       for (Block &inner : region)
-        countBlock(inner, times, conditional, work, expScalef, unmarkedExtra);
-    classify(&op, times, conditional ? work.conditional : work.always, work.width, expScalef,
+        countBlock(inner, times, conditional, work, forms, unmarkedExtra);
+    classify(&op, times, conditional ? work.conditional : work.always, work.width, forms,
              unmarkedExtra);
   }
 }
 
 } // namespace
 
-std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool expScalef,
+std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, ExpForms forms,
                                                        int64_t unmarkedExtra) {
   std::vector<KernelWork> result;
   for (auto fn : vectors.getOps<func::FuncOp>()) {
@@ -218,7 +225,7 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool ex
       if (!step || *step != work.tileRows || getConstantIntValue(loop.getUpperBound()))
         continue;
       found = true;
-      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work, expScalef, unmarkedExtra);
+      countBlock(*loop.getBody(), 1.0, /*conditional=*/false, work, forms, unmarkedExtra);
     }
     if (found)
       result.push_back(std::move(work));
@@ -226,7 +233,7 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, bool ex
   return result;
 }
 
-int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool scalef,
+int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, ExpForms forms,
                                     bool atMostZero) {
   context->loadDialect<func::FuncDialect, math::MathDialect, arith::ArithDialect,
                        vector::VectorDialect, LLVM::LLVMDialect>();
@@ -242,7 +249,7 @@ int64_t mlir::spectra::expVectorOps(MLIRContext *context, int64_t width, bool sc
     e->setAttr(kExpAtMostZeroAttr, b.getUnitAttr());
   func::ReturnOp::create(b, loc, e.getResult());
   PassManager pm(context);
-  pm.addPass(createSpectraPolynomialExp({scalef}));
+  pm.addPass(createSpectraPolynomialExp({forms.scalef, forms.table}));
   if (failed(pm.run(*module)))
     return 0;
   int64_t ops = 0;
@@ -285,8 +292,8 @@ std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work,
 }
 
 std::string mlir::spectra::hostKernelWork(ModuleOp vectors, int64_t width) {
-  bool scalef = width == 16 && hostHasAvx512();
-  int64_t expOps = expVectorOps(vectors->getContext(), width, scalef, /*atMostZero=*/true);
-  int64_t unmarked = expVectorOps(vectors->getContext(), width, scalef, /*atMostZero=*/false);
-  return formatKernelWork(countKernelWork(vectors, scalef, unmarked - expOps), expOps);
+  ExpForms forms{width == 16 && hostHasAvx512(), width == 8 && hostHasAvx2()};
+  int64_t expOps = expVectorOps(vectors->getContext(), width, forms, /*atMostZero=*/true);
+  int64_t unmarked = expVectorOps(vectors->getContext(), width, forms, /*atMostZero=*/false);
+  return formatKernelWork(countKernelWork(vectors, forms, unmarked - expOps), expOps);
 }

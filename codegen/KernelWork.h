@@ -45,17 +45,25 @@ struct KernelWork {
   bool exact = true;
 };
 
+/// The exp forms the CPU lowering picks (spectra-polynomial-exp's options): `scalef`, 16-lane
+/// exps with vscalefps (avx512f hosts); `table`, stabilised 8-lane exps with vpermd (avx2).
+struct ExpForms {
+  bool scalef = false;
+  bool table = false;
+};
+
 /// The kernels of a module at the vector stage with a row-tile loop (spectra.tile_rows).
-/// `expScalef`: the 16-lane exps will take spectra-polynomial-exp's vscalefps form, which
+/// With `forms.scalef` the 16-lane exps take spectra-polynomial-exp's vscalefps form, which
 /// folds an exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted
-/// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms all fold it). Exps are counted
-/// as stabilised ones; each unmarked exp adds `unmarkedExtra` operations to other.
-std::vector<KernelWork> countKernelWork(ModuleOp vectors, bool expScalef, int64_t unmarkedExtra);
+/// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms fold it, except the 8-lane
+/// table form of `forms.table`, where it stays an instruction). Exps are counted as
+/// stabilised ones; each unmarked exp adds `unmarkedExtra` operations to other.
+std::vector<KernelWork> countKernelWork(ModuleOp vectors, ExpForms forms, int64_t unmarkedExtra);
 
 /// The vector operations one math.exp on vector<width x f32> becomes in the CPU lowering
-/// (spectra-polynomial-exp, with vscalefps where `scalef`), counted by running that pass; with
-/// `atMostZero`, an exp marked as stabilised (kExpAtMostZeroAttr).
-int64_t expVectorOps(MLIRContext *context, int64_t width, bool scalef, bool atMostZero);
+/// (spectra-polynomial-exp with `forms`), counted by running that pass; with `atMostZero`,
+/// an exp marked as stabilised (kExpAtMostZeroAttr).
+int64_t expVectorOps(MLIRContext *context, int64_t width, ExpForms forms, bool atMostZero);
 
 /// The share of the FMA peak `c` allows if every vector operation takes an FMA port's
 /// cycle: fmas / (fmas + exps x expOps + other).
@@ -67,7 +75,8 @@ double fmaPortBound(const KernelWork::Counts &c, int64_t expOps);
 std::string formatKernelWork(const std::vector<KernelWork> &work, int64_t expOps);
 
 /// formatKernelWork of a module at the vector stage compiled at `width` lanes for this host:
-/// the exp lowering the JIT would pick (vscalefps at 16 lanes on avx512f hosts) counted and
+/// the exp lowering the JIT would pick (vscalefps at 16 lanes on avx512f hosts, the table form
+/// at 8 lanes on avx2 hosts) counted and
 /// applied to the counts.
 std::string hostKernelWork(ModuleOp vectors, int64_t width);
 

@@ -171,7 +171,10 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
       less a constant at least as large, so at most 0 or NaN) needs no overflow
       clamp: 13 instructions with vscalefps; without it (8-lane AVX2 code,
       tails) the magic-constant form, n rounded by adding 1.5 2^23 + 127 and
-      2^n = bits << 23, 0 selected below -87.336: 15 instructions.
+      2^n = bits << 23, 0 selected below -87.336: 15 instructions. With `table`
+      (AVX2 hosts), a marked 8-lane exp rounds k = 8 x log2e instead and takes
+      2^(k/8) = 2^n 2^(j/8) from an 8-entry table by vpermd, its remainder a
+      quarter as wide, so P is of degree 1: 13 instructions, a shorter chain.
     - Any other exp takes MLIR's generic approximation.
 
     Where the exp's only use multiplies it by a coefficient s, s folds into the
@@ -184,7 +187,11 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
   let options = [
     Option<"scalef", "scalef", "bool", /*default=*/"false",
            "exp of vector<16xf32> with AVX-512's vscalefps (z 2^n in one instruction, "
-           "results below 2^-126 flushed to 0 by its zero mask): for hosts with avx512f">
+           "results below 2^-126 flushed to 0 by its zero mask): for hosts with avx512f">,
+    Option<"table", "table", "bool", /*default=*/"false",
+           "stabilised exp of vector<8xf32> with AVX2's vpermd: 2^(k/8) from an 8-entry "
+           "table and a degree-3 polynomial (13 instructions, 8 of them FMAs or multiplies): "
+           "for hosts with avx2">
   ];
   // The approximation of a vector exp builds vector constants (vector.broadcast); the
   // AVX-512 form calls an LLVM intrinsic.

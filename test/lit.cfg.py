@@ -51,11 +51,15 @@ if os.path.exists("/usr/local/cuda/bin/nvdisasm") or os.system(
         f"sys.exit(not os.path.exists(os.path.join(list(nvidia.cu13.__path__)[0], \"bin\", \"nvdisasm\")))'"
         " > /dev/null 2>&1") == 0:
     config.available_features.add("nvdisasm")
-# AVX-512F on this machine (the AVX-512 exp runs only there) and mlir-runner to run it.
+# AVX-512F and AVX2 on this machine (each exp form runs only where its instructions are) and
+# mlir-runner to run them.
 try:
     with open("/proc/cpuinfo") as f:
-        if " avx512f" in f.read():
+        flags = f.read()
+        if " avx512f" in flags:
             config.available_features.add("avx512f")
+        if " avx2" in flags:
+            config.available_features.add("avx2")
 except OSError:
     pass
 if os.path.exists(os.path.join(config.llvm_tools_dir, "mlir-runner")):

@@ -1,5 +1,6 @@
 // RUN: spectra-opt %s -spectra-polynomial-exp=scalef=1 | FileCheck %s --check-prefix=SCALEF
 // RUN: spectra-opt %s -spectra-polynomial-exp | FileCheck %s --check-prefix=GENERIC
+// RUN: spectra-opt %s -spectra-polynomial-exp=table=1 | FileCheck %s --check-prefix=TABLE
 
 // With scalef (AVX-512 hosts), a 16-lane exp forms z 2^n with vscalefps; results below 2^-126
 // are flushed by its zero mask (x >= -87.336 keeps a lane), and the clamp lets NaN through.
@@ -93,4 +94,74 @@ func.func @exp8(%x: vector<8xf32>) -> vector<8xf32> {
 func.func @exp_scalar(%x: f32) -> f32 {
   %e = math.exp %x : f32
   return %e : f32
+}
+
+// With table (AVX2 hosts), a stabilised 8-lane exp rounds k = 8 x log2e by the magic constant
+// 1.5 2^23 and takes 2^(k/8) = 2^n 2^(j/8) from bits(t) << 20 plus an 8-entry table read by
+// vpermd at bits(t)'s low 3 bits; the remainder, a quarter as wide, takes a degree-3
+// polynomial (two FMAs and a square); lanes below -87.336 are selected to 0.
+// TABLE-LABEL: func.func @exp8_at_most_zero
+// TABLE-DAG:     %[[TWENTY:.*]] = arith.constant dense<20> : vector<8xi32>
+// TABLE-DAG:     %[[TAB:.*]] = arith.constant dense<[1065353216, 1065063874, 1064843248, 1064697559, 1064633587, 1064658730, 1064781053, 1065009351]> : vector<8xi32>
+// TABLE-DAG:     %[[MAGIC:.*]] = arith.constant dense<0x4B400000> : vector<8xf32>
+// TABLE-DAG:     %[[LOG2E8:.*]] = arith.constant dense<11.5415602> : vector<8xf32>
+// TABLE:         %[[LIVE:.*]] = arith.cmpf uge, %arg0, %{{.*}} : vector<8xf32>
+// TABLE:         %[[T:.*]] = math.fma %arg0, %[[LOG2E8]], %[[MAGIC]] : vector<8xf32>
+// TABLE:         %[[K:.*]] = arith.subf %[[T]], %[[MAGIC]] : vector<8xf32>
+// TABLE-COUNT-3: math.fma
+// TABLE:         arith.mulf
+// TABLE:         %[[P:.*]] = math.fma
+// TABLE:         %[[BITS:.*]] = arith.bitcast %[[T]] : vector<8xf32> to vector<8xi32>
+// TABLE:         %[[TJ:.*]] = llvm.call_intrinsic "llvm.x86.avx2.permd"(%[[TAB]], %[[BITS]]) : (vector<8xi32>, vector<8xi32>) -> vector<8xi32>
+// TABLE:         %[[SH:.*]] = arith.shli %[[BITS]], %[[TWENTY]] : vector<8xi32>
+// TABLE:         %[[SUM:.*]] = arith.addi %[[SH]], %[[TJ]] : vector<8xi32>
+// TABLE:         %[[POW:.*]] = arith.bitcast %[[SUM]] : vector<8xi32> to vector<8xf32>
+// TABLE:         %[[E:.*]] = math.fma %[[P]], %[[POW]], %[[POW]] : vector<8xf32>
+// TABLE:         %[[R:.*]] = arith.select %[[LIVE]], %[[E]], %{{.*}} : vector<8xi1>, vector<8xf32>
+// TABLE-NOT:     math.exp
+// TABLE:         return %[[R]]
+// Without it, the magic-constant form of BitsExp (2^n = bits << 23, degree 6).
+// GENERIC-LABEL: func.func @exp8_at_most_zero
+// GENERIC-NOT:     llvm.call_intrinsic
+// GENERIC:         arith.constant dense<23> : vector<8xi32>
+// GENERIC:         return
+func.func @exp8_at_most_zero(%x: vector<8xf32>) -> vector<8xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<8xf32>
+  return %e : vector<8xf32>
+}
+
+// exp(x) s, the exp's only use: s 2^n T_j is formed beside the polynomial and the last step is
+// fma(p, s 2^n T_j, s 2^n T_j), the exp's multiply gone; the coefficient's broadcast moves
+// up to where the exp stood.
+// TABLE-LABEL: func.func @exp8_scaled
+// TABLE:         arith.mulf
+// TABLE-NEXT:    %[[P:.*]] = math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<8xf32>
+// TABLE:         llvm.call_intrinsic "llvm.x86.avx2.permd"
+// TABLE:         %[[POW:.*]] = arith.bitcast %{{.*}} : vector<8xi32> to vector<8xf32>
+// TABLE-NEXT:    %[[S:.*]] = vector.broadcast %arg1 : f32 to vector<8xf32>
+// TABLE-NEXT:    %[[SP:.*]] = arith.mulf %[[POW]], %[[S]] : vector<8xf32>
+// TABLE-NEXT:    %[[E:.*]] = math.fma %[[P]], %[[SP]], %[[SP]] : vector<8xf32>
+// TABLE-NEXT:    %[[R:.*]] = arith.select %{{.*}}, %[[E]], %{{.*}}
+// TABLE-NEXT:    return %[[R]]
+func.func @exp8_scaled(%x: vector<8xf32>, %s: f32) -> vector<8xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<8xf32>
+  %b = vector.broadcast %s : f32 to vector<8xf32>
+  %y = arith.mulf %b, %e : vector<8xf32>
+  return %y : vector<8xf32>
+}
+
+// Unmarked 8-lane exps and 16-lane ones do not take the table form.
+// TABLE-LABEL: func.func @exp8_unmarked
+// TABLE-NOT:     llvm.x86.avx2.permd
+// TABLE:         arith.fptosi
+// TABLE-LABEL: func.func @exp16_marked_table
+// TABLE-NOT:     llvm.x86.avx2.permd
+// TABLE:         arith.constant dense<23> : vector<16xi32>
+func.func @exp8_unmarked(%x: vector<8xf32>) -> vector<8xf32> {
+  %e = math.exp %x : vector<8xf32>
+  return %e : vector<8xf32>
+}
+func.func @exp16_marked_table(%x: vector<16xf32>) -> vector<16xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
+  return %e : vector<16xf32>
 }

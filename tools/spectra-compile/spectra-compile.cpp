@@ -290,10 +290,12 @@ int main(int argc, char **argv) {
     if (cpuStage) {
       // A prefix of spectra-cpu-pipeline, with the options the JIT uses.
       mlir::spectra::CpuPipelineOptions options;
+      mlir::spectra::setHostTarget(options);
       options.valueDim = valueDim;
       options.causal = causal;
       options.tileRows = tileRows > 0 ? tileRows.getValue() : 0;
-      options.vectorWidth = vectorWidth > 0 ? vectorWidth : mlir::spectra::hostVectorWidth();
+      if (vectorWidth > 0)
+        options.vectorWidth = vectorWidth;
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
                                       : emit == "vectors" || emit == "work"
