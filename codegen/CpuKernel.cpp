@@ -123,6 +123,33 @@ arith::MulFOp mlir::spectra::expScaledBy(math::ExpOp exp) {
   return {};
 }
 
+namespace {
+/// What the exp expansions build at the rewriter's insertion point: splat constants of the
+/// exp's vector type and FMAs.
+struct ExpBuilder {
+  PatternRewriter &rewriter;
+  Location loc;
+  VectorType type;
+  ExpBuilder(PatternRewriter &rewriter, math::ExpOp op)
+      : rewriter(rewriter), loc(op.getLoc()), type(cast<VectorType>(op.getType())) {}
+  Value c(float v) const {
+    return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
+  }
+  Value fma(Value a, Value b, Value d) const {
+    return math::FmaOp::create(rewriter, loc, a, b, d);
+  }
+};
+} // namespace
+
+/// The coefficient s of `scale` (expScaledBy(op)), its definition moved above `op` where it
+/// stood after it.
+static Value hoistedCoefficient(PatternRewriter &rewriter, math::ExpOp op, arith::MulFOp scale) {
+  Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
+  if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
+    rewriter.moveOpBefore(def, op);
+  return s;
+}
+
 /// e^a s (or e^a without `scale`) for a = x - n ln2, |a| <= ln2/2: the reduction in two FMAs
 /// (Cody and Waite's split of ln2), e^a = 1 + a + a^2 P(a) with P of degree 4 fitted to
 /// e^a's relative error on that interval (3.1e-9 in exact arithmetic, so f32 rounding decides
@@ -131,25 +158,18 @@ arith::MulFOp mlir::spectra::expScaledBy(math::ExpOp exp) {
 /// multiply, which the caller replaces).
 static Value expMantissa(PatternRewriter &rewriter, math::ExpOp op, Value x, Value n,
                          arith::MulFOp scale) {
-  Location loc = op.getLoc();
-  auto type = cast<VectorType>(op.getType());
-  auto c = [&](float v) -> Value {
-    return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
-  };
-  auto fma = [&](Value a, Value b, Value d) -> Value {
-    return math::FmaOp::create(rewriter, loc, a, b, d);
-  };
+  ExpBuilder e(rewriter, op);
+  auto c = [&](float v) { return e.c(v); };
+  auto fma = [&](Value a, Value b, Value d) { return e.fma(a, b, d); };
   Value a = fma(c(-0.693359375f), n, x);
   a = fma(c(2.12194440e-4f), n, a);
   Value z = fma(a, c(1.38145988e-3f), c(8.36871658e-3f));
   for (float p : {4.16683890e-2f, 1.66665211e-1f, 4.99999940e-1f})
     z = fma(z, a, c(p));
-  z = fma(z, arith::MulFOp::create(rewriter, loc, a, a), a);
+  z = fma(z, arith::MulFOp::create(rewriter, op.getLoc(), a, a), a);
   if (!scale)
-    return arith::AddFOp::create(rewriter, loc, z, c(1.0f));
-  Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
-  if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
-    rewriter.moveOpBefore(def, op);
+    return arith::AddFOp::create(rewriter, op.getLoc(), z, c(1.0f));
+  Value s = hoistedCoefficient(rewriter, op, scale);
   z = fma(z, s, s);
   rewriter.setInsertionPointAfter(scale);
   return z;
@@ -180,12 +200,9 @@ struct ScalefExp : OpRewritePattern<math::ExpOp> {
         !type.getElementType().isF32())
       return rewriter.notifyMatchFailure(op, "not a vector<16xf32>");
     Location loc = op.getLoc();
-    auto c = [&](float v) -> Value {
-      return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
-    };
-    auto fma = [&](Value a, Value b, Value d) -> Value {
-      return math::FmaOp::create(rewriter, loc, a, b, d);
-    };
+    ExpBuilder e(rewriter, op);
+    auto c = [&](float v) { return e.c(v); };
+    auto fma = [&](Value a, Value b, Value d) { return e.fma(a, b, d); };
     Value x = op.getOperand();
     if (!op->hasAttr(kExpAtMostZeroAttr)) {
       Value keep = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::ULE, x, c(16384.0f));
@@ -229,12 +246,9 @@ struct BitsExp : OpRewritePattern<math::ExpOp> {
       return rewriter.notifyMatchFailure(op, "not a 1-D vector of f32");
     Location loc = op.getLoc();
     auto intType = VectorType::get(type.getShape(), rewriter.getI32Type());
-    auto c = [&](float v) -> Value {
-      return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
-    };
-    auto fma = [&](Value a, Value b, Value d) -> Value {
-      return math::FmaOp::create(rewriter, loc, a, b, d);
-    };
+    ExpBuilder e(rewriter, op);
+    auto c = [&](float v) { return e.c(v); };
+    auto fma = [&](Value a, Value b, Value d) { return e.fma(a, b, d); };
     Value x = op.getOperand();
     Value live = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE, x, c(-87.336f));
     const float magic = 12583039.0f; // 1.5 2^23 + 127
@@ -289,15 +303,12 @@ struct TableExp : OpRewritePattern<math::ExpOp> {
       return rewriter.notifyMatchFailure(op, "not a vector<8xf32>");
     Location loc = op.getLoc();
     auto intType = VectorType::get(type.getShape(), rewriter.getI32Type());
-    auto c = [&](float v) -> Value {
-      return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(type, v));
-    };
+    ExpBuilder e(rewriter, op);
+    auto c = [&](float v) { return e.c(v); };
     auto ci = [&](int32_t v) -> Value {
       return arith::ConstantOp::create(rewriter, loc, DenseElementsAttr::get(intType, v));
     };
-    auto fma = [&](Value a, Value b, Value d) -> Value {
-      return math::FmaOp::create(rewriter, loc, a, b, d);
-    };
+    auto fma = [&](Value a, Value b, Value d) { return e.fma(a, b, d); };
     Value x = op.getOperand();
     Value live = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE, x, c(-87.336f));
     const float magic = 12582912.0f; // 1.5 2^23
@@ -326,10 +337,7 @@ struct TableExp : OpRewritePattern<math::ExpOp> {
         rewriter, loc, type, arith::AddIOp::create(rewriter, loc, shifted, picked.getResult(0)));
     arith::MulFOp scale = expScaledBy(op);
     if (scale) {
-      Value s = scale.getLhs() == op.getResult() ? scale.getRhs() : scale.getLhs();
-      if (Operation *def = s.getDefiningOp(); def && !definedBefore(s, op))
-        rewriter.moveOpBefore(def, op);
-      pow = arith::MulFOp::create(rewriter, loc, pow, s);
+      pow = arith::MulFOp::create(rewriter, loc, pow, hoistedCoefficient(rewriter, op, scale));
       rewriter.setInsertionPointAfter(scale);
     }
     Value result = arith::SelectOp::create(rewriter, loc, live, fma(p, pow, pow), c(0.0f));
