@@ -386,7 +386,11 @@ struct SelectMaximaPass : spectra::impl::SpectraSelectMaximaBase<SelectMaximaPas
   }
 };
 
-/// The product of a vector mulf whose only use is `user`, or null.
+/// The product of a vector mulf whose only use is `user`, or null. A product with more uses
+/// stays: each use's fma would save the multiply once, but the product is often a row's
+/// term hoisted off the exps' dependence chains, where an fma (4 cycles on Zen 3) would sit
+/// in place of an add (3): fusing the logits' shared norm term made kv and query_backward
+/// 1% slower on a Zen 3 core (README issue 23).
 arith::MulFOp productFeeding(Value v, Operation *user) {
   auto mul = v.getDefiningOp<arith::MulFOp>();
   if (!mul || !isa<VectorType>(mul.getType()) || !mul->hasOneUse() || *mul->user_begin() != user)
@@ -421,25 +425,36 @@ struct FuseAdd : OpRewritePattern<arith::AddFOp> {
   }
 };
 
-/// a * b - C -> fma(a, b, -C); C - a * b and C - b * a with a constant factor K of the
-/// product -> fma(-K, x, C).
+/// The negation of `v` for an fma operand: a negated constant where `v` is one, else an
+/// arith.negf, which the fma absorbs (x86's vfnmadd/vfmsub, AArch64's fmls/fnmla: the same
+/// one instruction, no rounding of its own).
+Value negatedOperand(PatternRewriter &rewriter, Value v) {
+  if (Value c = negatedConstant(rewriter, v))
+    return c;
+  return arith::NegFOp::create(rewriter, v.getLoc(), v);
+}
+
+/// a * b - c -> fma(a, b, -c); c - a * b -> fma(-a, b, c), negating a constant factor where
+/// the product has one. The negation is free: an fma with a negated operand is one
+/// instruction (negatedOperand).
 struct FuseSub : OpRewritePattern<arith::SubFOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(arith::SubFOp op, PatternRewriter &rewriter) const override {
-    if (arith::MulFOp mul = productFeeding(op.getLhs(), op))
-      if (Value c = negatedConstant(rewriter, op.getRhs())) {
-        rewriter.replaceOpWithNewOp<math::FmaOp>(op, mul.getLhs(), mul.getRhs(), c);
-        rewriter.eraseOp(mul);
-        return success();
-      }
-    if (arith::MulFOp mul = productFeeding(op.getRhs(), op))
-      for (auto [k, x] : {std::pair{mul.getLhs(), mul.getRhs()}, {mul.getRhs(), mul.getLhs()}})
-        if (Value negK = negatedConstant(rewriter, k)) {
-          rewriter.replaceOpWithNewOp<math::FmaOp>(op, negK, x, op.getLhs());
-          rewriter.eraseOp(mul);
-          return success();
-        }
-    return rewriter.notifyMatchFailure(op, "no single-use vector product with a constant to negate");
+    if (arith::MulFOp mul = productFeeding(op.getLhs(), op)) {
+      Value negC = negatedOperand(rewriter, op.getRhs());
+      rewriter.replaceOpWithNewOp<math::FmaOp>(op, mul.getLhs(), mul.getRhs(), negC);
+      rewriter.eraseOp(mul);
+      return success();
+    }
+    if (arith::MulFOp mul = productFeeding(op.getRhs(), op)) {
+      Value k = mul.getLhs(), x = mul.getRhs();
+      if (matchPattern(x, m_Constant()))
+        std::swap(k, x);
+      rewriter.replaceOpWithNewOp<math::FmaOp>(op, negatedOperand(rewriter, k), x, op.getLhs());
+      rewriter.eraseOp(mul);
+      return success();
+    }
+    return rewriter.notifyMatchFailure(op, "no single-use vector product");
   }
 };
 

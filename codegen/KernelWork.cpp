@@ -122,6 +122,10 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
     return;
   if (isa<arith::BitcastOp>(op) || isExtremumCompare(op))
     return;
+  // A negated fma operand is part of the fma's instruction (vfnmadd, vfmsub).
+  if (isa<arith::NegFOp>(op) &&
+      llvm::all_of(op->getUsers(), [](Operation *user) { return isa<math::FmaOp>(user); }))
+    return;
   if (auto mul = dyn_cast<arith::MulFOp>(op))
     for (Value operand : mul->getOperands())
       if (auto exp = operand.getDefiningOp<math::ExpOp>())

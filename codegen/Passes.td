@@ -234,9 +234,10 @@ def SpectraFormFma : Pass<"spectra-form-fma"> {
     backward chains), `a * b + c` written as an arith.mulf whose only use is an
     arith.addf becomes one `math.fma` (one rounding). On a CPU whose 512-bit
     operations all issue on the FMA ports, each such pair cost two of those
-    ports' cycles. `a * b - c` and `c - a * b` fuse where the negated operand
-    is a constant. Vectors only; LLVM would not fuse them itself (no `contract`
-    flag). Run at the end of spectra-cpu-pipeline's vector stage (so
+    ports' cycles. `a * b - c` and `c - a * b` fuse too, as an fma with a
+    negated operand (a negated constant, or an arith.negf that the fma absorbs:
+    x86's vfmsub and vfnmadd, AArch64's fmls, are one instruction). Vectors
+    only; LLVM would not fuse them itself (no `contract` flag). Run at the end of spectra-cpu-pipeline's vector stage (so
     `spectra-compile --emit=work` counts the result); the GPU pipeline and its
     emulation keep each operation as written.
 

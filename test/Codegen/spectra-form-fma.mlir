@@ -33,22 +33,43 @@ func.func @sub(%x: vector<8xf32>, %n: vector<8xf32>, %a: vector<8xf32>) -> (vect
   return %r, %s : vector<8xf32>, vector<8xf32>
 }
 
-// Left as written: a product with a second use (it is needed anyway), a subtraction with no
-// constant to negate, and scalars.
+// Without a constant, the negated operand is an arith.negf, which the fma absorbs (vfnmadd,
+// vfmsub): c - a * b (the readout gradient's g - r * z) and a * b - c.
+// CHECK-LABEL: func.func @sub_negated
+// CHECK-SAME:    (%[[A:.*]]: vector<8xf32>, %[[B:.*]]: vector<8xf32>, %[[C:.*]]: vector<8xf32>)
+// CHECK-DAG:     %[[NA:.*]] = arith.negf %[[A]] : vector<8xf32>
+// CHECK-DAG:     %[[X:.*]] = math.fma %[[NA]], %[[B]], %[[C]] : vector<8xf32>
+// CHECK-DAG:     %[[NC:.*]] = arith.negf %[[C]] : vector<8xf32>
+// CHECK-DAG:     %[[Y:.*]] = math.fma %[[A]], %[[B]], %[[NC]] : vector<8xf32>
+// CHECK-NOT:     arith.mulf
+// CHECK-NOT:     arith.subf
+// CHECK:         return %[[X]], %[[Y]]
+func.func @sub_negated(%a: vector<8xf32>, %b: vector<8xf32>, %c: vector<8xf32>) -> (vector<8xf32>, vector<8xf32>) {
+  %p = arith.mulf %a, %b : vector<8xf32>
+  %x = arith.subf %c, %p : vector<8xf32>
+  %q = arith.mulf %a, %b : vector<8xf32>
+  %y = arith.subf %q, %c : vector<8xf32>
+  return %x, %y : vector<8xf32>, vector<8xf32>
+}
+
+// Left as written: a product with a second use (it is needed anyway), one shared by two
+// subtractions (a row's term, kept off the exps' chains), and scalars.
 // CHECK-LABEL: func.func @kept
 // CHECK:         arith.mulf
 // CHECK:         arith.addf
 // CHECK:         arith.mulf
 // CHECK:         arith.subf
+// CHECK:         arith.subf
 // CHECK:         arith.mulf {{.*}} : f32
 // CHECK:         arith.addf {{.*}} : f32
 // CHECK-NOT:     math.fma
-func.func @kept(%a: vector<16xf32>, %b: vector<16xf32>, %c: vector<16xf32>, %s: f32) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, f32) {
+func.func @kept(%a: vector<16xf32>, %b: vector<16xf32>, %c: vector<16xf32>, %s: f32) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, f32) {
   %p = arith.mulf %a, %b : vector<16xf32>
   %x = arith.addf %p, %c : vector<16xf32>
   %q = arith.mulf %a, %c : vector<16xf32>
   %y = arith.subf %b, %q : vector<16xf32>
+  %z = arith.subf %c, %q : vector<16xf32>
   %t = arith.mulf %s, %s : f32
   %u = arith.addf %t, %s : f32
-  return %x, %p, %y, %u : vector<16xf32>, vector<16xf32>, vector<16xf32>, f32
+  return %x, %p, %y, %z, %u : vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, f32
 }
