@@ -90,6 +90,7 @@ namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAKEEPKERNELS
 #define GEN_PASS_DEF_SPECTRASELECTMAXIMA
 #define GEN_PASS_DEF_SPECTRAFORMFMA
+#define GEN_PASS_DEF_SPECTRASHORTENCHAINS
 #include "codegen/Passes.h.inc"
 } // namespace mlir::spectra
 
@@ -458,6 +459,92 @@ struct FuseSub : OpRewritePattern<arith::SubFOp> {
   }
 };
 
+/// How many of a tile's axes a vector varies along, as far as its definition shows: 0 for a
+/// broadcast scalar or a splat constant (a row's term), 1 for a vector from a rank-1 buffer
+/// (a column's term), 2 for the rest (a tile's elements, a contraction's accumulator), and
+/// the largest of the operands' for arithmetic on such.
+int termLevel(Value v, int depth = 0) {
+  Operation *def = v.getDefiningOp();
+  if (!def || depth > 4)
+    return 2;
+  if (auto broadcast = dyn_cast<vector::BroadcastOp>(def))
+    return isa<VectorType>(broadcast.getSourceType()) ? 2 : 0;
+  if (matchPattern(v, m_Constant()))
+    return 0;
+  if (auto load = dyn_cast<vector::LoadOp>(def))
+    return load.getMemRefType().getRank() == 1 ? 1 : 2;
+  if (!isa<arith::AddFOp, arith::SubFOp, arith::MulFOp, arith::NegFOp>(def))
+    return 2;
+  int level = 0;
+  for (Value operand : def->getOperands())
+    level = std::max(level, termLevel(operand, depth + 1));
+  return level;
+}
+
+/// The signs of an add's or a subtract's operands, or none.
+std::optional<std::pair<int, int>> operandSigns(Operation *op) {
+  if (isa<arith::AddFOp>(op))
+    return std::pair{1, 1};
+  if (isa<arith::SubFOp>(op))
+    return std::pair{1, -1};
+  return std::nullopt;
+}
+
+/// (x +- a) +- b -> x +- (a +- b) where a and b vary along fewer of a tile's axes than x
+/// (termLevel): the row and column terms are combined off x's chain, x is added last.
+template <typename OpTy> struct AddTermsFirst : OpRewritePattern<OpTy> {
+  using OpRewritePattern<OpTy>::OpRewritePattern;
+  LogicalResult matchAndRewrite(OpTy outer, PatternRewriter &rewriter) const override {
+    if (!isa<VectorType>(outer.getType()))
+      return rewriter.notifyMatchFailure(outer, "not a vector");
+    auto [o0, o1] = *operandSigns(outer);
+    for (int i = 0; i < 2; ++i) {
+      Value u = outer->getOperand(i), b = outer->getOperand(1 - i);
+      int su = i == 0 ? o0 : o1, sb = i == 0 ? o1 : o0;
+      Operation *inner = u.getDefiningOp();
+      if (!inner || !operandSigns(inner) || !inner->hasOneUse())
+        continue;
+      auto [i0, i1] = *operandSigns(inner);
+      for (int j = 0; j < 2; ++j) {
+        Value x = inner->getOperand(j), a = inner->getOperand(1 - j);
+        int sx = su * (j == 0 ? i0 : i1), sa = su * (j == 0 ? i1 : i0);
+        int level = termLevel(x);
+        if (termLevel(a) >= level || termLevel(b) >= level)
+          continue;
+        // outer = sx x + sa a + sb b; t = st (sa a + sb b), st pulled out where both are -.
+        Location loc = outer.getLoc();
+        Value t;
+        int st = 1;
+        if (sa > 0 && sb > 0)
+          t = arith::AddFOp::create(rewriter, loc, a, b);
+        else if (sa > 0)
+          t = arith::SubFOp::create(rewriter, loc, a, b);
+        else if (sb > 0)
+          t = arith::SubFOp::create(rewriter, loc, b, a);
+        else { // x - a - b: sx is + (a and x are both - only in b - (x + a))
+          t = arith::AddFOp::create(rewriter, loc, a, b);
+          st = -1;
+        }
+        Value result = sx > 0 && st > 0 ? Value(arith::AddFOp::create(rewriter, loc, x, t))
+                       : sx > 0         ? Value(arith::SubFOp::create(rewriter, loc, x, t))
+                                        : Value(arith::SubFOp::create(rewriter, loc, t, x));
+        rewriter.replaceOp(outer, result);
+        return success();
+      }
+    }
+    return rewriter.notifyMatchFailure(outer, "no (x +- a) +- b with a, b terms of fewer axes");
+  }
+};
+
+struct ShortenChainsPass : spectra::impl::SpectraShortenChainsBase<ShortenChainsPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<AddTermsFirst<arith::AddFOp>, AddTermsFirst<arith::SubFOp>>(&getContext());
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
 struct FormFmaPass : spectra::impl::SpectraFormFmaBase<FormFmaPass> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
@@ -512,6 +599,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
       pm.addNestedPass<func::FuncOp>(createSpectraStripTiles(strips));
     }
     pm.addNestedPass<func::FuncOp>(createSpectraVectorizeTiles(vectors));
+    pm.addNestedPass<func::FuncOp>(createSpectraShortenChains());
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
     // After the canonicalizer (whose folds would not see through an fma).

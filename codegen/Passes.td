@@ -227,6 +227,35 @@ def SpectraSelectMaxima : Pass<"spectra-select-maxima"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def SpectraShortenChains : Pass<"spectra-shorten-chains"> {
+  let summary = "a tile element's sum with row and column terms, the element added last (CPU)";
+  let description = [{
+    The tile bodies between the contractions add row terms (a broadcast scalar:
+    a stabiliser, a norm) and column terms (a vector from a rank-1 buffer: a
+    feature's offset) to each element of a tile, e.g. PosRF's exponent
+    `((l - 0.5 n) + c) - m`. Written so, each element waits on three dependent
+    operations before its exp, and the epilogues after a contraction are bound
+    by those chains' latency (README issue 23). This pass reassociates
+    `(x +- a) +- b`, where `x` varies along both axes and `a`, `b` along at most
+    one, to `x +- (a +- b)`, and folds an operation on two broadcast scalars to
+    the broadcast of the scalar operation (computed once per row):
+
+    ```mlir
+    %0 = arith.subf %l, %half_n : vector<8xf32>
+    %1 = arith.addf %0, %c : vector<8xf32>
+    %2 = arith.subf %1, %m : vector<8xf32>
+    // becomes, with %hm = broadcast(0.5 n + m), one per row
+    %t = arith.subf %c, %hm : vector<8xf32>
+    %2 = arith.addf %l, %t : vector<8xf32>
+    ```
+
+    The sum is rounded in another order: a change of an ulp of its largest term.
+    Run in spectra-cpu-pipeline's vector stage before the canonicalizer and CSE
+    (which share the rows' terms between a register tile's vectors).
+  }];
+  let dependentDialects = ["::mlir::arith::ArithDialect", "::mlir::vector::VectorDialect"];
+}
+
 def SpectraFormFma : Pass<"spectra-form-fma"> {
   let summary = "a vector multiply and the add of its product as one math.fma (CPU)";
   let description = [{
