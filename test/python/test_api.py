@@ -80,7 +80,16 @@ def test_gradients_match_float64_autograd_of_the_reference(variant):
     exact_in = [t.double().requires_grad_() for t in (q, k, v)]
     exact = sa.attention(*exact_in, variant=variant, m=32, mode="reference")
     assert exact.dtype == torch.float64
-    torch.testing.assert_close(out.double(), exact, rtol=1e-4, atol=1e-5)
+    if "sgq" in variant:
+        # SGQ's signed quadrature weights let the normaliser cancel, so an output entry near 0
+        # carries the f32 error of the largest: measured against float64 over 30 seeds, up to
+        # 2.2e-4 of the largest entry and 8.8e-3 absolute (8 of the 30 seeds outside the
+        # elementwise bound below, in the builds before and after 2026-11-29's reassociation
+        # alike). The positive features keep the elementwise bound.
+        err = (out.double() - exact).abs().max() / exact.abs().max()
+        assert err < 1e-3, f"out: relative error {err:.2e}"
+    else:
+        torch.testing.assert_close(out.double(), exact, rtol=1e-4, atol=1e-5)
     ref = torch.autograd.grad(exact, exact_in, g_out.double())
     # f32 kernels against float64: errors relative to each gradient's largest entry (SGQ's
     # signed quadrature weights make some gradients large).
