@@ -236,15 +236,16 @@ def SpectraShortenChains : Pass<"spectra-shorten-chains"> {
     `((l - 0.5 n) + c) - m`. Written so, each element waits on three dependent
     operations before its exp, and the epilogues after a contraction are bound
     by those chains' latency (README issue 23). This pass reassociates
-    `(x +- a) +- b`, where `x` varies along both axes and `a`, `b` along at most
-    one, to `x +- (a +- b)`, and folds an operation on two broadcast scalars to
-    the broadcast of the scalar operation (computed once per row):
+    `(x +- a) +- b`, where `x` varies along both axes and `a`, `b` along fewer,
+    to `x +- (a +- b)`; the rows' terms then combine with each other first, and
+    CSE leaves one such combination per row of a register tile:
 
     ```mlir
     %0 = arith.subf %l, %half_n : vector<8xf32>
     %1 = arith.addf %0, %c : vector<8xf32>
     %2 = arith.subf %1, %m : vector<8xf32>
-    // becomes, with %hm = broadcast(0.5 n + m), one per row
+    // becomes
+    %hm = arith.addf %m, %half_n : vector<8xf32>
     %t = arith.subf %c, %hm : vector<8xf32>
     %2 = arith.addf %l, %t : vector<8xf32>
     ```
@@ -266,7 +267,8 @@ def SpectraFormFma : Pass<"spectra-form-fma"> {
     ports' cycles. `a * b - c` and `c - a * b` fuse too, as an fma with a
     negated operand (a negated constant, or an arith.negf that the fma absorbs:
     x86's vfmsub and vfnmadd, AArch64's fmls, are one instruction). Vectors
-    only; LLVM would not fuse them itself (no `contract` flag). Run at the end of spectra-cpu-pipeline's vector stage (so
+    only; LLVM would not fuse them itself (no `contract` flag). Run at the end
+    of spectra-cpu-pipeline's vector stage (so
     `spectra-compile --emit=work` counts the result); the GPU pipeline and its
     emulation keep each operation as written.
 
