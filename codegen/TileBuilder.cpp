@@ -67,6 +67,53 @@ std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, un
   return k;
 }
 
+/// The element arguments (bit 0: wx, bit 1: xx, bit 2: ww) that `v`, a value of the
+/// partials' `body`, reads. An op with regions or side effects counts as reading all three.
+static unsigned elementsRead(Block &body, Value v) {
+  unsigned read = 0;
+  SmallVector<Value> work = {v};
+  llvm::SmallPtrSet<Value, 16> seen;
+  while (!work.empty()) {
+    Value u = work.pop_back_val();
+    if (!seen.insert(u).second)
+      continue;
+    if (auto arg = dyn_cast<BlockArgument>(u)) {
+      if (arg.getOwner() == &body && arg.getArgNumber() < 3)
+        read |= 1u << arg.getArgNumber();
+      continue;
+    }
+    Operation *def = u.getDefiningOp();
+    if (!def)
+      continue;
+    if (def->getNumRegions() != 0 || !isPure(def))
+      return 7;
+    llvm::append_range(work, def->getOperands());
+  }
+  return read;
+}
+
+SmallVector<std::optional<FactoredGradient>> factoredArguments(FeaturePartialsOp partials,
+                                                               unsigned outputs, unsigned args,
+                                                               bool xx) {
+  SmallVector<std::optional<FactoredGradient>> factored(args);
+  if (outputs != 1)
+    return factored;
+  Block &body = partials.getBody().front();
+  auto values = cast<PartialsYieldOp>(body.getTerminator()).getValues();
+  for (unsigned v = xx ? 1 : 2; v < args; ++v) {
+    bool noLogit = matchPattern(values[2 * v], m_AnyZeroFloat()),
+         noCoeff = matchPattern(values[2 * v + 1], m_AnyZeroFloat());
+    if (noLogit == noCoeff)  // no term (unused), or two
+      continue;
+    unsigned partial = noLogit ? 2 * v + 1 : 2 * v;
+    unsigned read = elementsRead(body, values[partial]);
+    if ((read & 3) || (v == 1 && read))
+      continue;
+    factored[v] = FactoredGradient{noLogit ? 1u : 0u, partial, read != 0};
+  }
+  return factored;
+}
+
 Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
                            ArrayRef<Value> params, int64_t o) {
   KernelBuilder kb(b, loc, component);
@@ -91,6 +138,7 @@ Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef
   auto add = [&](Value y, Value z) -> Value { return !y ? z : !z ? y : x.add(y, z); };
   unsigned args = 3 + params.size();
   std::vector<Value> sums(args);  // null: no term yet
+  Chained out;
   for (unsigned o = 0; o < e.size(); ++o) {
     // dL/d arg = a (phi dlogit + e dcoeff) = (a phi) dlogit + (a e) dcoeff.
     Value aphi, ae;
@@ -104,11 +152,19 @@ Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef
         ae = x.mul(a[o], e[o]);
       sums[v] = add(sums[v], add(mul(aphi, dlogit), mul(ae, dcoeff)));
     }
+    if (o == 0) {
+      out.aphi = aphi;
+      out.ae = ae;
+    }
   }
   for (unsigned v = 0; v < args; ++v)
     if (used[v] && !sums[v])
       sums[v] = x.c(0);
-  return {sums[0], sums[1], sums[2], SmallVector<Value>(sums.begin() + 3, sums.end())};
+  out.dwx = sums[0];
+  out.dxx = sums[1];
+  out.dww = sums[2];
+  out.dparams.assign(sums.begin() + 3, sums.end());
+  return out;
 }
 
 Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, StringRef grid,
@@ -136,25 +192,53 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
 }
 
 GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
-                            std::optional<double> dxxScale) {
+                            std::optional<double> dxxScale,
+                            ArrayRef<std::optional<FactoredGradient>> factored,
+                            FeaturePartialsOp partials, ArrayRef<Value> params, Value ww) {
   GradientTiles g;
   g.used.assign(used.begin(), used.end());
   g.dxxScale = dxxScale;
+  g.factored.assign(factored.begin(), factored.end());
+  g.factored.resize(used.size());
+  g.partials = partials;
+  g.params.assign(params.begin(), params.end());
+  g.ww = ww;
+  // A tile only where the argument is used and not factored: with dxxScale ||x||^2 has none.
+  auto ownTile = [&](unsigned v) { return used[v] && !g.factored[v]; };
   g.dwx = tb.buffer({s.T, s.M});
-  if (!dxxScale)
+  if (!dxxScale && ownTile(1))
     g.dxx = tb.buffer({s.T, s.M});
   g.dxxRow = tb.buffer({s.T});
   g.dx = tb.buffer({s.T, s.D});
-  if (used[2]) {
+  if (ownTile(2)) {
     g.dww = tb.buffer({s.T, s.M});
     g.dwwAcc = tb.buffer({s.M});
     tb.fill(g.dwwAcc, 0);
   }
   for (unsigned p = 3; p < used.size(); ++p) {
-    g.dp.push_back(used[p] ? tb.buffer({s.T, s.M}) : Value());
-    g.dpAcc.push_back(used[p] ? tb.buffer({s.M}) : Value());
-    if (used[p])
+    g.dp.push_back(ownTile(p) ? tb.buffer({s.T, s.M}) : Value());
+    g.dpAcc.push_back(ownTile(p) ? tb.buffer({s.M}) : Value());
+    if (ownTile(p))
       tb.fill(g.dpAcc.back(), 0);
+  }
+  for (unsigned v = 1; v < used.size(); ++v) {
+    if (!g.factored[v])
+      continue;
+    unsigned b = g.factored[v]->base;
+    if (!g.base[b])
+      g.base[b] = tb.buffer({s.T, s.M});
+    if (v == 1) {
+      // ||x||^2's factor reads no element: formed once, here at kernel entry.
+      Value zero = tb.f32(0);
+      g.xxFactor = tb.partials(partials, zero, zero, zero, params)[g.factored[v]->partial];
+      continue;
+    }
+    if (!g.baseCols[b]) {
+      g.baseCols[b] = tb.buffer({s.M});
+      tb.fill(g.baseCols[b], 0);
+    }
+    if (v > 2)
+      g.baseColsForWOnly[b] = false;
   }
   return g;
 }
@@ -184,6 +268,13 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
       Scalar x{nb, l};
       return SmallVector<Value>{x.add(a[1], x.mul(x.c(k), a[0]))};
     });
+  } else if (g.factored[1]) {
+    Value f = g.xxFactor;
+    tb.reduceRows({{g.base[g.factored[1]->base]}}, {g.dxxRow},
+                  [f](OpBuilder &nb, Location l, ValueRange a) {
+                    Scalar x{nb, l};
+                    return SmallVector<Value>{x.add(a[1], x.mul(f, a[0]))};
+                  });
   } else {
     tb.reduceRows({{g.dxx}}, {g.dxxRow}, [](OpBuilder &nb, Location l, ValueRange a) {
       return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
@@ -206,6 +297,15 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
   for (unsigned p = 0; p < g.dp.size(); ++p)
     if (g.dp[p])
       tb.reduceCols({{g.dp[p]}}, {g.dpAcc[p]}, sum);
+  for (unsigned b = 0; b < 2; ++b) {
+    if (!g.baseCols[b])
+      continue;
+    auto reduce = [&] { tb.reduceCols({{g.base[b]}}, {g.baseCols[b]}, sum); };
+    if (g.baseColsForWOnly[b])
+      ifWeightGrad(tb, g.weightGrad, reduce);
+    else
+      reduce();
+  }
 }
 
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
@@ -217,13 +317,48 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
         return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
       });
     });
+  // A factored gradient's factor f at the insertion point (`wwj`: ww of the feature, for an
+  // f that reads it).
+  auto factor = [&](OpBuilder &nb, Location l, const FactoredGradient &f, Value wwj) {
+    KernelBuilder kb(nb, l, tb.component);
+    Value zero = kb.f32(0);
+    return kb.partials(g.partials, zero, zero, f.column ? wwj : zero, g.params)[f.partial];
+  };
+  if (const std::optional<FactoredGradient> &f = g.factored[2])
+    ifWeightGrad(tb, g.weightGrad, [&] {
+      tb.elementwise({{g.baseCols[f->base], At::Row}, {g.ww, At::Row}, {W}}, {dW},
+                     [&](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       Value acc = x.mul(a[0], factor(nb, l, *f, a[1]));
+                       return SmallVector<Value>{x.add(a[3], x.mul(x.mul(x.c(2), acc), a[2]))};
+                     });
+    });
   tb.fill(dparams, 0);
-  for (unsigned p = 0; p < g.dp.size(); ++p)
-    if (g.dp[p])
-      tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
-      Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(g.dpAcc[p], {j}));
+  Value terms;  // a factored parameter's terms per feature [M]
+  for (unsigned p = 0; p < g.dp.size(); ++p) {
+    const std::optional<FactoredGradient> &f = g.factored[3 + p];
+    if (!g.dp[p] && !f)
+      continue;
+    auto partialValues = cast<PartialsYieldOp>(g.partials.getBody().front().getTerminator()).getValues();
+    bool one = f && matchPattern(partialValues[f->partial], m_OneFloat());
+    if (f && !one) {
+      // Its factor per feature beside the base's column sums, as one elementwise op (mapped
+      // to a block's threads on the GPU, where a loop that formed f per feature in each
+      // thread spilled registers on sm_80).
+      if (!terms)
+        terms = tb.buffer({s.M});
+      tb.elementwise({{g.baseCols[f->base]}, {g.ww}}, {terms},
+                     [&](OpBuilder &nb, Location l, ValueRange a) {
+                       Scalar x{nb, l};
+                       return SmallVector<Value>{x.mul(a[0], factor(nb, l, *f, a[1]))};
+                     });
+    }
+    Value acc = !f ? g.dpAcc[p] : one ? g.baseCols[f->base] : terms;
+    tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
+      Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(acc, {j}));
       tb.store(sum, dparams, {tb.idx(p)});
     });
+  }
 }
 
 void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc) {

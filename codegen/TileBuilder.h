@@ -326,6 +326,25 @@ SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, un
 /// gradient's tile and needs no tile of its own.
 std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, unsigned args);
 
+/// An argument's gradient that needs no tile of its own. Its chained term is base x f, with
+/// base = a phi or a e (the one derived partial of the two that is not 0 says which) and f
+/// that partial, read from ww and the parameters at most (not from wx or xx), and its tile
+/// would only be reduced: along the rows for ||w||^2 and the parameters (sum_n base_nf f_f =
+/// f_f sum_n base_nf) and, for an f that reads no element, along the features for ||x||^2
+/// (sum_f base_nf f = f sum_f base_nf). The backward kernels then keep one tile per base and
+/// apply f to its sums: SADERF's query_backward writes 5 tiles per element where it wrote 8.
+struct FactoredGradient {
+  unsigned base;     // 0: a phi, 1: a e
+  unsigned partial;  // the partial's index in the feature_partials yield
+  bool column;       // f reads ww (varies along the features)
+};
+/// Per argument (wx, xx, ww, params...), its FactoredGradient where it has one. Only for a
+/// single output (the bases are per output); never for wx (its tile feeds dx and dW);
+/// `xx` says whether ||x||^2 may be factored (not where dxxPerDwx already drops its tile).
+SmallVector<std::optional<FactoredGradient>> factoredArguments(FeaturePartialsOp partials,
+                                                               unsigned outputs, unsigned args,
+                                                               bool xx);
+
 
 /// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
 /// phi' = phi dlogit + e dcoeff with e = phi / coeff (the shifted, scaled exponential).
@@ -333,6 +352,8 @@ std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, un
 struct Chained {
   Value dwx, dxx, dww;
   SmallVector<Value> dparams;
+  /// Output 0's a phi and a e where the chain formed them (the factored gradients' bases).
+  Value aphi, ae;
 };
 Chained chain(KernelBuilder &kb, Scalar &x, FeaturePartialsOp partials, ArrayRef<bool> used,
               Value wx, Value xx, Value ww, ArrayRef<Value> params, ArrayRef<Value> coeffs,
@@ -397,6 +418,18 @@ struct GradientTiles {
   std::optional<double> dxxScale;
   Value dwx, dxx, dww, dxxRow, dwwAcc, dx;
   SmallVector<Value> dp, dpAcc;  // per parameter: the tile's terms [T, M] and their column sums [M]
+  /// Per argument: its factored gradient (no tile in dxx, dww or dp), else nullopt.
+  SmallVector<std::optional<FactoredGradient>> factored;
+  /// The factored gradients' bases [T, M] (a phi, a e; null where none uses one), their
+  /// column sums over the tiles [M] (null where no column-reduced argument uses the base),
+  /// and whether only ||w||^2 uses those sums (then formed only where dW is wanted).
+  Value base[2], baseCols[2];
+  bool baseColsForWOnly[2] = {true, true};
+  /// What the factors are evaluated from: the partials, the loaded parameters and the
+  /// kernel's ww argument [M]; and ||x||^2's factor, a scalar formed at kernel entry.
+  FeaturePartialsOp partials;
+  SmallVector<Value> params;
+  Value ww, xxFactor;
   /// An i1: whether dW is wanted (the `wgrad` argument; null: always). Without it the dW
   /// product and its ||w||^2 term are skipped, a branch every thread of a GPU block takes
   /// alike, and the dW partials are not written.
@@ -411,6 +444,9 @@ struct GradientTiles {
     for (Value p : dp)
       if (p)
         out.push_back(p);
+    for (Value b : base)
+      if (b)
+        out.push_back(b);
     return out;
   }
   /// The chained values for those outputs.
@@ -423,11 +459,20 @@ struct GradientTiles {
     for (auto [p, v] : llvm::zip(dp, c.dparams))
       if (p)
         out.push_back(keep(v));
+    if (base[0])
+      out.push_back(keep(c.aphi));
+    if (base[1])
+      out.push_back(keep(c.ae));
     return out;
   }
 };
+/// With `factored` (factoredArguments), those arguments get no tile but a base; `partials`,
+/// `params` and `ww` are what their factors are formed from.
 GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
-                            std::optional<double> dxxScale = std::nullopt);
+                            std::optional<double> dxxScale = std::nullopt,
+                            ArrayRef<std::optional<FactoredGradient>> factored = {},
+                            FeaturePartialsOp partials = {}, ArrayRef<Value> params = {},
+                            Value ww = {});
 
 /// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`),
 /// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.

@@ -305,6 +305,16 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
   func::ReturnOp::create(b, loc);
 }
 
+/// The gradient tiles of the bidirectional backward kernels: no ||x||^2 tile where
+/// dxxPerDwx applies, and no tile for the arguments factoredArguments factors.
+GradientTiles backwardGradientTiles(TileBuilder &tb, const Dims &s, FeaturePartialsOp partials,
+                                    ArrayRef<Value> params, Value ww) {
+  unsigned args = 3 + params.size();
+  std::optional<double> ratio = dxxPerDwx(partials, s.K, args);
+  return gradientTiles(tb, s, usedArguments(partials, s.K, args), ratio,
+                       factoredArguments(partials, s.K, args, !ratio), partials, params, ww);
+}
+
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,
                         const Dims &s, const Types &t, StringRef name, unsigned numParams) {
   Kernel k = makeKernel(b, loc, name, "query_backward", "queries",
@@ -338,8 +348,7 @@ void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, Featu
     gS.push_back(tb.buffer({s.T, s.M}));
     P.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams),
-                                  dxxPerDwx(partials, s.K, 3 + numParams));
+  GradientTiles g = backwardGradientTiles(tb, s, partials, k.params, ww);
   g.weightGrad = wantW;
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
@@ -444,8 +453,7 @@ void buildKeyBackward(OpBuilder &b, Location loc, ComponentOp component, Feature
     B.push_back(tb.buffer({s.T, s.M}));
     phi.push_back(tb.buffer({s.T, s.M}));
   }
-  GradientTiles g = gradientTiles(tb, s, usedArguments(partials, s.K, 3 + numParams),
-                                  dxxPerDwx(partials, s.K, 3 + numParams));
+  GradientTiles g = backwardGradientTiles(tb, s, partials, k.params, ww);
   g.weightGrad = wantW;
   tb.forTiles(tb.dim(K, 0), [&](Value r0, Value rows) {
     tb.stage(K, r0, rows, Kt, s.D, kscale);
