@@ -92,22 +92,29 @@ static unsigned elementsRead(Block &body, Value v) {
   return read;
 }
 
+/// Element `i` of the partials' yield.
+static Value partialValue(FeaturePartialsOp partials, unsigned i) {
+  return cast<PartialsYieldOp>(partials.getBody().front().getTerminator()).getValues()[i];
+}
+
 SmallVector<std::optional<FactoredGradient>> factoredArguments(FeaturePartialsOp partials,
                                                                unsigned outputs, unsigned args,
-                                                               bool xx) {
+                                                               bool ratio) {
   SmallVector<std::optional<FactoredGradient>> factored(args);
   if (outputs != 1)
     return factored;
   Block &body = partials.getBody().front();
   auto values = cast<PartialsYieldOp>(body.getTerminator()).getValues();
-  for (unsigned v = xx ? 1 : 2; v < args; ++v) {
+  for (unsigned v = ratio ? 2 : 0; v < args; ++v) {
     bool noLogit = matchPattern(values[2 * v], m_AnyZeroFloat()),
          noCoeff = matchPattern(values[2 * v + 1], m_AnyZeroFloat());
     if (noLogit == noCoeff)  // no term (unused), or two
       continue;
     unsigned partial = noLogit ? 2 * v + 1 : 2 * v;
     unsigned read = elementsRead(body, values[partial]);
-    if ((read & 3) || (v == 1 && read))
+    // wx's and ||x||^2's tiles are reduced along the features (dx, the row sums): their
+    // factor must read no element. (wx's is also reduced along the rows, for dW.)
+    if ((read & 3) || (v < 2 && read))
       continue;
     factored[v] = FactoredGradient{noLogit ? 1u : 0u, partial, read != 0};
   }
@@ -205,7 +212,8 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
   g.ww = ww;
   // A tile only where the argument is used and not factored: with dxxScale ||x||^2 has none.
   auto ownTile = [&](unsigned v) { return used[v] && !g.factored[v]; };
-  g.dwx = tb.buffer({s.T, s.M});
+  if (!g.factored[0])
+    g.dwx = tb.buffer({s.T, s.M});
   if (!dxxScale && ownTile(1))
     g.dxx = tb.buffer({s.T, s.M});
   g.dxxRow = tb.buffer({s.T});
@@ -221,16 +229,20 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
     if (ownTile(p))
       tb.fill(g.dpAcc.back(), 0);
   }
-  for (unsigned v = 1; v < used.size(); ++v) {
+  for (unsigned v = 0; v < used.size(); ++v) {
     if (!g.factored[v])
       continue;
     unsigned b = g.factored[v]->base;
     if (!g.base[b])
       g.base[b] = tb.buffer({s.T, s.M});
-    if (v == 1) {
-      // ||x||^2's factor reads no element: formed once, here at kernel entry.
+    if (v < 2) {
+      // wx's and ||x||^2's factors read no element: formed once, here at kernel entry. wx's
+      // products (dx, dW) read the base tile and are scaled after.
       Value zero = tb.f32(0);
-      g.xxFactor = tb.partials(partials, zero, zero, zero, params)[g.factored[v]->partial];
+      Value f = tb.partials(partials, zero, zero, zero, params)[g.factored[v]->partial];
+      (v == 0 ? g.dwxFactor : g.xxFactor) = f;
+      if (v == 0)
+        g.dwx = g.base[b];
       continue;
     }
     if (!g.baseCols[b]) {
@@ -282,9 +294,11 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
   }
   tb.fill(g.dx, 0);
   tb.matmul(g.dwx, W, g.dx);
-  tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [](OpBuilder &nb, Location l, ValueRange a) {
+  Value f = g.dwxFactor;  // dx = f (base W) where wx is factored
+  tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [f](OpBuilder &nb, Location l, ValueRange a) {
     Scalar x{nb, l};
-    return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[1]), a[0]))};
+    Value dx = f ? x.mul(f, a[2]) : a[2];
+    return SmallVector<Value>{x.add(dx, x.mul(x.mul(x.c(2), a[1]), a[0]))};
   });
   auto sum = [](OpBuilder &nb, Location l, ValueRange a) {
     return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], a[0])};
@@ -310,11 +324,14 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
 
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
                      Value dparams) {
+  // dW holds sum_n base^T x where wx is factored: f times that is wx's term.
+  Value fwx = g.dwxFactor;
+  auto wxTerm = [fwx](Scalar &x, Value dW) { return fwx ? x.mul(fwx, dW) : dW; };
   if (g.dww)
     ifWeightGrad(tb, g.weightGrad, [&] {
-      tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [](OpBuilder &nb, Location l, ValueRange a) {
+      tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        return SmallVector<Value>{x.add(a[2], x.mul(x.mul(x.c(2), a[0]), a[1]))};
+        return SmallVector<Value>{x.add(wxTerm(x, a[2]), x.mul(x.mul(x.c(2), a[0]), a[1]))};
       });
     });
   // A factored gradient's factor f at the insertion point (`wwj`: ww of the feature, for an
@@ -330,8 +347,16 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
                      [&](OpBuilder &nb, Location l, ValueRange a) {
                        Scalar x{nb, l};
                        Value acc = x.mul(a[0], factor(nb, l, *f, a[1]));
-                       return SmallVector<Value>{x.add(a[3], x.mul(x.mul(x.c(2), acc), a[2]))};
+                       return SmallVector<Value>{
+                           x.add(wxTerm(x, a[3]), x.mul(x.mul(x.c(2), acc), a[2]))};
                      });
+    });
+  else if (fwx && !g.dww)
+    ifWeightGrad(tb, g.weightGrad, [&] {
+      tb.elementwise({}, {dW}, [&](OpBuilder &nb, Location l, ValueRange a) {
+        Scalar x{nb, l};
+        return SmallVector<Value>{wxTerm(x, a[0])};
+      });
     });
   tb.fill(dparams, 0);
   Value terms;  // a factored parameter's terms per feature [M]
@@ -339,8 +364,7 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
     const std::optional<FactoredGradient> &f = g.factored[3 + p];
     if (!g.dp[p] && !f)
       continue;
-    auto partialValues = cast<PartialsYieldOp>(g.partials.getBody().front().getTerminator()).getValues();
-    bool one = f && matchPattern(partialValues[f->partial], m_OneFloat());
+    bool one = f && matchPattern(partialValue(g.partials, f->partial), m_OneFloat());
     if (f && !one) {
       // Its factor per feature beside the base's column sums, as one elementwise op (mapped
       // to a block's threads on the GPU, where a loop that formed f per feature in each

@@ -339,11 +339,13 @@ struct FactoredGradient {
   bool column;       // f reads ww (varies along the features)
 };
 /// Per argument (wx, xx, ww, params...), its FactoredGradient where it has one. Only for a
-/// single output (the bases are per output); never for wx (its tile feeds dx and dW);
-/// `xx` says whether ||x||^2 may be factored (not where dxxPerDwx already drops its tile).
+/// single output (the bases are per output). wx's tile is reduced along the features (dx =
+/// dwx W) and the rows (dW += dwx^T x), so its factor must read no element: dx and dW are
+/// then formed from the base tile and scaled after. `ratio`: dxxPerDwx applies (PosRF), and
+/// wx and ||x||^2 keep that form.
 SmallVector<std::optional<FactoredGradient>> factoredArguments(FeaturePartialsOp partials,
                                                                unsigned outputs, unsigned args,
-                                                               bool xx);
+                                                               bool ratio);
 
 
 /// Chains dL/dphi_o = a_o of each output into (d wx, d xx, d ww, d params) of one feature:
@@ -430,13 +432,18 @@ struct GradientTiles {
   FeaturePartialsOp partials;
   SmallVector<Value> params;
   Value ww, xxFactor;
+  /// wx's factor where it is factored (dwx is then the base tile, not wx's term), else null.
+  Value dwxFactor;
   /// An i1: whether dW is wanted (the `wgrad` argument; null: always). Without it the dW
   /// product and its ||w||^2 term are skipped, a branch every thread of a GPU block takes
   /// alike, and the dW partials are not written.
   Value weightGrad;
-  /// The chain generic's gradient outputs, in order (dwx, dxx, then the used ones).
+  /// The chain generic's gradient outputs, in order (dwx unless factored, dxx, ww's and the
+  /// parameters' unless factored, then the bases).
   SmallVector<Value> outputs() const {
-    SmallVector<Value> out = {dwx};
+    SmallVector<Value> out;
+    if (!dwxFactor)
+      out.push_back(dwx);
     if (dxx)
       out.push_back(dxx);
     if (dww)
@@ -451,7 +458,9 @@ struct GradientTiles {
   }
   /// The chained values for those outputs.
   SmallVector<Value> values(const Chained &c, function_ref<Value(Value)> keep) const {
-    SmallVector<Value> out = {keep(c.dwx)};
+    SmallVector<Value> out;
+    if (!dwxFactor)
+      out.push_back(keep(c.dwx));
     if (dxx)
       out.push_back(keep(c.dxx));
     if (dww)

@@ -312,7 +312,7 @@ GradientTiles backwardGradientTiles(TileBuilder &tb, const Dims &s, FeatureParti
   unsigned args = 3 + params.size();
   std::optional<double> ratio = dxxPerDwx(partials, s.K, args);
   return gradientTiles(tb, s, usedArguments(partials, s.K, args), ratio,
-                       factoredArguments(partials, s.K, args, !ratio), partials, params, ww);
+                       factoredArguments(partials, s.K, args, ratio.has_value()), partials, params, ww);
 }
 
 void buildQueryBackward(OpBuilder &b, Location loc, ComponentOp component, FeaturePartialsOp partials,

@@ -96,12 +96,14 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
 }
 
 TEST(FusedCudaHost, TilesPastStaticSharedMemoryAreDynamicAndDescribed) {
-  // d = 64, m = 256 on tensor cores: OPRF's backward tiles need more than the 48 KiB of
-  // static shared memory at 4 rows. They keep 4 rows on sm_80 and take 8 on sm_90a (what fits
-  // two blocks per SM: 81 and 113 KiB), from dynamic shared memory: the launch description
-  // carries the bytes the launch passes, and the PTX declares the one dynamic region.
+  // d = 64, m = 512 on tensor cores: OPRF's backward tiles need more than the 48 KiB of
+  // static shared memory at 4 rows (at m = 256 they fit since their gradients of ||x||^2,
+  // ||w||^2 and the parameters take no tiles of their own). They keep 4 rows on sm_80 and
+  // take 8 on sm_90a (what fits two blocks per SM: 81 and 113 KiB), from dynamic shared
+  // memory: the launch description carries the bytes the launch passes, and the PTX
+  // declares the one dynamic region.
   for (auto [chip, rows] : {std::pair<const char *, int64_t>{"sm_80", 4}, {"sm_90a", 8}}) {
-    GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(256, 64), chip, "bf16", 0));
+    GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(512, 64), chip, "bf16", 0));
     const KernelAbi &qb = a.kernel("query_backward");
     EXPECT_EQ(qb.tileRows, rows) << chip;
     EXPECT_GT(qb.dynamicSharedBytes, 48 * 1024) << chip;
@@ -112,7 +114,7 @@ TEST(FusedCudaHost, TilesPastStaticSharedMemoryAreDynamicAndDescribed) {
         << chip;
   }
   // f32 (no tensor cores) takes fewer rows in static memory instead.
-  GpuArtifact f = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(256, 64), "sm_80", "f32", 0));
+  GpuArtifact f = GpuArtifact::fromJson(compileGpuVariant("oprf-orf", config(512, 64), "sm_80", "f32", 0));
   EXPECT_EQ(f.kernel("query_backward").tileRows, 2);
   EXPECT_EQ(f.kernel("query_backward").dynamicSharedBytes, 0);
 }

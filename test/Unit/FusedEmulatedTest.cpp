@@ -346,11 +346,11 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
 TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   // d = 64, m = 256: OPRF's and SADERF's backward kernels keep their tiles in a block's
   // 48 KiB of static shared memory at the default 4 rows per tile, in f32 and on tensor
-  // cores (bf16, the sm_90a schedule the emulation runs) alike, since their ||x||^2, ||w||^2
-  // and parameter gradients stopped taking tiles of their own (factoredArguments: SADERF's
-  // query_backward writes five [T, m] tiles where it wrote eight). Before, f32 took 2 rows,
-  // and bf16 8 from dynamic shared memory. The launch description says so, and both match
-  // the float64 reference.
+  // cores (bf16, the sm_90a schedule the emulation runs) alike, since their wx, ||x||^2,
+  // ||w||^2 and parameter gradients stopped taking tiles of their own (factoredArguments:
+  // SADERF's query_backward writes four [T, m] tiles where it wrote eight). Before, f32
+  // took 2 rows, and bf16 8 from dynamic shared memory. The launch description says so, and
+  // both match the float64 reference.
   char *error = nullptr;
   spectra_cpu_kernel *k =
       spectra_emulated_compile_variant("oprf-orf", 256, 64, 0, "", "f32", 0, 0, &error);
