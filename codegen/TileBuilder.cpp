@@ -324,60 +324,48 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
 
 void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, Value dW,
                      Value dparams) {
-  // dW holds sum_n base^T x where wx is factored: f times that is wx's term.
-  Value fwx = g.dwxFactor;
-  auto wxTerm = [fwx](Scalar &x, Value dW) { return fwx ? x.mul(fwx, dW) : dW; };
-  if (g.dww)
-    ifWeightGrad(tb, g.weightGrad, [&] {
-      tb.elementwise({{g.dwwAcc, At::Row}, {W}}, {dW}, [&](OpBuilder &nb, Location l, ValueRange a) {
-        Scalar x{nb, l};
-        return SmallVector<Value>{x.add(wxTerm(x, a[2]), x.mul(x.mul(x.c(2), a[0]), a[1]))};
-      });
-    });
-  // A factored gradient's factor f at the insertion point (`wwj`: ww of the feature, for an
-  // f that reads it).
-  auto factor = [&](OpBuilder &nb, Location l, const FactoredGradient &f, Value wwj) {
-    KernelBuilder kb(nb, l, tb.component);
-    Value zero = kb.f32(0);
-    return kb.partials(g.partials, zero, zero, f.column ? wwj : zero, g.params)[f.partial];
+  // A factored gradient's sums per feature [M]: its base's column sums times its factor (the
+  // sums themselves for a factor of 1), by one elementwise op over the features (mapped to
+  // a block's threads on the GPU, where a loop that formed the factor per feature in every
+  // thread spilled registers on sm_80). One buffer serves them in turn.
+  Value terms;
+  auto factoredSums = [&](const FactoredGradient &f) -> Value {
+    if (matchPattern(partialValue(g.partials, f.partial), m_OneFloat()))
+      return g.baseCols[f.base];
+    if (!terms)
+      terms = tb.buffer({s.M});
+    tb.elementwise({{g.baseCols[f.base]}, {g.ww}}, {terms},
+                   [&](OpBuilder &nb, Location l, ValueRange a) {
+                     KernelBuilder kb(nb, l, tb.component);
+                     Value zero = kb.f32(0);
+                     Value factor = kb.partials(g.partials, zero, zero, f.column ? a[1] : zero,
+                                                g.params)[f.partial];
+                     return SmallVector<Value>{kb.mul(a[0], factor)};
+                   });
+    return terms;
   };
-  if (const std::optional<FactoredGradient> &f = g.factored[2])
+  // dW += 2 (the ||w||^2 sums) W; where wx is factored, dW holds sum_n base^T x and f times
+  // that is wx's term.
+  const std::optional<FactoredGradient> &fww = g.factored[2];
+  Value fwx = g.dwxFactor;
+  if (g.dww || fww || fwx)
     ifWeightGrad(tb, g.weightGrad, [&] {
-      tb.elementwise({{g.baseCols[f->base], At::Row}, {g.ww, At::Row}, {W}}, {dW},
-                     [&](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       Value acc = x.mul(a[0], factor(nb, l, *f, a[1]));
-                       return SmallVector<Value>{
-                           x.add(wxTerm(x, a[3]), x.mul(x.mul(x.c(2), acc), a[2]))};
-                     });
-    });
-  else if (fwx && !g.dww)
-    ifWeightGrad(tb, g.weightGrad, [&] {
-      tb.elementwise({}, {dW}, [&](OpBuilder &nb, Location l, ValueRange a) {
+      Value acc = g.dww ? g.dwwAcc : fww ? factoredSums(*fww) : Value();
+      SmallVector<Operand> ins;
+      if (acc)
+        ins = {{acc, At::Row}, {W}};
+      tb.elementwise(ins, {dW}, [&](OpBuilder &nb, Location l, ValueRange a) {
         Scalar x{nb, l};
-        return SmallVector<Value>{wxTerm(x, a[0])};
+        Value wx = fwx ? x.mul(fwx, a.back()) : a.back();
+        return SmallVector<Value>{acc ? x.add(wx, x.mul(x.mul(x.c(2), a[0]), a[1])) : wx};
       });
     });
   tb.fill(dparams, 0);
-  Value terms;  // a factored parameter's terms per feature [M]
   for (unsigned p = 0; p < g.dp.size(); ++p) {
     const std::optional<FactoredGradient> &f = g.factored[3 + p];
     if (!g.dp[p] && !f)
       continue;
-    bool one = f && matchPattern(partialValue(g.partials, f->partial), m_OneFloat());
-    if (f && !one) {
-      // Its factor per feature beside the base's column sums, as one elementwise op (mapped
-      // to a block's threads on the GPU, where a loop that formed f per feature in each
-      // thread spilled registers on sm_80).
-      if (!terms)
-        terms = tb.buffer({s.M});
-      tb.elementwise({{g.baseCols[f->base]}, {g.ww}}, {terms},
-                     [&](OpBuilder &nb, Location l, ValueRange a) {
-                       Scalar x{nb, l};
-                       return SmallVector<Value>{x.mul(a[0], factor(nb, l, *f, a[1]))};
-                     });
-    }
-    Value acc = !f ? g.dpAcc[p] : one ? g.baseCols[f->base] : terms;
+    Value acc = f ? factoredSums(*f) : g.dpAcc[p];
     tb.forRange(tb.idx(0), tb.idx(s.M), [&](Value j) {
       Value sum = tb.add(tb.load(dparams, {tb.idx(p)}), tb.load(acc, {j}));
       tb.store(sum, dparams, {tb.idx(p)});

@@ -331,8 +331,9 @@ std::optional<double> dxxPerDwx(FeaturePartialsOp partials, unsigned outputs, un
 /// that partial, read from ww and the parameters at most (not from wx or xx), and its tile
 /// would only be reduced: along the rows for ||w||^2 and the parameters (sum_n base_nf f_f =
 /// f_f sum_n base_nf) and, for an f that reads no element, along the features for ||x||^2
-/// (sum_f base_nf f = f sum_f base_nf). The backward kernels then keep one tile per base and
-/// apply f to its sums: SADERF's query_backward writes 5 tiles per element where it wrote 8.
+/// (sum_f base_nf f = f sum_f base_nf) and for wx (dx = f (base W), dW = f base^T x). The
+/// backward kernels then keep one tile per base and apply f to its sums or products:
+/// SADERF's query_backward writes 4 tiles per element where it wrote 8.
 struct FactoredGradient {
   unsigned base;     // 0: a phi, 1: a e
   unsigned partial;  // the partial's index in the feature_partials yield
