@@ -104,14 +104,13 @@ SmallVector<std::optional<FactoredGradient>> factoredArguments(FeaturePartialsOp
   if (outputs != 1)
     return factored;
   Block &body = partials.getBody().front();
-  auto values = cast<PartialsYieldOp>(body.getTerminator()).getValues();
   for (unsigned v = ratio ? 2 : 0; v < args; ++v) {
-    bool noLogit = matchPattern(values[2 * v], m_AnyZeroFloat()),
-         noCoeff = matchPattern(values[2 * v + 1], m_AnyZeroFloat());
+    bool noLogit = matchPattern(partialValue(partials, 2 * v), m_AnyZeroFloat()),
+         noCoeff = matchPattern(partialValue(partials, 2 * v + 1), m_AnyZeroFloat());
     if (noLogit == noCoeff)  // no term (unused), or two
       continue;
     unsigned partial = noLogit ? 2 * v + 1 : 2 * v;
-    unsigned read = elementsRead(body, values[partial]);
+    unsigned read = elementsRead(body, partialValue(partials, partial));
     // wx's and ||x||^2's tiles are reduced along the features (dx, the row sums): their
     // factor must read no element. (wx's is also reduced along the rows, for dW.)
     if ((read & 3) || (v < 2 && read))
@@ -229,6 +228,7 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
     if (ownTile(p))
       tb.fill(g.dpAcc.back(), 0);
   }
+  SmallVector<Value> atEntry;  // the partials inlined once at kernel entry, where needed
   for (unsigned v = 0; v < used.size(); ++v) {
     if (!g.factored[v])
       continue;
@@ -238,8 +238,11 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
     if (v < 2) {
       // wx's and ||x||^2's factors read no element: formed once, here at kernel entry. wx's
       // products (dx, dW) read the base tile and are scaled after.
-      Value zero = tb.f32(0);
-      Value f = tb.partials(partials, zero, zero, zero, params)[g.factored[v]->partial];
+      if (atEntry.empty()) {
+        Value zero = tb.f32(0);
+        atEntry = tb.partials(partials, zero, zero, zero, params);
+      }
+      Value f = atEntry[g.factored[v]->partial];
       (v == 0 ? g.dwxFactor : g.xxFactor) = f;
       if (v == 0)
         g.dwx = g.base[b];

@@ -484,8 +484,9 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
                             FeaturePartialsOp partials = {}, ArrayRef<Value> params = {},
                             Value ww = {});
 
-/// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`),
-/// dW += dwx^T x, and the column sums of the ||w||^2 and parameter terms.
+/// After the chain generic of a tile: dx = dwx W + 2 dxx x (into the tile `g.dx`; wx's
+/// factor scales the product where it is factored), dW += dwx^T x, and the column sums of the
+/// ||w||^2 and parameter terms, or of the bases where those are factored.
 void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value X, Value W,
                          Value dW);
 
