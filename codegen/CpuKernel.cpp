@@ -580,6 +580,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
                      : o.causal       ? 0
                                       : 32;
     tiles.causal = o.causal;
+    tiles.paramsKernels = true;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());
     pm.addPass(createCanonicalizerPass());

@@ -58,6 +58,10 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
     Option<"causal", "causal", "bool", /*default=*/"false",
            "causal attention: the causal kernels (CausalKernels.cpp) instead of the "
            "bidirectional readout and backward">,
+    Option<"paramsKernels", "params-kernels", "bool", /*default=*/"false",
+           "for components with data statistics, also <map>_moments_params and "
+           "<map>_moments_params_backward: the params program from the moments and its "
+           "adjoint as per-slice scalar kernels (ParamsKernels.cpp)">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",

@@ -524,6 +524,12 @@ void buildCausalBackward(OpBuilder &b, Location loc, ComponentOp component,
                          FeaturePartialsOp partials, const Dims &s, const Types &t, StringRef map,
                          unsigned numParams);
 
+/// <map>_moments_params and <map>_moments_params_backward (ParamsKernels.cpp): the params
+/// program from the moments, and its adjoint. Failure (after a diagnostic, nothing added)
+/// where the program has an op the kernels do not lower or differentiate.
+LogicalResult buildParamsKernels(OpBuilder &b, Location loc, FeatureMapOp map,
+                                 ComponentOp component, const Dims &s, const Types &t);
+
 } // namespace mlir::spectra::tiles
 
 #endif // SPECTRA_CODEGEN_TILEBUILDER_H

@@ -651,10 +651,10 @@ SmallVector<std::string, 4> mlir::spectra::tileKernelNames(StringRef map) {
 
 ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
   static const StringLiteral kinds[] = {
-      "moments",          "moments_combine",  "kv",
+      "moments",          "moments_combine", "moments_params",  "kv",
       "kv_combine",       "readout",          "query_backward",
       "dsummary_combine", "key_backward",     "dweights_chunk_combine", "dweights_combine",
-      "dparams_combine",  "moments_backward", "causal_prefix",
+      "dparams_combine", "moments_params_backward",  "moments_backward", "causal_prefix",
       "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
       "causal_key_backward", "causal_decode"};
   return kinds;
@@ -718,6 +718,12 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
                      {t.Dp, "crossp", "slice"},
                      {t.scale, "sum", "slice"}, {t.scale, "cross", "slice"}});
     buildMomentsBackward(b, loc, component, s, t, (mapName + "_moments_backward").str());
+    if (options.paramsKernels) {
+      // A program these kernels cannot lower stays LibTorch's (the runtime's fallback): its
+      // diagnostic is dropped, as the kernels are an optimisation.
+      ScopedDiagnosticHandler quiet(ctx, [](Diagnostic &) { return success(); });
+      (void)buildParamsKernels(b, loc, map, component, s, t);
+    }
   }
   // The row kernels take the most rows per tile, from maxTileRows down by halves to
   // tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's static shared memory):

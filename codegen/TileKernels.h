@@ -55,6 +55,12 @@
 //       crossp [C,D], sum, cross) sums the chunks in order, and
 //       <map>_moments_backward(x, keep, a [D], b [D], dxin [N,D], dx [N,D]) writes
 //       dx = dxin + keep (a + b x) (dx may be dxin: the statistics' gradient added in place).
+//   <map>_moments_params(qsum [D], qsq [D], ksum [D], ksq [D], counts [2], inscale [1],
+//            params [P], qscale [D], kscale [D]) and <map>_moments_params_backward(the same
+//            six inputs, dparams [P], dqscale [D], dkscale [D], dqsum, dqsq, dksum, dksq [D])
+//       with TileKernelOptions::paramsKernels: the component's params program on one
+//       slice's moments (the input scale s applied as the statistics apply it; qscale and
+//       kscale are s times the program's input scales) and its adjoint (ParamsKernels.cpp).
 // F = outputs * m; W is [M, D] and Wt its transpose; ww = ||w_i||^2. q, k, v, out,
 // gout, dq, dk and dv are of the input type (f32, bf16 or f16); every tile is f32.
 //
@@ -112,6 +118,10 @@ struct TileKernelOptions {
   /// Causal attention (CausalKernels.cpp): kv, causal_prefix, causal_readout and the causal
   /// backward instead of the bidirectional readout and backward.
   bool causal = false;
+  /// Components with data statistics: also the params program and its adjoint as kernels
+  /// (moments_params, moments_params_backward; ParamsKernels.cpp). A program they cannot
+  /// lower leaves them out (the runtime then evaluates it with LibTorch).
+  bool paramsKernels = false;
 };
 
 /// Attributes of the kernel ABI (see above).

@@ -79,8 +79,9 @@ SPECTRA_API spectra_cpu_kernel *spectra_cpu_compile_ir(const char *ir, const cha
                                                        char **error);
 /* A kernel's C entry point by kind ("kv", "kv_combine", "readout", "query_backward",
  * "dsummary_combine", "key_backward", "dweights_chunk_combine", "dweights_combine",
- * "dparams_combine"; "moments", "moments_combine", "moments_backward" for components
- * whose parameters read data statistics):
+ * "dparams_combine"; "moments", "moments_combine", "moments_params",
+ * "moments_params_backward", "moments_backward" for components whose parameters read data
+ * statistics; the two params kinds only where their program lowers, see TileKernels.h):
  * void (*)(StridedMemRef *...) in the argument order of
  * codegen/TileKernels.h (spectra_cpu_kernel_abi), memrefs as MLIR lays them
  * out ({allocated, aligned, offset, sizes[R], strides[R]}; f32, or the rows'

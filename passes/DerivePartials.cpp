@@ -145,6 +145,13 @@ private:
 
 } // namespace
 
+FailureOr<Value> localPartial(OpBuilder &b, Location loc, Operation *op, unsigned operand) {
+  Tangents tangents(b, loc);
+  SmallVector<Value> seeds(op->getNumOperands());
+  seeds[operand] = tangents.constant(1);
+  return tangents.of(op, seeds);
+}
+
 FailureOr<FeaturePartialsOp> derivePartials(ComponentOp component) {
   OpBuilder b(component.getContext());
   b.setInsertionPointAfter(component);

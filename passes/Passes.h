@@ -21,6 +21,12 @@ namespace mlir::spectra {
 /// Emits a diagnostic naming the op it cannot differentiate on failure.
 FailureOr<FeaturePartialsOp> derivePartials(ComponentOp component);
 
+/// The local derivative of `op`'s result with respect to its operand `operand`, built at
+/// b's insertion point from the op's own operands and result (the forward-mode rule of
+/// -spectra-derive-partials seeded with 1): a null Value where it is zero, failure for an
+/// op outside the rules.
+FailureOr<Value> localPartial(OpBuilder &b, Location loc, Operation *op, unsigned operand);
+
 /// The input pipeline: link the built-in library, then canonicalise the
 /// recipes (folds next_pow2 of constants). Registered in spectra-opt as
 /// `spectra-input-pipeline` and run by spectra-compile for --emit=spectra.

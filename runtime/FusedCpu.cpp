@@ -235,27 +235,48 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
       sq = moments[1].requires_grad_(grad);
       return RowMoments{sum, sq, keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
     };
-    RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
-    RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
-    p = reference.paramsFromMoments(qm, km, B, H, s, f32);
+    if (launcher->has("moments_params") && launcher->has("moments_params_backward")) {
+      // The params program compiled (its adjoint runs in the backward): the parameters and
+      // input scales come from one per-slice kernel, not a LibTorch graph.
+      grad = false;
+      side(out.qs, out.qkeep, out.qsum, out.qsq);
+      side(out.ks, out.kkeep, out.ksum, out.ksq);
+      out.pcounts = torch::stack({out.qkeep.sum(1), out.kkeep.sum(1)}, -1)
+                        .view({B, 1, 2})
+                        .expand({B, H, 2})
+                        .contiguous();
+      out.pscale = s;
+      const int64_t P = std::max<int64_t>(1, desc.component.scalars.size());
+      auto [params, qscale, kscale] = launchMomentsParams(
+          *launcher, {out.qsum, out.qsq, out.ksum, out.ksq}, out.pcounts, s, P);
+      out.params = params;
+      out.qscale = qscale;
+      out.kscale = kscale;
+    } else {
+      RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
+      RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
+      p = reference.paramsFromMoments(qm, km, B, H, s, f32);
+    }
   } else {
     p = reference.params(q.to(torch::kFloat32), k.to(torch::kFloat32), keyMask, queryMask, s);
   }
-  std::vector<torch::Tensor> scalars;
-  for (const torch::Tensor &t : p.scalars)
-    scalars.push_back(t.to(torch::kFloat32));
-  // The kernels scale rows in f32 after loading q and k in their own dtype.
-  torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
-  if (p.queryScale.defined()) {
-    qscale = qscale * p.queryScale.to(torch::kFloat32);
-    kscale = kscale * p.keyScale.to(torch::kFloat32);
+  if (!out.params.defined()) {  // the parameters from LibTorch
+    std::vector<torch::Tensor> scalars;
+    for (const torch::Tensor &t : p.scalars)
+      scalars.push_back(t.to(torch::kFloat32));
+    // The kernels scale rows in f32 after loading q and k in their own dtype.
+    torch::Tensor qscale = torch::full({B, H, desc.d}, s, f32), kscale = qscale;
+    if (p.queryScale.defined()) {
+      qscale = qscale * p.queryScale.to(torch::kFloat32);
+      kscale = kscale * p.keyScale.to(torch::kFloat32);
+    }
+    out.qscale = qscale.contiguous();
+    out.kscale = kscale.contiguous();
+    out.params = scalars.empty() ? torch::zeros({B, H, 1}, f32)
+                                 : torch::stack(scalars, -1).contiguous();  // [B, H, P]
   }
-  out.qscale = qscale.contiguous();
-  out.kscale = kscale.contiguous();
   out.vs = v.to(inputType).contiguous();
   out.W = weights.W.to(f32).contiguous();
-  out.params = scalars.empty() ? torch::zeros({B, H, 1}, f32)
-                               : torch::stack(scalars, -1).contiguous();  // [B, H, P]
   out.keep = keyMask ? keyMask->to(f32).contiguous() : torch::ones({B, Nk}, f32);
   out.rowscale = weights.rowWeights
                      ? (weights.rowWeights->to(f32) * static_cast<float>(m)).contiguous()

@@ -44,6 +44,12 @@ struct FusedInputs {
   /// to q and k itself (moments_backward adds it to dq and dk in place), so autograd sums no
   /// second gradient path into q and k. Undefined without compiled statistics.
   torch::Tensor qsum, qsq, ksum, ksq, qkeep, kkeep;
+  /// With compiled parameters (the moments_params kernel): the kept rows per side [B, H, 2]
+  /// and the input scale the statistics apply; the parameters and scales are then the
+  /// kernel's, not a LibTorch graph, and the backward runs moments_params_backward.
+  /// Undefined (and 0) otherwise.
+  torch::Tensor pcounts;
+  double pscale = 0;
   /// Backward only: whether W's gradient is wanted (autograd's needs_input_grad for W). A
   /// fixed W (a buffer of the weight module) needs none: the backward kernels then skip the
   /// dW product (2 m d multiply-adds per row of the 9 m d a bidirectional backward does) and
@@ -97,7 +103,7 @@ public:
     return FusedAttentionFunction::apply(p.qs, p.ks, p.vs, p.W, p.params, p.keep, p.rowscale,
                                          p.qscale, p.kscale, given(p.qsum), given(p.qsq),
                                          given(p.ksum), given(p.ksq), given(p.qkeep),
-                                         given(p.kkeep), self);
+                                         given(p.kkeep), given(p.pcounts), p.pscale, self);
   }
 
   /// Returns {out, guarded}: guarded [B, H] counts the queries whose denominator the
@@ -110,6 +116,7 @@ public:
                                               torch::Tensor qsum, torch::Tensor qsq,
                                               torch::Tensor ksum, torch::Tensor ksq,
                                               torch::Tensor qkeep, torch::Tensor kkeep,
+                                              torch::Tensor pcounts, double pscale,
                                               const Kernels *self) {
     TORCH_CHECK(!rowscale.requires_grad(),
                 "spectra fused attention: learnable quadrature row weights are not supported "
@@ -118,8 +125,9 @@ public:
     FusedForward saved = self->runForward(in);
     ctx->save_for_backward({qs, ks, vs, W, params, keep, rowscale, qscale, kscale, saved.S,
                             saved.z, saved.out, saved.shift, saved.qstat, saved.zabs, qsum, qsq,
-                            ksum, ksq, qkeep, kkeep});
+                            ksum, ksq, qkeep, kkeep, pcounts});
     ctx->saved_data["self"] = reinterpret_cast<int64_t>(self);
+    ctx->saved_data["pscale"] = pscale;
     ctx->mark_non_differentiable({saved.guarded});
     return {saved.out, saved.guarded};
   }
@@ -142,8 +150,20 @@ public:
     torch::Tensor dparams = ctx->needs_input_grad(4) ? g[4] : torch::Tensor();
     torch::Tensor dqscale = ctx->needs_input_grad(7) ? g[5] : torch::Tensor();
     torch::Tensor dkscale = ctx->needs_input_grad(8) ? g[6] : torch::Tensor();
-    const torch::Tensor &qsum = s[15];
-    if (qsum.numel() > 0 && qsum.requires_grad() &&
+    const torch::Tensor &qsum = s[15], &pcounts = s[21];
+    if (pcounts.numel() > 0 && (ctx->needs_input_grad(0) || ctx->needs_input_grad(1))) {
+      // Compiled parameters: their adjoint kernel gives the moments' gradients, which
+      // moments_backward adds to dq and dk in place.
+      const auto &launcher = self->launcher(s[0], s[2].size(3));
+      std::array<torch::Tensor, 4> dm = launchMomentsParamsBackward(
+          launcher, {s[15], s[16], s[17], s[18]}, pcounts, ctx->saved_data["pscale"].toDouble(),
+          s[4].size(2), g[4], g[5], g[6]);
+      if (ctx->needs_input_grad(0))
+        launchMomentsBackward(launcher, s[0], s[19], dm[0], dm[1] * 2, g[0]);
+      if (ctx->needs_input_grad(1))
+        launchMomentsBackward(launcher, s[1], s[20], dm[2], dm[3] * 2, g[1]);
+      dparams = dqscale = dkscale = torch::Tensor();  // consumed here
+    } else if (qsum.numel() > 0 && qsum.requires_grad() &&
         (ctx->needs_input_grad(0) || ctx->needs_input_grad(1))) {
       // Compiled statistics: the parameters' gradient back through their small LibTorch
       // graph to the moments, then the moments' gradient added to dq and dk by the
@@ -179,7 +199,8 @@ public:
     }
     return {g[0],    g[1],          g[2],          g[3],    dparams,         torch::Tensor(),
             torch::Tensor(), dqscale, dkscale, torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 

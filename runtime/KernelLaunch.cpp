@@ -394,6 +394,61 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   return {sum.view({B, H, D}), cross.view({B, H, D})};
 }
 
+namespace {
+/// The params kernels' six inputs: the moments per slice, the counts, the input scale.
+std::map<std::string, torch::Tensor> paramsInputs(const std::array<torch::Tensor, 4> &moments,
+                                                  const torch::Tensor &counts, double scale) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(counts.device());
+  std::map<std::string, torch::Tensor> buf;
+  const char *names[] = {"qsum", "qsq", "ksum", "ksq"};
+  for (int i = 0; i < 4; ++i)
+    buf[names[i]] = slices(moments[i].to(f32)).contiguous();
+  buf["counts"] = slices(counts.to(f32)).contiguous();
+  buf["inscale"] = torch::full({1}, scale, f32);
+  return buf;
+}
+} // namespace
+
+std::array<torch::Tensor, 3> launchMomentsParams(const KernelLauncher &launcher,
+                                                 const std::array<torch::Tensor, 4> &moments,
+                                                 const torch::Tensor &counts, double scale,
+                                                 int64_t P) {
+  const KernelAbi &abi = launcher.abi("moments_params");
+  const int64_t B = counts.size(0), H = counts.size(1), D = moments[0].size(2);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(counts.device());
+  std::map<std::string, torch::Tensor> buf = paramsInputs(moments, counts, scale);
+  buf["params"] = emptyBuffer({B * H, P}, f32);
+  buf["qscale"] = emptyBuffer({B * H, D}, f32);
+  buf["kscale"] = emptyBuffer({B * H, D}, f32);
+  run(launcher, abi, buf);
+  return {buf["params"].view({B, H, P}), buf["qscale"].view({B, H, D}),
+          buf["kscale"].view({B, H, D})};
+}
+
+std::array<torch::Tensor, 4> launchMomentsParamsBackward(
+    const KernelLauncher &launcher, const std::array<torch::Tensor, 4> &moments,
+    const torch::Tensor &counts, double scale, int64_t P, const torch::Tensor &dparams,
+    const torch::Tensor &dqscale, const torch::Tensor &dkscale) {
+  const KernelAbi &abi = launcher.abi("moments_params_backward");
+  const int64_t B = counts.size(0), H = counts.size(1), D = moments[0].size(2);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(counts.device());
+  std::map<std::string, torch::Tensor> buf = paramsInputs(moments, counts, scale);
+  auto given = [&](const torch::Tensor &t, int64_t width) {
+    return t.defined() ? slices(t.to(f32)).contiguous() : torch::zeros({B * H, width}, f32);
+  };
+  buf["dparams"] = given(dparams, P);
+  buf["dqscale"] = given(dqscale, D);
+  buf["dkscale"] = given(dkscale, D);
+  std::array<torch::Tensor, 4> out;
+  const char *names[] = {"dqsum", "dqsq", "dksum", "dksq"};
+  for (int i = 0; i < 4; ++i)
+    buf[names[i]] = out[i] = emptyBuffer({B * H, D}, f32);
+  run(launcher, abi, buf);
+  for (torch::Tensor &t : out)
+    t = t.view({B, H, D});
+  return out;
+}
+
 void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
                            const torch::Tensor &keep, const torch::Tensor &a,
                            const torch::Tensor &b, torch::Tensor &dx) {

@@ -43,10 +43,10 @@ struct KernelArgSpec {
 
 /// The kernel kinds of a feature map, in launch order (codegen's tileKernelKinds).
 inline const char *const kKernelKinds[] = {
-    "moments",          "moments_combine", "kv",
+    "moments",          "moments_combine", "moments_params", "kv",
     "kv_combine",       "readout",         "query_backward",
     "dsummary_combine", "key_backward",    "dweights_chunk_combine", "dweights_combine",
-    "dparams_combine",  "moments_backward", "causal_prefix",
+    "dparams_combine", "moments_params_backward",  "moments_backward", "causal_prefix",
     "causal_readout",   "causal_query_backward", "causal_suffix", "causal_suffix_scan",
     "causal_key_backward", "causal_decode"};
 
@@ -207,6 +207,20 @@ private:
 /// (the kernels' element type) with keep [B, N] (1 kept, 0 masked).
 std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
                                            const torch::Tensor &y, const torch::Tensor &keep);
+/// The compiled params program (moments_params) on the moments {qsum, qsq, ksum, ksq}
+/// [B, H, D], the kept rows per side `counts` [B, H, 2] and the input scale s: {params
+/// [B, H, P], qscale [B, H, D], kscale [B, H, D]} as the row kernels read them.
+std::array<torch::Tensor, 3> launchMomentsParams(const KernelLauncher &launcher,
+                                                 const std::array<torch::Tensor, 4> &moments,
+                                                 const torch::Tensor &counts, double scale,
+                                                 int64_t P);
+/// Its adjoint (moments_params_backward): the moments' gradients {dqsum, dqsq, dksum, dksq}
+/// [B, H, D] from dparams [B, H, P] and the gradients of qscale and kscale [B, H, D] (an
+/// undefined one: zeros).
+std::array<torch::Tensor, 4> launchMomentsParamsBackward(
+    const KernelLauncher &launcher, const std::array<torch::Tensor, 4> &moments,
+    const torch::Tensor &counts, double scale, int64_t P, const torch::Tensor &dparams,
+    const torch::Tensor &dqscale, const torch::Tensor &dkscale);
 /// The moments' backward (moments_backward): adds keep (a + b x) to dx [B, H, N, D]
 /// (contiguous, x's dtype) in place, for a, b [B, H, D].
 void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &x,
