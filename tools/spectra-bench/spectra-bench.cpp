@@ -352,7 +352,7 @@ void printKernelBreakdown(const TimedPasses &timed, const Setup &s, int64_t m, i
     double t = it->second.seconds / timed.passes;
     double fast = timed.fastest.count(kind) ? timed.fastest.at(kind) : t;
     inKernels += t;
-    std::cout << "  " << std::left << std::setw(18) << kind << std::right << std::fixed
+    std::cout << "  " << std::left << std::setw(24) << kind << std::right << std::fixed
               << std::setprecision(2) << std::setw(7) << 1e3 * t << " ms " << std::setprecision(1)
               << std::setw(5) << 100 * t / pass << "%";
     double f = kernelFlops(kind, s, m, features);
@@ -377,7 +377,7 @@ void printKernelBreakdown(const TimedPasses &timed, const Setup &s, int64_t m, i
     }
     std::cout << "\n";
   }
-  std::cout << "  " << std::left << std::setw(18) << "outside kernels" << std::right
+  std::cout << "  " << std::left << std::setw(24) << "outside kernels" << std::right
             << std::setprecision(2) << std::setw(7) << 1e3 * (pass - inKernels) << " ms "
             << std::setprecision(1) << std::setw(5) << 100 * (pass - inKernels) / pass
             << "%   (LibTorch: inputs, parameters, autograd)\n";
