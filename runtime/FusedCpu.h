@@ -3,9 +3,9 @@
 // Calls the kernels libspectra-compiler JIT-compiles (codegen/TileKernels.h,
 // spectra-cpu-pipeline) on (batch, head, row chunk) tasks with
 // at::parallel_for. The component parameters come from the params program
-// over the data statistics (evaluated with LibTorch here), the features
-// themselves are computed inside the kernels, a tile at a time, and never
-// stored.
+// over the data statistics (the moments_params kernel where the kernels have
+// it, else evaluated with LibTorch here), the features themselves are
+// computed inside the kernels, a tile at a time, and never stored.
 //
 //===----------------------------------------------------------------------===//
 
