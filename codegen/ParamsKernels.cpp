@@ -14,8 +14,11 @@
 //                        dqscale [D], dkscale [D], dqsum [D], dqsq [D], dksum [D], dksq [D])
 //       the same program again, then its adjoint (reverse mode): the moments' gradients,
 //       which moments_backward adds to dq and dk.
-// Every rank-1 value is held as D scalars (d is a compile-time constant, and the program is
-// straight-line), so the kernels are scalar code with no loops and no buffers; each op's
+// Built for the CPU (TileKernelOptions::paramsKernels); the GPU runtime keeps LibTorch's
+// interpreter (README, "The params program compiled").
+// Every rank-1 value is one vector<D x f32> (d is a compile-time constant, and the program is
+// straight-line), so the kernels have no loops and no buffers, and their code does not grow
+// with d (one unrolled scalar per entry took 1.4 s more of a cold compile at d = 128); each op's
 // local derivatives are DerivePartials' forward-mode rules seeded with 1
 // (spectra::localPartial), so the two differentiations of a component cannot disagree.
 //
@@ -28,6 +31,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "llvm/ADT/DenseMap.h"
 
 using namespace mlir;
@@ -36,47 +40,44 @@ using namespace mlir::spectra::tiles;
 
 namespace {
 
-/// The params program on scalars: each value as its lanes (1 for f32, D for a rank-1 tensor).
+/// The params program on one slice: each f32 value as a scalar, each rank-1 tensor of d
+/// entries as one vector<d x f32> (the program is straight-line and d a compile-time
+/// constant, so its code does not grow with d).
 class ParamsProgram {
 public:
   ParamsProgram(OpBuilder &b, Location loc, FeatureMapOp map, ComponentOp component,
                 const Dims &s, ValueRange args)
-      : b(b), loc(loc), map(map), component(component), D(s.D) {
-    Value sumq = args[0], sqq = args[1], sumk = args[2], sqk = args[3], counts = args[4];
-    for (int64_t j = 0; j < D; ++j) {
-      sum[0].push_back(load(sumq, j));
-      sq[0].push_back(load(sqq, j));
-      sum[1].push_back(load(sumk, j));
-      sq[1].push_back(load(sqk, j));
-    }
-    count[0] = load(counts, 0);
-    count[1] = load(counts, 1);
+      : b(b), loc(loc), map(map), component(component), D(s.D),
+        vt(VectorType::get({s.D}, b.getF32Type())) {
+    sum[0] = vload(args[0]);
+    sq[0] = vload(args[1]);
+    sum[1] = vload(args[2]);
+    sq[1] = vload(args[3]);
+    count[0] = load(args[4], 0);
+    count[1] = load(args[4], 1);
     scale = load(args[5], 0);
     scale2 = mul(scale, scale);
   }
 
   /// The forward values of every op of the region; failure (with a diagnostic) for an op
-  /// or value the kernels do not lower.
+  /// the kernels do not lower.
   LogicalResult evaluate() {
     Block &body = component.getParams().front();
-    values[body.getArgument(0)] = {constant(static_cast<double>(map.getM()))};
-    values[body.getArgument(1)] = {constant(static_cast<double>(map.getD()))};
+    values[body.getArgument(0)] = constant(static_cast<double>(map.getM()));
+    values[body.getArgument(1)] = constant(static_cast<double>(map.getD()));
     for (Operation &op : body.without_terminator())
       if (failed(forward(&op)))
         return failure();
     return success();
   }
 
-  /// The yield's values: the scalars, then s times the input scales (s where there are none).
   ParamsYieldOp yield() {
     return llvm::cast<ParamsYieldOp>(component.getParams().front().getTerminator());
   }
-  Value lane(Value v, int64_t j) {
-    const SmallVector<Value> &l = values.at(v);
-    return l.size() == 1 ? l[0] : l[j];
-  }
-  Value scaled(Value inputScale, int64_t j) {
-    return inputScale ? mul(scale, lane(inputScale, j)) : scale;
+  Value value(Value v) { return values.at(v); }
+  /// s times an input scale of the program, or s alone where it has none, as a vector.
+  Value scaled(Value inputScale) {
+    return inputScale ? mul(splat(scale), value(inputScale)) : splat(scale);
   }
 
   /// Reverse mode from the yield's adjoints (`seed` adds them) to the moments' gradients.
@@ -88,18 +89,15 @@ public:
         return failure();
     return success();
   }
-  void accumulate(Value v, int64_t j, Value g) {
+  void accumulate(Value v, Value g) {
     if (!g)
       return;
-    SmallVector<Value> &a = adjoints[v];
-    if (a.empty())
-      a.resize(values.at(v).size());
-    Value &slot = a[a.size() == 1 ? 0 : j];
+    Value &slot = adjoints[v];
     slot = slot ? add(slot, g) : g;
   }
-  /// dL/dsum and dL/dsumsq of a side (0 queries, 1 keys), column j (0 where nothing reads it).
-  Value sumGradient(int side, int64_t j) { return orZero(dsum[side], j); }
-  Value squareGradient(int side, int64_t j) { return orZero(dsq[side], j); }
+  /// dL/dsum and dL/dsumsq of a side (0 queries, 1 keys) as vectors (0 where nothing reads them).
+  Value sumGradient(int side) { return dsum[side] ? dsum[side] : zeros(); }
+  Value squareGradient(int side) { return dsq[side] ? dsq[side] : zeros(); }
   Value inputScale() { return scale; }
 
   Value load(Value memref, int64_t i) {
@@ -108,61 +106,67 @@ public:
   void store(Value v, Value memref, int64_t i) {
     memref::StoreOp::create(b, loc, v, memref, ValueRange{idx(i)});
   }
+  Value vload(Value memref) { return vector::LoadOp::create(b, loc, vt, memref, ValueRange{idx(0)}); }
+  void vstore(Value v, Value memref) {
+    vector::StoreOp::create(b, loc, v, memref, ValueRange{idx(0)});
+  }
   Value constant(double v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v)));
   }
+  Value splat(Value scalar) { return vector::BroadcastOp::create(b, loc, vt, scalar); }
   Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
   Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
   Value div(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
 
 private:
-  Value orZero(ArrayRef<Value> slots, int64_t j) {
-    return j < static_cast<int64_t>(slots.size()) && slots[j] ? slots[j] : constant(0);
-  }
   Value idx(int64_t i) { return arith::ConstantIndexOp::create(b, loc, i); }
+  Value zeros() {
+    return arith::ConstantOp::create(b, loc, DenseElementsAttr::get(vt, b.getF32FloatAttr(0)));
+  }
+  Value zeroLike(Value v) {
+    return llvm::isa<VectorType>(v.getType()) ? zeros() : constant(0);
+  }
+  Value total(Value v) {
+    return vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD, v);
+  }
   int sideOf(StatisticOp op) { return op.getSide() == Side::keys ? 1 : 0; }
-  int64_t lanesOf(Type t) { return llvm::isa<RankedTensorType>(t) ? D : 1; }
+  /// The kernels' type of a program type: a rank-1 tensor as vector<d x element>.
+  Type lowered(Type t) {
+    if (auto tensor = llvm::dyn_cast<RankedTensorType>(t))
+      return VectorType::get({D}, tensor.getElementType());
+    return t;
+  }
 
   LogicalResult forward(Operation *op) {
     if (auto st = llvm::dyn_cast<StatisticOp>(op)) {
       int side = sideOf(st);
-      SmallVector<Value> out;
+      Value out;
       switch (st.getKind()) {
       case StatisticKind::mean:
-        for (int64_t j = 0; j < D; ++j)
-          out.push_back(div(mul(sum[side][j], scale), count[side]));
+        out = div(mul(sum[side], splat(scale)), splat(count[side]));
         break;
       case StatisticKind::mean_square:
-        for (int64_t j = 0; j < D; ++j)
-          out.push_back(div(mul(sq[side][j], scale2), count[side]));
+        out = div(mul(sq[side], splat(scale2)), splat(count[side]));
         break;
       case StatisticKind::sum_square:
-        for (int64_t j = 0; j < D; ++j)
-          out.push_back(mul(sq[side][j], scale2));
+        out = mul(sq[side], splat(scale2));
         break;
-      case StatisticKind::mean_sq_norm: {
-        Value total = sq[side][0];
-        for (int64_t j = 1; j < D; ++j)
-          total = add(total, sq[side][j]);
-        out.push_back(div(mul(total, scale2), count[side]));
+      case StatisticKind::mean_sq_norm:
+        out = div(mul(total(sq[side]), scale2), count[side]);
         break;
-      }
       case StatisticKind::count:
-        out.push_back(count[side]);
+        out = count[side];
         break;
       }
       values[st.getResult()] = out;
       return success();
     }
     if (auto dot = llvm::dyn_cast<DotOp>(op)) {
-      Value total = mul(lane(dot.getLhs(), 0), lane(dot.getRhs(), 0));
-      for (int64_t j = 1; j < D; ++j)
-        total = add(total, mul(lane(dot.getLhs(), j), lane(dot.getRhs(), j)));
-      values[dot.getResult()] = {total};
+      values[dot.getResult()] = total(mul(value(dot.getLhs()), value(dot.getRhs())));
       return success();
     }
-    if (auto splat = llvm::dyn_cast<SplatOp>(op)) {
-      values[splat.getResult()] = SmallVector<Value>(D, lane(splat.getValue(), 0));
+    if (auto sp = llvm::dyn_cast<SplatOp>(op)) {
+      values[sp.getResult()] = splat(value(sp.getValue()));
       return success();
     }
     if (auto option = llvm::dyn_cast<OptionOp>(op)) {
@@ -170,87 +174,61 @@ private:
       if (std::optional<DictionaryAttr> given = map.getOptions())
         if (auto f = llvm::dyn_cast_or_null<FloatAttr>(given->get(option.getName())))
           v = f.getValueAsDouble();
-      values[option.getResult()] = {constant(v)};
+      values[option.getResult()] = constant(v);
       return success();
     }
     if (auto c = llvm::dyn_cast<arith::ConstantOp>(op)) {
       if (auto f = llvm::dyn_cast<FloatAttr>(c.getValue())) {
-        values[c.getResult()] = {constant(f.getValueAsDouble())};
+        values[c.getResult()] = constant(f.getValueAsDouble());
         return success();
       }
       auto dense = llvm::dyn_cast<DenseFPElementsAttr>(c.getValue());
       if (!dense || !dense.isSplat())
         return op->emitOpError("params kernels: only scalar and splat constants are lowered");
-      values[c.getResult()] =
-          SmallVector<Value>(D, constant(dense.getSplatValue<APFloat>().convertToDouble()));
+      values[c.getResult()] = arith::ConstantOp::create(
+          b, loc,
+          DenseElementsAttr::get(vt, b.getF32FloatAttr(
+                                         dense.getSplatValue<APFloat>().convertToDouble())));
       return success();
     }
     if (op->getNumResults() != 1 || op->getNumRegions() != 0 ||
         !(op->getDialect()->getNamespace() == "arith" ||
           op->getDialect()->getNamespace() == "math"))
       return op->emitOpError("params kernels: not an elementwise arith or math op");
-    // An elementwise op: one clone per lane, on the operands' lanes.
-    Type resultType = op->getResult(0).getType();
-    int64_t n = lanesOf(resultType);
-    SmallVector<Value> out;
-    SmallVector<Operation *> perLane;
-    for (int64_t j = 0; j < n; ++j) {
-      OperationState state(loc, op->getName());
-      for (Value operand : op->getOperands())
-        state.addOperands(lane(operand, j));
-      state.addTypes(getElementTypeOrSelf(resultType));
-      state.addAttributes(op->getAttrs());
-      Operation *clone = b.create(state);
-      out.push_back(clone->getResult(0));
-      perLane.push_back(clone);
-    }
-    values[op->getResult(0)] = out;
-    clones[op] = perLane;
+    // An elementwise op on the operands' lowered values (a scalar condition of a select
+    // stays scalar).
+    OperationState state(loc, op->getName());
+    for (Value operand : op->getOperands())
+      state.addOperands(value(operand));
+    state.addTypes(lowered(op->getResult(0).getType()));
+    state.addAttributes(op->getAttrs());
+    Operation *clone = b.create(state);
+    values[op->getResult(0)] = clone->getResult(0);
+    clones[op] = clone;
     return success();
   }
 
-  Value adjointOf(Value v, int64_t j) {
-    auto it = adjoints.find(v);
-    if (it == adjoints.end())
-      return Value();
-    return it->second.size() == 1 ? it->second[0] : it->second[j];
-  }
-
   LogicalResult backward(Operation *op) {
-    if (op->getNumResults() != 1 || !adjoints.count(op->getResult(0)))
+    if (op->getNumResults() != 1)
       return success();
-    Value r = op->getResult(0);
+    Value r = op->getResult(0), g = adjoints.lookup(r);
+    if (!g)
+      return success();
     if (auto st = llvm::dyn_cast<StatisticOp>(op)) {
       int side = sideOf(st);
-      auto into = [&](SmallVector<Value> &slots, int64_t j, Value g) {
-        if (g)
-          slots[j] = slots[j] ? add(slots[j], g) : g;
-      };
-      for (SmallVector<Value> *slots : {&dsum[side], &dsq[side]})
-        if (slots->empty())
-          slots->resize(D);
+      auto into = [&](Value &slot, Value v) { slot = slot ? add(slot, v) : v; };
       switch (st.getKind()) {
       case StatisticKind::mean:
-        for (int64_t j = 0; j < D; ++j)
-          if (Value g = adjointOf(r, j))
-            into(dsum[side], j, div(mul(g, scale), count[side]));
+        into(dsum[side], div(mul(g, splat(scale)), splat(count[side])));
         break;
       case StatisticKind::mean_square:
-        for (int64_t j = 0; j < D; ++j)
-          if (Value g = adjointOf(r, j))
-            into(dsq[side], j, div(mul(g, scale2), count[side]));
+        into(dsq[side], div(mul(g, splat(scale2)), splat(count[side])));
         break;
       case StatisticKind::sum_square:
-        for (int64_t j = 0; j < D; ++j)
-          if (Value g = adjointOf(r, j))
-            into(dsq[side], j, mul(g, scale2));
+        into(dsq[side], mul(g, splat(scale2)));
         break;
       case StatisticKind::mean_sq_norm:
-        if (Value g = adjointOf(r, 0)) {
-          Value each = div(mul(g, scale2), count[side]);
-          for (int64_t j = 0; j < D; ++j)
-            into(dsq[side], j, each);
-        }
+        into(dsq[side], splat(div(mul(g, scale2), count[side])));
         break;
       case StatisticKind::count:  // the masks' count: no gradient
         break;
@@ -258,47 +236,34 @@ private:
       return success();
     }
     if (auto dot = llvm::dyn_cast<DotOp>(op)) {
-      Value g = adjointOf(r, 0);
-      for (int64_t j = 0; j < D; ++j) {
-        accumulate(dot.getLhs(), j, mul(g, lane(dot.getRhs(), j)));
-        accumulate(dot.getRhs(), j, mul(g, lane(dot.getLhs(), j)));
-      }
+      accumulate(dot.getLhs(), mul(splat(g), value(dot.getRhs())));
+      accumulate(dot.getRhs(), mul(splat(g), value(dot.getLhs())));
       return success();
     }
-    if (auto splat = llvm::dyn_cast<SplatOp>(op)) {
-      Value total;
-      for (int64_t j = 0; j < D; ++j)
-        if (Value g = adjointOf(r, j))
-          total = total ? add(total, g) : g;
-      accumulate(splat.getValue(), 0, total);
+    if (auto sp = llvm::dyn_cast<SplatOp>(op)) {
+      accumulate(sp.getValue(), total(g));
       return success();
     }
     if (llvm::isa<OptionOp, arith::ConstantOp, arith::CmpFOp>(op))
       return success();
     auto it = clones.find(op);
     if (it == clones.end())
-      return op->emitOpError("params kernels: no forward lanes to differentiate");
-    for (auto [j, clone] : llvm::enumerate(it->second)) {
-      Value g = adjointOf(r, j);
-      if (!g)
+      return op->emitOpError("params kernels: no forward value to differentiate");
+    Operation *clone = it->second;
+    if (auto select = llvm::dyn_cast<arith::SelectOp>(clone)) {
+      Value zero = zeroLike(g);
+      accumulate(op->getOperand(1), arith::SelectOp::create(b, loc, select.getCondition(), g, zero));
+      accumulate(op->getOperand(2), arith::SelectOp::create(b, loc, select.getCondition(), zero, g));
+      return success();
+    }
+    for (unsigned i = 0; i < clone->getNumOperands(); ++i) {
+      if (!llvm::isa<FloatType>(getElementTypeOrSelf(clone->getOperand(i).getType())))
         continue;
-      if (auto select = llvm::dyn_cast<arith::SelectOp>(clone)) {
-        Value zero = constant(0);
-        accumulate(op->getOperand(1), j,
-                   arith::SelectOp::create(b, loc, select.getCondition(), g, zero));
-        accumulate(op->getOperand(2), j,
-                   arith::SelectOp::create(b, loc, select.getCondition(), zero, g));
-        continue;
-      }
-      for (unsigned i = 0; i < clone->getNumOperands(); ++i) {
-        if (!llvm::isa<FloatType>(clone->getOperand(i).getType()))
-          continue;
-        FailureOr<Value> partial = localPartial(b, loc, clone, i);
-        if (failed(partial))
-          return op->emitOpError("params kernels: no derivative rule for this op");
-        if (*partial)
-          accumulate(op->getOperand(i), j, mul(g, *partial));
-      }
+      FailureOr<Value> partial = localPartial(b, loc, clone, i);
+      if (failed(partial))
+        return op->emitOpError("params kernels: no derivative rule for this op");
+      if (*partial)
+        accumulate(op->getOperand(i), mul(g, *partial));
     }
     return success();
   }
@@ -308,10 +273,11 @@ private:
   FeatureMapOp map;
   ComponentOp component;
   int64_t D;
-  SmallVector<Value> sum[2], sq[2], dsum[2], dsq[2];
+  VectorType vt;
+  Value sum[2], sq[2], dsum[2], dsq[2];
   Value count[2], scale, scale2;
-  llvm::DenseMap<Value, SmallVector<Value>> values, adjoints;
-  llvm::DenseMap<Operation *, SmallVector<Operation *>> clones;
+  llvm::DenseMap<Value, Value> values, adjoints;
+  llvm::DenseMap<Operation *, Operation *> clones;
 };
 
 /// The kernels' arguments up to the program's inputs (both kernels start with them).
@@ -348,13 +314,11 @@ LogicalResult mlir::spectra::tiles::buildParamsKernels(OpBuilder &b, Location lo
       return fail();
     ParamsYieldOp y = p.yield();
     for (auto [i, v] : llvm::enumerate(y.getScalars()))
-      p.store(p.lane(v, 0), k.arg(6), i);
+      p.store(p.value(v), k.arg(6), i);
     if (y.getScalars().empty())
       p.store(p.constant(0), k.arg(6), 0);
-    for (int64_t j = 0; j < s.D; ++j) {
-      p.store(p.scaled(y.getQueryScale(), j), k.arg(7), j);
-      p.store(p.scaled(y.getKeyScale(), j), k.arg(8), j);
-    }
+    p.vstore(p.scaled(y.getQueryScale()), k.arg(7));
+    p.vstore(p.scaled(y.getKeyScale()), k.arg(8));
     func::ReturnOp::create(b, loc);
   }
   // The backward kernel: the program, then its adjoint.
@@ -375,23 +339,19 @@ LogicalResult mlir::spectra::tiles::buildParamsKernels(OpBuilder &b, Location lo
     ParamsYieldOp y = p.yield();
     LogicalResult done = p.adjoint([&] {
       for (auto [i, v] : llvm::enumerate(y.getScalars()))
-        p.accumulate(v, 0, p.load(k.arg(6), i));
-      // qscale = s Psi: dL/dPsi_j = s dL/dqscale_j.
-      for (int64_t j = 0; j < s.D; ++j) {
-        if (Value q = y.getQueryScale())
-          p.accumulate(q, j, p.mul(p.load(k.arg(7), j), p.inputScale()));
-        if (Value kk = y.getKeyScale())
-          p.accumulate(kk, j, p.mul(p.load(k.arg(8), j), p.inputScale()));
-      }
+        p.accumulate(v, p.load(k.arg(6), i));
+      // qscale = s Psi: dL/dPsi = s dL/dqscale.
+      if (Value q = y.getQueryScale())
+        p.accumulate(q, p.mul(p.vload(k.arg(7)), p.splat(p.inputScale())));
+      if (Value kk = y.getKeyScale())
+        p.accumulate(kk, p.mul(p.vload(k.arg(8)), p.splat(p.inputScale())));
     });
     if (failed(done))
       return fail();
-    for (int64_t j = 0; j < s.D; ++j) {
-      p.store(p.sumGradient(0, j), k.arg(9), j);
-      p.store(p.squareGradient(0, j), k.arg(10), j);
-      p.store(p.sumGradient(1, j), k.arg(11), j);
-      p.store(p.squareGradient(1, j), k.arg(12), j);
-    }
+    p.vstore(p.sumGradient(0), k.arg(9));
+    p.vstore(p.squareGradient(0), k.arg(10));
+    p.vstore(p.sumGradient(1), k.arg(11));
+    p.vstore(p.squareGradient(1), k.arg(12));
     func::ReturnOp::create(b, loc);
   }
   return success();

@@ -65,7 +65,8 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
-                           "::mlir::math::MathDialect", "::mlir::linalg::LinalgDialect"];
+                           "::mlir::math::MathDialect", "::mlir::linalg::LinalgDialect",
+                           "::mlir::vector::VectorDialect"];
 }
 
 def SpectraKeepKernels : Pass<"spectra-keep-kernels", "::mlir::ModuleOp"> {

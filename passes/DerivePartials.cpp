@@ -30,9 +30,17 @@ class Tangents {
 public:
   Tangents(OpBuilder &b, Location loc) : b(b), loc(loc) {}
 
+  /// A constant of the type the rules build in: f32, or a vector of f32 (spectra::localPartial
+  /// on an elementwise op over vectors) as a splat.
   Value constant(double v) {
-    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v)));
+    auto vector = llvm::dyn_cast_or_null<VectorType>(type);
+    if (!vector)
+      return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(static_cast<float>(v)));
+    return arith::ConstantOp::create(
+        b, loc, DenseElementsAttr::get(vector, b.getF32FloatAttr(static_cast<float>(v))));
   }
+  /// The type of the constants `of` and `constant` build: f32 (null), or a vector type.
+  Type type;
   Value add(Value x, Value y) {
     if (!x)
       return y;
@@ -56,6 +64,7 @@ public:
   /// for an op outside the supported set.
   FailureOr<Value> of(Operation *op, ArrayRef<Value> t) {
     Value r = op->getNumResults() == 1 ? op->getResult(0) : Value();
+    type = r && llvm::isa<VectorType>(r.getType()) ? r.getType() : Type();
     auto in = [&](unsigned i) { return op->getOperand(i); };
     return llvm::TypeSwitch<Operation *, FailureOr<Value>>(op)
         .Case<arith::ConstantOp>([&](auto) { return Value(); })
@@ -147,6 +156,8 @@ private:
 
 FailureOr<Value> localPartial(OpBuilder &b, Location loc, Operation *op, unsigned operand) {
   Tangents tangents(b, loc);
+  Value r = op->getNumResults() == 1 ? op->getResult(0) : Value();
+  tangents.type = r && llvm::isa<VectorType>(r.getType()) ? r.getType() : Type();
   SmallVector<Value> seeds(op->getNumOperands());
   seeds[operand] = tangents.constant(1);
   return tangents.of(op, seeds);

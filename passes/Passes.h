@@ -24,7 +24,7 @@ FailureOr<FeaturePartialsOp> derivePartials(ComponentOp component);
 /// The local derivative of `op`'s result with respect to its operand `operand`, built at
 /// b's insertion point from the op's own operands and result (the forward-mode rule of
 /// -spectra-derive-partials seeded with 1): a null Value where it is zero, failure for an
-/// op outside the rules.
+/// op outside the rules. On scalars (f32) or, elementwise, on vectors of f32.
 FailureOr<Value> localPartial(OpBuilder &b, Location loc, Operation *op, unsigned operand);
 
 /// The input pipeline: link the built-in library, then canonicalise the
