@@ -106,7 +106,9 @@ public:
   void store(Value v, Value memref, int64_t i) {
     memref::StoreOp::create(b, loc, v, memref, ValueRange{idx(i)});
   }
-  Value vload(Value memref) { return vector::LoadOp::create(b, loc, vt, memref, ValueRange{idx(0)}); }
+  Value vload(Value memref) {
+    return vector::LoadOp::create(b, loc, vt, memref, ValueRange{idx(0)});
+  }
   void vstore(Value v, Value memref) {
     vector::StoreOp::create(b, loc, v, memref, ValueRange{idx(0)});
   }
@@ -252,8 +254,9 @@ private:
     Operation *clone = it->second;
     if (auto select = llvm::dyn_cast<arith::SelectOp>(clone)) {
       Value zero = zeroLike(g);
-      accumulate(op->getOperand(1), arith::SelectOp::create(b, loc, select.getCondition(), g, zero));
-      accumulate(op->getOperand(2), arith::SelectOp::create(b, loc, select.getCondition(), zero, g));
+      Value c = select.getCondition();
+      accumulate(op->getOperand(1), arith::SelectOp::create(b, loc, c, g, zero));
+      accumulate(op->getOperand(2), arith::SelectOp::create(b, loc, c, zero, g));
       return success();
     }
     for (unsigned i = 0; i < clone->getNumOperands(); ++i) {
@@ -299,60 +302,63 @@ LogicalResult mlir::spectra::tiles::buildParamsKernels(OpBuilder &b, Location lo
       fn.erase();
     return failure();
   };
+  // A kernel of the moments' inputs and `outputs`, with the program evaluated at its entry;
+  // `finish` writes its results.
+  auto build = [&](StringRef kind, ArrayRef<Arg> outputs,
+                   function_ref<LogicalResult(Kernel &, ParamsProgram &, ParamsYieldOp)> finish) {
+    SmallVector<Arg> args = momentArgs(t, counts, one);
+    args.append(outputs.begin(), outputs.end());
+    Kernel k =
+        makeKernel(b, loc, (map.getSymName() + "_" + kind).str(), kind, "slices", args, 0, 0);
+    built.push_back(k.fn);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(k.entry);
+    ParamsProgram p(b, loc, map, component, s, k.entry->getArguments());
+    if (failed(p.evaluate()) || failed(finish(k, p, p.yield())))
+      return failure();
+    func::ReturnOp::create(b, loc);
+    return success();
+  };
   // The forward kernel.
-  {
-    SmallVector<Arg> args = momentArgs(t, counts, one);
-    args.append({{t.params, "params", "slice"}, {t.scale, "qscale", "slice"},
-                 {t.scale, "kscale", "slice"}});
-    Kernel k = makeKernel(b, loc, (map.getSymName() + "_moments_params").str(), "moments_params",
-                          "slices", args, 0, 0);
-    built.push_back(k.fn);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToEnd(k.entry);
-    ParamsProgram p(b, loc, map, component, s, k.entry->getArguments());
-    if (failed(p.evaluate()))
-      return fail();
-    ParamsYieldOp y = p.yield();
-    for (auto [i, v] : llvm::enumerate(y.getScalars()))
-      p.store(p.value(v), k.arg(6), i);
-    if (y.getScalars().empty())
-      p.store(p.constant(0), k.arg(6), 0);
-    p.vstore(p.scaled(y.getQueryScale()), k.arg(7));
-    p.vstore(p.scaled(y.getKeyScale()), k.arg(8));
-    func::ReturnOp::create(b, loc);
-  }
+  LogicalResult forward = build(
+      "moments_params",
+      {{t.params, "params", "slice"}, {t.scale, "qscale", "slice"}, {t.scale, "kscale", "slice"}},
+      [&](Kernel &k, ParamsProgram &p, ParamsYieldOp y) {
+        for (auto [i, v] : llvm::enumerate(y.getScalars()))
+          p.store(p.value(v), k.arg(6), i);
+        if (y.getScalars().empty())
+          p.store(p.constant(0), k.arg(6), 0);
+        p.vstore(p.scaled(y.getQueryScale()), k.arg(7));
+        p.vstore(p.scaled(y.getKeyScale()), k.arg(8));
+        return success();
+      });
+  if (failed(forward))
+    return fail();
   // The backward kernel: the program, then its adjoint.
-  {
-    SmallVector<Arg> args = momentArgs(t, counts, one);
-    args.append({{t.params, "dparams", "slice"}, {t.scale, "dqscale", "slice"},
-                 {t.scale, "dkscale", "slice"}, {t.scale, "dqsum", "slice"},
-                 {t.scale, "dqsq", "slice"}, {t.scale, "dksum", "slice"},
-                 {t.scale, "dksq", "slice"}});
-    Kernel k = makeKernel(b, loc, (map.getSymName() + "_moments_params_backward").str(),
-                          "moments_params_backward", "slices", args, 0, 0);
-    built.push_back(k.fn);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToEnd(k.entry);
-    ParamsProgram p(b, loc, map, component, s, k.entry->getArguments());
-    if (failed(p.evaluate()))
-      return fail();
-    ParamsYieldOp y = p.yield();
-    LogicalResult done = p.adjoint([&] {
-      for (auto [i, v] : llvm::enumerate(y.getScalars()))
-        p.accumulate(v, p.load(k.arg(6), i));
-      // qscale = s Psi: dL/dPsi = s dL/dqscale.
-      if (Value q = y.getQueryScale())
-        p.accumulate(q, p.mul(p.vload(k.arg(7)), p.splat(p.inputScale())));
-      if (Value kk = y.getKeyScale())
-        p.accumulate(kk, p.mul(p.vload(k.arg(8)), p.splat(p.inputScale())));
-    });
-    if (failed(done))
-      return fail();
-    p.vstore(p.sumGradient(0), k.arg(9));
-    p.vstore(p.squareGradient(0), k.arg(10));
-    p.vstore(p.sumGradient(1), k.arg(11));
-    p.vstore(p.squareGradient(1), k.arg(12));
-    func::ReturnOp::create(b, loc);
-  }
+  LogicalResult backward = build(
+      "moments_params_backward",
+      {{t.params, "dparams", "slice"}, {t.scale, "dqscale", "slice"},
+       {t.scale, "dkscale", "slice"}, {t.scale, "dqsum", "slice"}, {t.scale, "dqsq", "slice"},
+       {t.scale, "dksum", "slice"}, {t.scale, "dksq", "slice"}},
+      [&](Kernel &k, ParamsProgram &p, ParamsYieldOp y) {
+        LogicalResult done = p.adjoint([&] {
+          for (auto [i, v] : llvm::enumerate(y.getScalars()))
+            p.accumulate(v, p.load(k.arg(6), i));
+          // qscale = s Psi: dL/dPsi = s dL/dqscale.
+          if (Value q = y.getQueryScale())
+            p.accumulate(q, p.mul(p.vload(k.arg(7)), p.splat(p.inputScale())));
+          if (Value kk = y.getKeyScale())
+            p.accumulate(kk, p.mul(p.vload(k.arg(8)), p.splat(p.inputScale())));
+        });
+        if (failed(done))
+          return failure();
+        for (int side = 0; side < 2; ++side) {
+          p.vstore(p.sumGradient(side), k.arg(9 + 2 * side));
+          p.vstore(p.squareGradient(side), k.arg(10 + 2 * side));
+        }
+        return success();
+      });
+  if (failed(backward))
+    return fail();
   return success();
 }

@@ -235,16 +235,15 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
       sq = moments[1].requires_grad_(grad);
       return RowMoments{sum, sq, keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
     };
-    if (launcher->has("moments_params") && launcher->has("moments_params_backward")) {
-      // The params program compiled (its adjoint runs in the backward): the parameters and
-      // input scales come from one per-slice kernel, not a LibTorch graph.
-      grad = false;
-      side(out.qs, out.qkeep, out.qsum, out.qsq);
-      side(out.ks, out.kkeep, out.ksum, out.ksq);
-      out.pcounts = torch::stack({out.qkeep.sum(1), out.kkeep.sum(1)}, -1)
-                        .view({B, 1, 2})
-                        .expand({B, H, 2})
-                        .contiguous();
+    // The params program compiled (its adjoint runs in the backward): the parameters and
+    // input scales come from one per-slice kernel, not a LibTorch graph.
+    const bool compiled =
+        launcher->has("moments_params") && launcher->has("moments_params_backward");
+    grad = grad && !compiled;
+    RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
+    RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
+    if (compiled) {
+      out.pcounts = torch::cat({qm.count, km.count}, -1).contiguous();  // [B, H, 2]
       out.pscale = s;
       const int64_t P = std::max<int64_t>(1, desc.component.scalars.size());
       auto [params, qscale, kscale] = launchMomentsParams(
@@ -253,8 +252,6 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
       out.qscale = qscale;
       out.kscale = kscale;
     } else {
-      RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
-      RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
       p = reference.paramsFromMoments(qm, km, B, H, s, f32);
     }
   } else {
