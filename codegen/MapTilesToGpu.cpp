@@ -42,11 +42,14 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Transforms/Passes.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/Utils/StructuredOpsUtils.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 
@@ -194,6 +197,219 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads) {
   return success();
 }
 
+/// The GPU schedule of a kernel's straight-line vector code (the params kernels,
+/// ParamsKernels.cpp, hold each rank-1 value of the component's program as one
+/// vector<d x f32>). Left at block level, every thread would hold each vector whole in its
+/// registers (saderf-orf's moments_params_backward spilled 3.4 KB on sm_80), so here the
+/// vectors become tiles: each run of elementwise vector ops (and the stores they feed) one
+/// linalg.generic over [d], which distribute() spreads an entry per thread; each value a
+/// later run or a reduction reads a [d] buffer (workgroup memory once mapped); each
+/// vector.reduction a one-thread linalg reduction into a [1] buffer that every thread then
+/// reads. Scalar code stays at block level, computed alike by every thread. A kernel with
+/// no vector values is left as it is.
+LogicalResult vectorsToTiles(func::FuncOp fn) {
+  Block &body = fn.getBody().front();
+  auto isVector = [](Value v) { return isa<VectorType>(v.getType()); };
+  bool any = false;
+  for (Operation &op : body)
+    any |= llvm::any_of(op.getResults(), isVector);
+  if (!any)
+    return success();
+  MLIRContext *ctx = fn.getContext();
+  Location loc = fn.getLoc();
+  OpBuilder b(ctx);
+  Block *entry = &body;
+  auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
+  auto newTile = [&](MemRefType type) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(entry);
+    return memref::AllocaOp::create(b, loc, type).getResult();
+  };
+  // A vector's [d] window of a rank-1 memref at `index` (a load's source, a store's target).
+  auto window = [&](Value memref, ValueRange indices, VectorType type) -> FailureOr<Value> {
+    auto mt = cast<MemRefType>(memref.getType());
+    if (mt.getRank() != 1 || type.getRank() != 1 || indices.size() != 1)
+      return failure();
+    SmallVector<OpFoldResult> o = {indices[0]}, z = {b.getIndexAttr(type.getDimSize(0))},
+                              st = {b.getIndexAttr(1)};
+    return memref::SubViewOp::create(b, loc, memref, o, z, st).getResult();
+  };
+  llvm::DenseMap<Value, Value> tileOf;  // each vector value read outside its run: its tile
+  SmallVector<Operation *> run, dead;
+  auto identity = AffineMap::getMultiDimIdentityMap(1, ctx);
+  // A splat (a vector constant, a broadcast scalar) is formed again where it is read: its
+  // scalar, a constant made by `nb` or the broadcast's operand; null for any other value.
+  auto splatScalar = [](Value v, OpBuilder &nb) -> Value {
+    if (auto splat = v.getDefiningOp<vector::BroadcastOp>())
+      return isa<VectorType>(splat.getSource().getType()) ? Value() : splat.getSource();
+    if (auto c = v.getDefiningOp<arith::ConstantOp>())
+      if (auto dense = dyn_cast<SplatElementsAttr>(c.getValue()))
+        return arith::ConstantOp::create(nb, c.getLoc(),
+                                         cast<TypedAttr>(dense.getSplatValue<Attribute>()));
+    return Value();
+  };
+  auto isSplat = [](Operation *op) {
+    if (auto splat = dyn_cast<vector::BroadcastOp>(op))
+      return !isa<VectorType>(splat.getSource().getType());
+    auto c = dyn_cast<arith::ConstantOp>(op);
+    return c && isa<SplatElementsAttr>(c.getValue());
+  };
+
+  // One linalg.generic for the run, after its last op.
+  auto flush = [&]() -> LogicalResult {
+    if (run.empty())
+      return success();
+    SmallVector<Operation *> ops = std::move(run);
+    run.clear();
+    llvm::SmallPtrSet<Operation *, 16> inRun(ops.begin(), ops.end());
+    SmallVector<Value> inputs, outputs;       // tiles read / buffers and windows written
+    SmallVector<Value> yieldOf;               // per output: the run's vector value it holds
+    llvm::SetVector<Value> read;
+    b.setInsertionPointAfter(ops.back());
+    for (Operation *op : ops) {
+      for (Value operand : op->getOperands()) {
+        Operation *def = operand.getDefiningOp();
+        if (isVector(operand) && !inRun.contains(def) && !(def && isSplat(def)))
+          read.insert(operand);
+      }
+      if (auto store = dyn_cast<vector::StoreOp>(op)) {
+        FailureOr<Value> target =
+            window(store.getBase(), store.getIndices(), store.getVectorType());
+        if (failed(target))
+          return op->emitOpError("spectra-map-tiles-to-gpu: a vector store to a rank-1 buffer "
+                                 "is the only kind the GPU schedule spreads over threads");
+        outputs.push_back(*target);
+        yieldOf.push_back(store.getValueToStore());
+        continue;
+      }
+      for (Value r : op->getResults())
+        if (llvm::any_of(r.getUsers(), [&](Operation *u) { return !inRun.contains(u); })) {
+          auto vt = cast<VectorType>(r.getType());
+          Value tile = newTile(MemRefType::get(vt.getShape(), vt.getElementType()));
+          tileOf[r] = tile;
+          outputs.push_back(tile);
+          yieldOf.push_back(r);
+        }
+    }
+    for (Value v : read) {
+      Value tile = tileOf.lookup(v);
+      if (!tile)
+        return v.getDefiningOp()->emitOpError(
+            "spectra-map-tiles-to-gpu: a vector value the GPU schedule cannot hold as a tile");
+      inputs.push_back(tile);
+    }
+    if (outputs.empty())
+      return success();
+    SmallVector<AffineMap> maps(inputs.size() + outputs.size(), identity);
+    LogicalResult built = success();
+    linalg::GenericOp::create(
+        b, loc, TypeRange{}, inputs, outputs, maps, {utils::IteratorType::parallel}, "", "",
+        [&](OpBuilder &nb, Location l, ValueRange args) {
+          IRMapping m;
+          for (auto [v, arg] : llvm::zip(read, args.take_front(read.size())))
+            m.map(v, arg);
+          auto scalarOf = [&](Value v) {
+            if (Value s = m.lookupOrNull(v))
+              return s;
+            if (isVector(v))
+              if (Value s = splatScalar(v, nb))
+                return s;
+            return v;
+          };
+          for (Operation *op : ops) {
+            if (isa<vector::StoreOp>(op))
+              continue;
+            if (op->getNumRegions() != 0 ||
+                !isa<arith::ArithDialect, math::MathDialect>(op->getDialect())) {
+              built = op->emitOpError("spectra-map-tiles-to-gpu: not an elementwise arith or "
+                                      "math op, which the GPU schedule spreads over threads");
+              continue;
+            }
+            OperationState state(l, op->getName());
+            for (Value operand : op->getOperands())
+              state.addOperands(scalarOf(operand));
+            for (Type t : op->getResultTypes())
+              state.addTypes(getElementTypeOrSelf(t));
+            state.addAttributes(op->getAttrs());
+            Operation *scalar = nb.create(state);
+            m.map(op->getResults(), scalar->getResults());
+          }
+          SmallVector<Value> yields;
+          for (Value v : yieldOf)
+            yields.push_back(scalarOf(v));
+          linalg::YieldOp::create(nb, l, yields);
+        });
+    return built;
+  };
+
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    if (auto load = dyn_cast<vector::LoadOp>(op)) {
+      b.setInsertionPoint(&op);
+      FailureOr<Value> source = window(load.getBase(), load.getIndices(), load.getVectorType());
+      if (failed(source))
+        return op.emitOpError("spectra-map-tiles-to-gpu: a vector load from a rank-1 buffer is "
+                              "the only kind the GPU schedule spreads over threads");
+      tileOf[load.getResult()] = *source;
+      dead.push_back(&op);
+      continue;
+    }
+    if (auto reduction = dyn_cast<vector::ReductionOp>(op)) {
+      if (reduction.getKind() != vector::CombiningKind::ADD || reduction.getAcc())
+        return op.emitOpError("spectra-map-tiles-to-gpu: only sums (vector.reduction <add>, "
+                              "no accumulator) are spread over threads");
+      Value v = reduction.getVector();
+      if (failed(flush()))
+        return failure();
+      b.setInsertionPoint(&op);
+      Value tile = tileOf.lookup(v);
+      if (!tile && v.getDefiningOp() && isSplat(v.getDefiningOp())) {
+        auto vt = cast<VectorType>(v.getType());
+        tile = newTile(MemRefType::get(vt.getShape(), vt.getElementType()));
+        linalg::FillOp::create(b, loc, ValueRange{splatScalar(v, b)}, ValueRange{tile});
+      }
+      if (!tile)
+        return op.emitOpError("spectra-map-tiles-to-gpu: a sum of a vector the GPU schedule "
+                              "holds no tile of");
+      Type et = reduction.getType();
+      Value total = newTile(MemRefType::get({1}, et));
+      linalg::FillOp::create(
+          b, loc, ValueRange{arith::ConstantOp::create(b, loc, b.getZeroAttr(et))},
+          ValueRange{total});
+      AffineExpr i = b.getAffineDimExpr(0), j = b.getAffineDimExpr(1);
+      linalg::GenericOp::create(
+          b, loc, TypeRange{}, ValueRange{tile}, ValueRange{total},
+          {AffineMap::get(2, 0, {j}, ctx), AffineMap::get(2, 0, {i}, ctx)},
+          {utils::IteratorType::parallel, utils::IteratorType::reduction}, "", "",
+          [&](OpBuilder &nb, Location l, ValueRange args) {
+            linalg::YieldOp::create(nb, l,
+                                    ValueRange{arith::AddFOp::create(nb, l, args[1], args[0])});
+          });
+      Value sum = memref::LoadOp::create(b, loc, total, ValueRange{idx(0)});
+      reduction.getResult().replaceAllUsesWith(sum);
+      dead.push_back(&op);
+      continue;
+    }
+    if (isSplat(&op)) {
+      dead.push_back(&op);
+      continue;
+    }
+    bool vectorOp = isa<vector::StoreOp>(op) || llvm::any_of(op.getResults(), isVector);
+    if (vectorOp) {
+      run.push_back(&op);
+      dead.push_back(&op);
+      continue;
+    }
+    if (llvm::any_of(op.getOperands(), isVector))
+      return op.emitOpError("spectra-map-tiles-to-gpu: a scalar op that reads a vector, which "
+                            "the GPU schedule cannot spread over threads");
+  }
+  if (failed(flush()))
+    return failure();
+  for (Operation *op : llvm::reverse(dead))
+    op->erase();
+  return success();
+}
+
 /// Moves every op at block level (not in a nest) that may write memory into a
 /// one-thread nest (adjacent ones share it); recurses into loops that hold nests.
 LogicalResult serialiseScalarWrites(Block &block) {
@@ -246,6 +462,8 @@ LogicalResult serialiseScalarWrites(Block &block) {
 
 /// Maps one tile kernel (a function with the kernel ABI attributes) to the GPU.
 LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
+  if (failed(vectorsToTiles(tile)))
+    return failure();
   MLIRContext *ctx = tile.getContext();
   Location loc = tile.getLoc();
   auto roles = tile->getAttrOfType<ArrayAttr>(kKernelArgRolesAttr);
@@ -853,6 +1071,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.tileRows = o.causal ? std::min<int64_t>(o.tileRows, 2) : o.tileRows;
   tiles.inputType = o.dtype;
   tiles.causal = o.causal;
+  tiles.paramsKernels = true;
   // 16-bit inputs: the contractions on tensor cores (bf16 operands by default, also for f16
   // inputs, because the tiles they read include sums over the sequence, the summaries S, z
   // and their gradients, that may exceed f16's range, 65504). f32 inputs: FMA.

@@ -328,7 +328,11 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
     block's windows. Tile buffers move to workgroup memory; every linalg op
     becomes a thread nest (scf.forall mapped to #gpu.thread<x>: a
     block-stride loop over its parallel iterations, reductions sequential in a
-    thread) and scalar stores a one-thread nest. With `mma-type` the
+    thread) and scalar stores a one-thread nest. Straight-line vector code at
+    block level (the params kernels) is first spread over threads: each run of
+    elementwise vector ops one linalg.generic over the vector's entries, the
+    values later code reads in workgroup tiles, each vector.reduction <add> a
+    one-thread reduction every thread reads back. With `mma-type` the
     contractions become warp nests (#gpu.warp<x>) of 16 x 8 tiles marked
     spectra.mma instead (MapContractionsToMma.h). No atomics: row chunks write
     their own partials, which the combine kernels merge in chunk order.
@@ -367,7 +371,8 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "contraction its own warp nest, the tiles in shared memory">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
-                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
+                           "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect"];
 }
 
 def SpectraStripWorkgroupMemory : Pass<"spectra-strip-workgroup-memory", "::mlir::ModuleOp"> {

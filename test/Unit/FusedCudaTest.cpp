@@ -95,6 +95,28 @@ TEST(FusedCudaHost, ArtifactParsesAndItsArgumentsMatchThePtxSignatures) {
       << error;
 }
 
+// The params program on the GPU: SADERF's parameters from its moments and their adjoint are
+// kernels of the artifact (one block per slice), whose arguments match their PTX signatures,
+// so the CUDA launcher runs them where it ran LibTorch's interpreter.
+TEST(FusedCudaHost, TheParamsProgramIsCompiledForTheGpu) {
+  for (const char *dtype : {"f32", "bf16"}) {
+    GpuArtifact a =
+        GpuArtifact::fromJson(compileGpuVariant("saderf-orf", config(64, 32), "sm_90a", dtype, 0));
+    for (const char *kind : {"moments", "moments_params", "moments_params_backward",
+                             "moments_backward"}) {
+      ASSERT_EQ(a.kernels.count(kind), 1u) << kind << " (" << dtype << ")";
+      const KernelAbi &k = a.kernel(kind);
+      int expected = 0;
+      for (const KernelArgSpec &arg : k.args)
+        expected += 3 + 2 * arg.rank;
+      EXPECT_EQ(ptxParams(a.ptx, k.name), expected) << k.name << " (" << dtype << ")";
+    }
+    EXPECT_EQ(a.kernel("moments_params").grid, "slices");
+    EXPECT_EQ(a.kernel("moments_params_backward").grid, "slices");
+    EXPECT_EQ(a.kernel("moments_params").name, "saderf_orf_moments_params");
+  }
+}
+
 TEST(FusedCudaHost, TilesPastStaticSharedMemoryAreDynamicAndDescribed) {
   // d = 64, m = 512 on tensor cores: OPRF's backward tiles need more than the 48 KiB of
   // static shared memory at 4 rows (at m = 256 they fit since their gradients of ||x||^2,

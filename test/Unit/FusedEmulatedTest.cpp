@@ -13,6 +13,7 @@
 #include "runtime/FusedEmulated.h"
 #include "runtime/WeightFactory.h"
 
+#include "test/Unit/ParamsKernelsCheck.h"
 #include "test/Unit/TestFeatures.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +115,24 @@ TEST(FusedEmulated, OtherComponentsAndRecipes) {
   gerf.options = {{"a", -0.2}};
   FusedEmulatedAttention o("gerf-orf", gerf);
   expectMatches(o, makeCase(0.6, 3), 2e-3, "gerf-orf a=-0.2");
+}
+
+// The params program compiled for the GPU (the vector code spread over threads,
+// spectra-map-tiles-to-gpu) and run through the emulation: the kernels against their program
+// in float64, then the whole pass of a declared component against the reference.
+TEST(FusedEmulated, CompiledParamsMatchTheirProgram) {
+  for (const char *variant : {"saderf-orf", "oprf-qmc", "hcexp-mm"}) {
+    FusedEmulatedAttention fused(variant, small("orf"));
+    test::expectParamsKernelsMatch(fused, std::string(variant) + " gpu-emulated");
+  }
+  FusedEmulatedAttention bf16("saderf-orf", small("orf"), "bf16");
+  test::expectParamsKernelsMatch(bf16, "saderf-orf gpu-emulated bf16");
+  FusedEmulatedAttention declared =
+      FusedEmulatedAttention::fromIR(test::kStatisticsComponentIR, "stats.mlir");
+  test::expectParamsKernelsMatch(declared, "a declared component with statistics, gpu-emulated");
+  expectMatches(declared, makeCase(0.6, 4), 2e-3, "a declared component with statistics");
+  EXPECT_FALSE(FusedEmulatedAttention("posrf-orf", small("orf")).launcher(torch::Tensor(), 5)
+                   .has("moments_params"));
 }
 
 TEST(FusedEmulated, HalfPrecisionInputsAccumulateInF32) {
