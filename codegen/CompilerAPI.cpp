@@ -290,6 +290,23 @@ static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
 }
 
 
+/// The arguments a vectorised kernel writes with streaming stores (VectorizeTiles), which its
+/// caller must align: "aligned=BYTES:name,name;" appended to the kernel's ABI.
+static void recordStreamedArgs(spectra_cpu_kernel &kernel, ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    auto kind = fn->getAttrOfType<StringAttr>(sp::kKernelKindAttr);
+    auto names = fn->getAttrOfType<ArrayAttr>(sp::kKernelArgNamesAttr);
+    auto streamed = fn->getAttrOfType<DenseI64ArrayAttr>(sp::kKernelStreamedArgsAttr);
+    auto bytes = fn->getAttrOfType<IntegerAttr>(sp::kKernelAlignedBytesAttr);
+    if (!kind || !names || !streamed || !bytes || !kernel.abi.count(kind.getValue().str()))
+      continue;
+    std::string text = "aligned=" + std::to_string(bytes.getInt()) + ":";
+    for (auto [i, index] : llvm::enumerate(streamed.asArrayRef()))
+      text += (i ? "," : "") + cast<StringAttr>(names[index]).getValue().str();
+    kernel.abi[kind.getValue().str()] += text + ";";
+  }
+}
+
 /// Several relocatable objects as one byte string: "spectra-objects\n", then per object
 /// its size (8 bytes, little-endian) and its bytes.
 static constexpr llvm::StringLiteral kObjectsMagic = "spectra-objects\n";
@@ -489,6 +506,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     if (firstStage)
       recordAbi(*result, source);
     firstStage = false;
+    recordStreamedArgs(*result, source);
     llvm::raw_string_ostream os(result->stages[name]);
     source.print(os);
   }

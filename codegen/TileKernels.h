@@ -133,6 +133,10 @@ inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
 /// The rows of q or k per tile of a row kernel (the launch description reports it).
 inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
+/// On a CPU kernel after vectorisation: the arguments it writes with non-temporal (streaming)
+/// stores, which the caller must pass aligned to the vector's bytes (spectra.aligned_bytes).
+inline constexpr llvm::StringLiteral kKernelStreamedArgsAttr = "spectra.streamed_args";
+inline constexpr llvm::StringLiteral kKernelAlignedBytesAttr = "spectra.aligned_bytes";
 /// With TileKernelOptions::sharedBytes: the bytes that count gave the kernel at its rows.
 /// spectra-map-tiles-to-gpu checks its own count against it and drops it.
 inline constexpr llvm::StringLiteral kKernelTileSharedBytesAttr = "spectra.tile_shared_bytes";

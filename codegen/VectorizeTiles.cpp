@@ -244,7 +244,19 @@ private:
       SmallVector<Value> yields = cloneBody(op, args, w);
       for (auto [k, y] : llvm::enumerate(yields)) {
         unsigned o = numIns + k;
-        vstore(y, op->getOperand(o), indices(op.getIndexingMapsArray()[o], ivs));
+        Value out = op->getOperand(o);
+        // A whole vector into a row of a kernel argument (out, dq, dk, dv): written once and
+        // read by the next kernel or LibTorch, so it streams past the caches (no read for
+        // ownership, and the tiles, W and the summaries stay cached).
+        // Its rows start on the vector's bytes (their f32 width a multiple of the lanes) when
+        // the caller aligns the argument: the kernel's ABI asks it to (aligned=...).
+        BlockArgument arg = streamedArgument(op, out);
+        bool stream = arg && w == VL;
+        if (stream)
+          recordStreamed(op, arg);
+        vector::StoreOp::create(b, loc, y, out, indices(op.getIndexingMapsArray()[o], ivs),
+                                /*nontemporal=*/stream,
+                                stream ? llvm::MaybeAlign(VL * 4) : llvm::MaybeAlign());
       }
     };
     if (shape.size() == 1) {
@@ -256,6 +268,34 @@ private:
       return SmallVector<Value>();
     });
     return success();
+  }
+
+  /// The kernel argument `operand` is a row of, where it is an f32 [N, W] argument whose
+  /// rows span whole vectors (W a multiple of the lanes): out, dq, dk, dv; null otherwise.
+  BlockArgument streamedArgument(linalg::GenericOp op, Value operand) {
+    auto row = operand.getDefiningOp<memref::SubViewOp>();
+    auto fn = op->getParentOfType<func::FuncOp>();
+    if (!row || !fn || !fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr))
+      return {};
+    auto arg = dyn_cast<BlockArgument>(row.getSource());
+    auto type = cast<MemRefType>(row.getSource().getType());
+    if (!arg || arg.getOwner() != &fn.getBody().front() || type.getRank() != 2 ||
+        !type.isDynamicDim(0) || type.isDynamicDim(1) || !type.getElementType().isF32() ||
+        type.getDimSize(1) % VL != 0 || !type.getLayout().isIdentity())
+      return {};
+    return arg;
+  }
+  /// Records on the kernel that argument `arg` is written with streaming stores.
+  void recordStreamed(linalg::GenericOp op, BlockArgument arg) {
+    auto fn = op->getParentOfType<func::FuncOp>();
+    SmallVector<int64_t> streamed;
+    if (auto old = fn->getAttrOfType<DenseI64ArrayAttr>(spectra::kKernelStreamedArgsAttr))
+      llvm::append_range(streamed, old.asArrayRef());
+    if (llvm::is_contained(streamed, int64_t(arg.getArgNumber())))
+      return;
+    streamed.push_back(arg.getArgNumber());
+    fn->setAttr(spectra::kKernelStreamedArgsAttr, b.getDenseI64ArrayAttr(streamed));
+    fn->setAttr(spectra::kKernelAlignedBytesAttr, b.getI64IntegerAttr(VL * 4));
   }
 
   /// A row staged from a kernel argument (q, k, v, gout, ... in memory, not in cache):

@@ -36,6 +36,17 @@ KernelAbi KernelAbi::parse(const std::string &text) {
       abi.chunksFromPartials = true;
     } else if (part.rfind("tile_rows=", 0) == 0) {
       abi.tileRows = std::stoll(part.substr(10));
+    } else if (part.rfind("aligned=", 0) == 0) {
+      size_t colon = part.find(':');
+      std::string bytes = part.substr(8, colon == std::string::npos ? 0 : colon - 8);
+      if (colon == std::string::npos || bytes.empty() ||
+          bytes.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("kernel ABI: malformed '" + part + "' in '" + text +
+                                    "' (aligned=BYTES:name,...)");
+      abi.alignedBytes = std::stoll(bytes);
+      std::stringstream names(part.substr(colon + 1));
+      for (std::string name; std::getline(names, name, ',');)
+        abi.alignedArgs.push_back(name);
     } else {
       std::vector<std::string> fields;
       std::stringstream fieldStream(part);
@@ -213,6 +224,15 @@ SliceCall::SliceCall(void *entry, const KernelAbi &abi, const std::vector<torch:
                 "spectra kernel '", abi.kind, "': buffer '", arg.name, "' (role ", arg.role,
                 ") has shape ", t.sizes(), " for a rank-", arg.rank, " argument");
     checkOperand(abi, arg, t, o.lead);
+    // Streaming stores fault on an address off the vector's bytes: the runtime allocates these
+    // buffers (64-byte aligned), so a misaligned one is a caller's bug, named here.
+    if (abi.alignedBytes > 0 && std::find(abi.alignedArgs.begin(), abi.alignedArgs.end(), arg.name) != abi.alignedArgs.end())
+      TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % abi.alignedBytes == 0 &&
+                      (t.stride(o.lead) * o.elementBytes) % abi.alignedBytes == 0,
+                  "spectra kernel '", abi.kind, "': buffer '", arg.name,
+                  "' must start on a multiple of ", abi.alignedBytes,
+                  " bytes (the kernel writes it with streaming stores), but starts at ",
+                  t.data_ptr());
     operands.push_back(std::move(o));
   }
 }

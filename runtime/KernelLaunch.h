@@ -69,9 +69,14 @@ struct KernelAbi {
   /// ceil(N / C) rows per chunk rounded up to `tileRows`.
   bool chunksFromPartials = false;
   int64_t tileRows = 0;
+  /// The arguments the kernel writes with streaming stores, which must start on
+  /// `alignedBytes` (a CPU kernel's "aligned=BYTES:name,...").
+  std::vector<std::string> alignedArgs;
+  int64_t alignedBytes = 0;
   std::vector<KernelArgSpec> args;
   /// Parses spectra_cpu_kernel_abi's text ("grid=..;chunk_rows=..;[chunks=partials;]
-  /// [tile_rows=..;]name:role:rank:element;..."); throws std::invalid_argument naming the part.
+  /// [tile_rows=..;]name:role:rank:element;...[aligned=BYTES:name,..;]"); throws
+  /// std::invalid_argument naming the part.
   static KernelAbi parse(const std::string &text);
 };
 

@@ -619,6 +619,84 @@ TEST(FusedCpu, CompiledStatisticsMatchLibTorch) {
 
 namespace {
 
+// The row kernels write out, dq, dk and dv with streaming (non-temporal) stores where their
+// rows span whole vectors, and their ABI asks for those buffers aligned to the vector's bytes;
+// the launcher refuses a misaligned one by name instead of faulting, and rows narrower than a
+// vector (d = 8 at 16 lanes) are written with ordinary stores and ask nothing.
+TEST(FusedCpu, StreamedOutputsAreAlignedAndNamed) {
+  VariantConfig config;  // d = 32: whole vectors at 4, 8 and 16 lanes
+  FusedCpuAttention fused("posrf-orf", config);
+  char *compileError = nullptr;
+  spectra_cpu_kernel *k =
+      spectra_cpu_compile_variant("posrf-orf", 128, 32, 0, "", 32, 0, &compileError);
+  ASSERT_NE(k, nullptr) << (compileError ? compileError : "");
+  auto abiOf = [&](const char *kind) { return KernelAbi::parse(spectra_cpu_kernel_abi(k, kind)); };
+  KernelAbi readout = abiOf("readout");
+  const int64_t bytes = readout.alignedBytes;
+  ASSERT_TRUE(bytes == 16 || bytes == 32 || bytes == 64) << bytes;  // 4, 8 or 16 lanes
+  EXPECT_EQ(readout.alignedArgs, (std::vector<std::string>{"out"}));
+  EXPECT_EQ(abiOf("query_backward").alignedArgs, (std::vector<std::string>{"dq"}));
+  std::vector<std::string> key = abiOf("key_backward").alignedArgs;
+  std::sort(key.begin(), key.end());
+  EXPECT_EQ(key, (std::vector<std::string>{"dk", "dv"}));
+  EXPECT_TRUE(abiOf("kv").alignedArgs.empty());
+  EXPECT_TRUE(abiOf("kv_combine").alignedArgs.empty());
+  // A misaligned output is refused with its name (a view one float into a buffer); the
+  // other operands are placeholders of the right rank (the check precedes any call).
+  torch::Tensor storage = torch::empty({64 * 32 + 16});
+  torch::Tensor out = storage.narrow(0, 1, 64 * 32).view({1, 64, 32});
+  std::vector<torch::Tensor> operands;
+  for (const KernelArgSpec &arg : readout.args) {
+    std::vector<int64_t> shape(arg.rank + (arg.role == "shared" ? 0 : 1), 1);
+    operands.push_back(arg.name == "out" ? out : torch::zeros(shape));
+  }
+  std::string error;
+  try {
+    SliceCall call(spectra_cpu_kernel_entry(k, "readout", nullptr), readout, operands);
+  } catch (const c10::Error &e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("buffer 'out' must start on a multiple of " + std::to_string(bytes) +
+                       " bytes"),
+            std::string::npos)
+      << error;
+  spectra_cpu_kernel_free(k);
+  // A pass whose outputs the runtime allocates runs and matches the float64 reference (rows
+  // past the last full tile included).
+  {
+    torch::manual_seed(3);
+    torch::Tensor q0 = torch::randn({2, 2, 100, 32}, torch::kFloat64) * 0.5,
+                  k0 = torch::randn({2, 2, 90, 32}, torch::kFloat64) * 0.5,
+                  v0 = torch::randn({2, 2, 90, 32}, torch::kFloat64),
+                  probe = torch::randn({2, 2, 100, 32}, torch::kFloat64);
+    const Descriptor &desc = fused.descriptor();
+    auto run = [&](bool useFused) {
+      torch::Tensor q = q0.clone().requires_grad_(true), k = k0.clone().requires_grad_(true),
+                    v = v0.clone().requires_grad_(true);
+      Weights w = WeightFactory(desc).draw(desc.seed, useFused ? torch::kFloat32 : torch::kFloat64);
+      torch::Tensor o = useFused ? fused.attention(q, k, v, w)
+                                 : ReferenceFeatureMap(desc).attention(q, k, v, w);
+      (o.to(torch::kFloat64) * probe).sum().backward();
+      return std::vector<torch::Tensor>{o.detach().to(torch::kFloat64), q.grad(), k.grad(),
+                                        v.grad()};
+    };
+    std::vector<torch::Tensor> got = run(true), want = run(false);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_LT(maxAbs(got[i].to(torch::kFloat64) - want[i]), 1e-4 * maxAbs(want[i])) << i;
+  }
+  // Rows of 8 floats: whole vectors at 4 and 8 lanes, at 16 ordinary stores with nothing asked.
+  spectra_cpu_kernel *k8 =
+      spectra_cpu_compile_variant("posrf-orf", 16, 8, 0, "", 8, 0, &compileError);
+  ASSERT_NE(k8, nullptr) << (compileError ? compileError : "");
+  EXPECT_EQ(KernelAbi::parse(spectra_cpu_kernel_abi(k8, "readout")).alignedArgs.empty(),
+            8 % (bytes / 4) != 0);
+  spectra_cpu_kernel_free(k8);
+  EXPECT_THROW(KernelAbi::parse("grid=keys;k:rows:3:f32;aligned=x:k;"), std::invalid_argument);
+  KernelAbi parsed = KernelAbi::parse("grid=keys;k:rows:3:f32;aligned=64:k,v;");
+  EXPECT_EQ(parsed.alignedBytes, 64);
+  EXPECT_EQ(parsed.alignedArgs, (std::vector<std::string>{"k", "v"}));
+}
+
 TEST(FusedCpu, CompiledParamsMatchTheirProgram) {
   using test::expectParamsKernelsMatch;
   using test::kStatisticsComponentIR;
