@@ -506,7 +506,8 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     if (firstStage)
       recordAbi(*result, source);
     firstStage = false;
-    recordStreamedArgs(*result, source);
+    if (llvm::StringRef(name) == "vectors")  // where VectorizeTiles marks them
+      recordStreamedArgs(*result, source);
     llvm::raw_string_ostream os(result->stages[name]);
     source.print(os);
   }

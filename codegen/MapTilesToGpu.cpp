@@ -218,11 +218,9 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
   MLIRContext *ctx = fn.getContext();
   Location loc = fn.getLoc();
   OpBuilder b(ctx);
-  Block *entry = &body;
-  auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
   auto newTile = [&](MemRefType type) {
     OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(entry);
+    b.setInsertionPointToStart(&body);
     return memref::AllocaOp::create(b, loc, type).getResult();
   };
   // A vector's [d] window of a rank-1 memref at `index` (a load's source, a store's target).
@@ -237,22 +235,22 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
   llvm::DenseMap<Value, Value> tileOf;  // each vector value read outside its run: its tile
   SmallVector<Operation *> run, dead;
   auto identity = AffineMap::getMultiDimIdentityMap(1, ctx);
-  // A splat (a vector constant, a broadcast scalar) is formed again where it is read: its
-  // scalar, a constant made by `nb` or the broadcast's operand; null for any other value.
-  auto splatScalar = [](Value v, OpBuilder &nb) -> Value {
-    if (auto splat = v.getDefiningOp<vector::BroadcastOp>())
-      return isa<VectorType>(splat.getSource().getType()) ? Value() : splat.getSource();
-    if (auto c = v.getDefiningOp<arith::ConstantOp>())
-      if (auto dense = dyn_cast<SplatElementsAttr>(c.getValue()))
-        return arith::ConstantOp::create(nb, c.getLoc(),
-                                         cast<TypedAttr>(dense.getSplatValue<Attribute>()));
-    return Value();
-  };
+  // A splat (a vector constant, a broadcast scalar) is formed again where it is read.
   auto isSplat = [](Operation *op) {
+    if (!op)
+      return false;
     if (auto splat = dyn_cast<vector::BroadcastOp>(op))
       return !isa<VectorType>(splat.getSource().getType());
     auto c = dyn_cast<arith::ConstantOp>(op);
     return c && isa<SplatElementsAttr>(c.getValue());
+  };
+  // The scalar of a splat `v`: the broadcast's operand, or its constant made by `nb`.
+  auto splatScalar = [](Value v, OpBuilder &nb) -> Value {
+    if (auto splat = v.getDefiningOp<vector::BroadcastOp>())
+      return splat.getSource();
+    auto c = v.getDefiningOp<arith::ConstantOp>();
+    return arith::ConstantOp::create(
+        nb, c.getLoc(), cast<TypedAttr>(cast<SplatElementsAttr>(c.getValue()).getSplatValue<Attribute>()));
   };
 
   // One linalg.generic for the run, after its last op.
@@ -269,7 +267,7 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
     for (Operation *op : ops) {
       for (Value operand : op->getOperands()) {
         Operation *def = operand.getDefiningOp();
-        if (isVector(operand) && !inRun.contains(def) && !(def && isSplat(def)))
+        if (isVector(operand) && !inRun.contains(def) && !isSplat(def))
           read.insert(operand);
       }
       if (auto store = dyn_cast<vector::StoreOp>(op)) {
@@ -301,7 +299,6 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
     if (outputs.empty())
       return success();
     SmallVector<AffineMap> maps(inputs.size() + outputs.size(), identity);
-    LogicalResult built = success();
     linalg::GenericOp::create(
         b, loc, TypeRange{}, inputs, outputs, maps, {utils::IteratorType::parallel}, "", "",
         [&](OpBuilder &nb, Location l, ValueRange args) {
@@ -311,20 +308,11 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
           auto scalarOf = [&](Value v) {
             if (Value s = m.lookupOrNull(v))
               return s;
-            if (isVector(v))
-              if (Value s = splatScalar(v, nb))
-                return s;
-            return v;
+            return isVector(v) && isSplat(v.getDefiningOp()) ? splatScalar(v, nb) : v;
           };
           for (Operation *op : ops) {
             if (isa<vector::StoreOp>(op))
               continue;
-            if (op->getNumRegions() != 0 ||
-                !isa<arith::ArithDialect, math::MathDialect>(op->getDialect())) {
-              built = op->emitOpError("spectra-map-tiles-to-gpu: not an elementwise arith or "
-                                      "math op, which the GPU schedule spreads over threads");
-              continue;
-            }
             OperationState state(l, op->getName());
             for (Value operand : op->getOperands())
               state.addOperands(scalarOf(operand));
@@ -339,7 +327,7 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
             yields.push_back(scalarOf(v));
           linalg::YieldOp::create(nb, l, yields);
         });
-    return built;
+    return success();
   };
 
   for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
@@ -362,7 +350,7 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
         return failure();
       b.setInsertionPoint(&op);
       Value tile = tileOf.lookup(v);
-      if (!tile && v.getDefiningOp() && isSplat(v.getDefiningOp())) {
+      if (!tile && isSplat(v.getDefiningOp())) {
         auto vt = cast<VectorType>(v.getType());
         tile = newTile(MemRefType::get(vt.getShape(), vt.getElementType()));
         linalg::FillOp::create(b, loc, ValueRange{splatScalar(v, b)}, ValueRange{tile});
@@ -384,7 +372,8 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
             linalg::YieldOp::create(nb, l,
                                     ValueRange{arith::AddFOp::create(nb, l, args[1], args[0])});
           });
-      Value sum = memref::LoadOp::create(b, loc, total, ValueRange{idx(0)});
+      Value sum = memref::LoadOp::create(
+          b, loc, total, ValueRange{arith::ConstantIndexOp::create(b, loc, 0)});
       reduction.getResult().replaceAllUsesWith(sum);
       dead.push_back(&op);
       continue;
@@ -393,8 +382,16 @@ LogicalResult vectorsToTiles(func::FuncOp fn) {
       dead.push_back(&op);
       continue;
     }
-    bool vectorOp = isa<vector::StoreOp>(op) || llvm::any_of(op.getResults(), isVector);
-    if (vectorOp) {
+    if (llvm::any_of(op.getResults(), isVector)) {
+      // Cloned entry by entry into its run's generic (flush).
+      if (op.getNumRegions() != 0 || !isa<arith::ArithDialect, math::MathDialect>(op.getDialect()))
+        return op.emitOpError("spectra-map-tiles-to-gpu: not an elementwise arith or math op, "
+                              "which the GPU schedule spreads over threads");
+      run.push_back(&op);
+      dead.push_back(&op);
+      continue;
+    }
+    if (isa<vector::StoreOp>(op)) {
       run.push_back(&op);
       dead.push_back(&op);
       continue;

@@ -247,9 +247,8 @@ private:
         Value out = op->getOperand(o);
         // A whole vector into a row of a kernel argument (out, dq, dk, dv): written once and
         // read by the next kernel or LibTorch, so it streams past the caches (no read for
-        // ownership, and the tiles, W and the summaries stay cached).
-        // Its rows start on the vector's bytes (their f32 width a multiple of the lanes) when
-        // the caller aligns the argument: the kernel's ABI asks it to (aligned=...).
+        // ownership; the tiles, W and the summaries stay cached). The store needs the row on
+        // the vector's bytes, which the kernel's ABI asks of the caller (aligned=...).
         BlockArgument arg = streamedArgument(op, out);
         bool stream = arg && w == VL;
         if (stream)
@@ -270,9 +269,9 @@ private:
     return success();
   }
 
-  /// The kernel argument `operand` is a row of, where it is an f32 [N, W] argument whose
-  /// rows span whole vectors (W a multiple of the lanes): out, dq, dk, dv; null otherwise.
-  BlockArgument streamedArgument(linalg::GenericOp op, Value operand) {
+  /// The row window `operand` is of a row kernel's [N, W] argument (q, k, v, out, dq, ...,
+  /// W static), or null.
+  memref::SubViewOp rowOfArgument(linalg::GenericOp op, Value operand) {
     auto row = operand.getDefiningOp<memref::SubViewOp>();
     auto fn = op->getParentOfType<func::FuncOp>();
     if (!row || !fn || !fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr))
@@ -280,10 +279,21 @@ private:
     auto arg = dyn_cast<BlockArgument>(row.getSource());
     auto type = cast<MemRefType>(row.getSource().getType());
     if (!arg || arg.getOwner() != &fn.getBody().front() || type.getRank() != 2 ||
-        !type.isDynamicDim(0) || type.isDynamicDim(1) || !type.getElementType().isF32() ||
-        type.getDimSize(1) % VL != 0 || !type.getLayout().isIdentity())
+        !type.isDynamicDim(0) || type.isDynamicDim(1) || !type.getElementType().isIntOrFloat())
       return {};
-    return arg;
+    return row;
+  }
+  /// The argument whose row `operand` is, where its f32 rows span whole vectors (W a multiple
+  /// of the lanes): the outputs written with streaming stores; null otherwise.
+  BlockArgument streamedArgument(linalg::GenericOp op, Value operand) {
+    memref::SubViewOp row = rowOfArgument(op, operand);
+    if (!row)
+      return {};
+    auto type = cast<MemRefType>(row.getSource().getType());
+    if (!type.getElementType().isF32() || type.getDimSize(1) % VL != 0 ||
+        !type.getLayout().isIdentity())
+      return {};
+    return cast<BlockArgument>(row.getSource());
   }
   /// Records on the kernel that argument `arg` is written with streaming stores.
   void recordStreamed(linalg::GenericOp op, BlockArgument arg) {
@@ -303,16 +313,12 @@ private:
   /// at the end) is prefetched line by line, so its lines arrive while this tile computes.
   /// Without it the staging copies waited on memory: 4-6% of kv and readout.
   void prefetchNextTile(linalg::GenericOp op, Value operand) {
-    auto row = operand.getDefiningOp<memref::SubViewOp>();
+    memref::SubViewOp row = rowOfArgument(op, operand);
     if (!row)
       return;
-    auto arg = dyn_cast<BlockArgument>(row.getSource());
-    auto fn = op->getParentOfType<func::FuncOp>();
     auto type = cast<MemRefType>(row.getSource().getType());
-    auto tileRows = fn ? fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr) : IntegerAttr();
-    if (!arg || !tileRows || arg.getOwner() != &fn.getBody().front() || type.getRank() != 2 ||
-        !type.isDynamicDim(0) || type.isDynamicDim(1) || !type.getElementType().isIntOrFloat())
-      return;
+    auto tileRows =
+        op->getParentOfType<func::FuncOp>()->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr);
     Value src = row.getSource();
     Value at = getValueOrCreateConstantIndexOp(b, loc, row.getMixedOffsets()[0]);
     Value last = arith::SubIOp::create(b, loc, memref::DimOp::create(b, loc, src, 0), idx(1));
