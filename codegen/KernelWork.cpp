@@ -106,7 +106,19 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
       c.other += times * double(unmarkedExtra);
     return;
   }
-  if (isa<vector::ShuffleOp, vector::ExtractOp, vector::InsertOp>(op)) {
+  if (auto shuffle = dyn_cast<vector::ShuffleOp>(op)) {
+    // A shuffle of one narrower vector that keeps its lanes in place widens it (its lanes
+    // are the low part of the wider register; the shuffle that reads it absorbs it).
+    auto source = shuffle.getV1VectorType();
+    bool widening = shuffle.getV1() == shuffle.getV2() && source.getRank() == 1 &&
+                    source.getNumElements() < shuffle.getResultVectorType().getNumElements();
+    for (auto [lane, from] : llvm::enumerate(shuffle.getMask()))
+      widening = widening && (int64_t(lane) >= source.getNumElements() || from == int64_t(lane));
+    if (!widening)
+      c.other += times;
+    return;
+  }
+  if (isa<vector::ExtractOp, vector::InsertOp>(op)) {
     c.other += times;
     return;
   }

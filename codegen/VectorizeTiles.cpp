@@ -489,10 +489,12 @@ private:
     // group's as it completes (foldRows), so one vector per output holds the group's results,
     // row r in lane r, combined into the output with one vector load and store where the
     // output is contiguous along the rows. A row's own lane tree (log2 VL shuffles and ops,
-    // an extract, a scalar load, op and store) becomes 3 (VL - 1) / VL operations.
+    // an extract, a scalar load, op and store) becomes 3 (VL - 1) / VL operations. A row
+    // that ends in part of a vector (SGQ's 65 features) folds its tail into its accumulator
+    // first: the tail's r lanes padded with the identity to VL (one blend) and combined.
     const int64_t rows = shape[0], n = shape[1];
-    const int64_t grouped = n % VL == 0 && n > 0 && VL >= 2 && llvm::isPowerOf2_64(VL) &&
-                                    !kinds.empty() && rows >= VL
+    const int64_t grouped = n > 0 && VL >= 2 && llvm::isPowerOf2_64(VL) && !kinds.empty() &&
+                                    rows >= VL
                                 ? rows - rows % VL
                                 : 0;
     // Row i's accumulators over its first `bound` columns, whole vectors (bound % VL == 0).
@@ -503,6 +505,39 @@ private:
       return loop(0, bound, VL, init, [&](Value j0, ValueRange carried) {
         return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
       });
+    };
+    // Row i's accumulators over all n columns, VL lanes: the whole vectors, then the tail's
+    // lanes (n % VL of them) combined into lanes 0 .. n % VL - 1.
+    auto wholeRow = [&](Value i) {
+      const int64_t full = n - n % VL, tail = n % VL;
+      SmallVector<Value> acc = rowAccumulators(i, full);
+      if (tail == 0)
+        return acc;
+      // The tail's own accumulators start at -0 for a sum (x + -0 is x for every x, so the
+      // add folds away; +0 would not fold, as -0 + 0 is +0) and -inf for a maximum.
+      SmallVector<Value> init;
+      for (vector::CombiningKind kind : kinds)
+        init.push_back(splat(kind == vector::CombiningKind::ADD
+                                 ? arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-0.0f))
+                                       .getResult()
+                                 : identity(kind),
+                             tail));
+      SmallVector<Value> part = reductionStep(op, reduced, {i, idx(full)}, 1, tail, init);
+      // Lanes 0 .. tail - 1 from the tail (widened by a shuffle of itself), the rest from
+      // the identity: LLVM makes the two shuffles one blend.
+      SmallVector<int64_t> widen(VL, 0), blend;
+      for (int64_t t = 0; t < VL; ++t) {
+        if (t < tail)
+          widen[t] = t;
+        blend.push_back(t < tail ? t : VL + t);
+      }
+      for (unsigned k = 0; k < kinds.size(); ++k) {
+        Value wide = vector::ShuffleOp::create(b, loc, part[k], part[k], widen);
+        Value padded =
+            vector::ShuffleOp::create(b, loc, wide, splat(identity(kinds[k]), VL), blend);
+        acc[k] = combine(kinds[k], acc[k], padded);
+      }
+      return acc;
     };
     auto rowOf = [&](Value i0, int64_t r) -> Value {
       return r == 0 ? i0 : arith::AddIOp::create(b, loc, i0, idx(r)).getResult();
@@ -517,7 +552,7 @@ private:
         // Pending folds: (level, accumulators), level s holding 2^s rows.
         SmallVector<std::pair<int64_t, SmallVector<Value>>> pending;
         for (int64_t r = 0; r < VL; ++r) {
-          SmallVector<Value> acc = rowAccumulators(rowOf(i0, r), n);
+          SmallVector<Value> acc = wholeRow(rowOf(i0, r));
           int64_t level = 0;
           while (!pending.empty() && pending.back().first == level) {
             for (unsigned k = 0; k < kinds.size(); ++k)
@@ -685,6 +720,58 @@ private:
             epilogueAt(done, rowAt[r], colAt[v], w, reads);
         }
     };
+    // A few columns past the last whole vector (SGQ's 65th feature at 16 lanes) as dot
+    // products along k: a register tile spends K FMAs of one narrow vector per row on them,
+    // and a broadcast of A for each; here each row takes K / VL FMAs per column on A's row
+    // and B's column (its K entries gathered into vectors once per contraction), and the
+    // rows' lane sums are taken together (sumLanes).
+    const int64_t tailW = N % VL;
+    const bool dotTail = tailW > 0 && plainA && K % VL == 0 && llvm::isPowerOf2_64(VL) &&
+                         tailW * (K / VL + 4) < K;
+    Type element = cast<MemRefType>(B.getType()).getElementType();
+    SmallVector<SmallVector<Value>> tailColumns;  // [tail column][chunk of k]
+    if (dotTail)
+      for (int64_t c = 0; c < tailW; ++c) {
+        Value col = idx(N - tailW + c);
+        SmallVector<Value> column;
+        for (int64_t k0 = 0; k0 < K; k0 += VL) {
+          SmallVector<Value> entries;
+          for (int64_t l = 0; l < VL; ++l)
+            entries.push_back(memref::LoadOp::create(b, loc, B, ValueRange{idx(k0 + l), col}));
+          column.push_back(vector::FromElementsOp::create(b, loc, vec(VL, element), entries));
+        }
+        tailColumns.push_back(column);
+      }
+    auto dotTailTile = [&](Value row0, int64_t rows) {
+      Value col0 = idx(N - tailW);
+      SmallVector<Value> rowAt, products;
+      for (int64_t r = 0; r < rows; ++r) {
+        rowAt.push_back(arith::AddIOp::create(b, loc, row0, idx(r)));
+        SmallVector<Value> aRow;
+        for (int64_t k0 = 0; k0 < K; k0 += VL)
+          aRow.push_back(vload(A, {rowAt[r], idx(k0)}, VL));
+        for (int64_t c = 0; c < tailW; ++c) {
+          Value acc = arith::MulFOp::create(b, loc, aRow[0], tailColumns[c][0]);
+          for (size_t j = 1; j < aRow.size(); ++j)
+            acc = vector::FMAOp::create(b, loc, aRow[j], tailColumns[c][j], acc);
+          products.push_back(acc);
+        }
+      }
+      SmallVector<Value> sums = sumLanes(products, VL);
+      EpilogueReads reads;
+      for (int64_t r = 0; r < rows; ++r) {
+        ArrayRef<Value> row = ArrayRef<Value>(sums).slice(r * tailW, tailW);
+        Value done = tailW == 1
+                         ? splat(row[0], 1)
+                         : vector::FromElementsOp::create(b, loc, vec(tailW, element), row).getResult();
+        if (!zeroOutput)
+          done = arith::AddFOp::create(b, loc, vload(C, {rowAt[r], col0}, tailW), done);
+        if (!epilogue || epilogue->storeOutput)
+          vstore(done, C, {rowAt[r], col0});
+        if (epilogue)
+          epilogueAt(done, rowAt[r], col0, tailW, reads);
+      }
+    };
     // Full column blocks of NR in a loop, the remaining columns once (full vectors and a tail).
     auto rowBlock = [&](Value row0, int64_t rows) {
       int64_t fullCols = N - N % NR;
@@ -693,8 +780,10 @@ private:
           tile(row0, rows, col0, SmallVector<int64_t>(NV, VL));
           return SmallVector<Value>();
         });
-      if (N % NR)
-        tile(row0, rows, idx(fullCols), widths(N % NR, VL));
+      if (int64_t rest = N % NR - (dotTail ? tailW : 0))
+        tile(row0, rows, idx(fullCols), widths(rest, VL));
+      if (dotTail)
+        dotTailTile(row0, rows);
     };
     int64_t fullRows = M - M % MR;
     if (fullRows > 0)

@@ -557,3 +557,82 @@ func.func @row_groups(%x: memref<20x16xf32>, %sums: memref<20xf32>, %maxs: memre
   }
   return
 }
+
+// -----
+
+// Tests that rows which end in part of a vector (19 columns at 8 lanes: two whole vectors
+// and 3 lanes, as SGQ's 65 features end at 16) are reduced in groups too: each row's tail
+// is loaded as a vector<3>, widened, blended with the identity into lanes 0..2 (0 for a sum,
+// -inf for a maximum) and combined with the row's accumulator before the fold, with no lane
+// tree per row. The numbers are checked by the unit tests at m = 17 and 130 (FusedCpu,
+// Numerics) at 16 and 8 lanes.
+#t_full = affine_map<(i, j) -> (i, j)>
+#t_row = affine_map<(i, j) -> (i)>
+// CHECK-LABEL: func.func @row_groups_with_tails(
+// CHECK-SAME: %[[X:.*]]: memref<8x19xf32>, %[[SUMS:.*]]: memref<8xf32>, %[[MAXS:.*]]: memref<8xf32>)
+// CHECK-DAG: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8xf32>
+// CHECK-DAG: %[[NINF:.*]] = arith.constant dense<0xFF800000> : vector<8xf32>
+// CHECK: %[[ROW:.*]]:2 = scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>)
+// The tail's accumulators start at the identity (-0 for the sum), so its first step folds
+// away and the loaded tail is widened as it is, once for both outputs.
+// CHECK: %[[TAIL:.*]] = vector.load %[[X]][%{{.*}}, %c16] : memref<8x19xf32>, vector<3xf32>
+// CHECK-NEXT: %[[WS:.*]] = vector.shuffle %[[TAIL]], %[[TAIL]] [0, 1, 2, 0, 0, 0, 0, 0] : vector<3xf32>, vector<3xf32>
+// CHECK-NEXT: %[[PS:.*]] = vector.shuffle %[[WS]], %[[ZERO]] [0, 1, 2, 11, 12, 13, 14, 15] : vector<8xf32>, vector<8xf32>
+// CHECK-NEXT: arith.addf %[[ROW]]#0, %[[PS]] : vector<8xf32>
+// CHECK-NEXT: %[[PM:.*]] = vector.shuffle %[[WS]], %[[NINF]] [0, 1, 2, 11, 12, 13, 14, 15] : vector<8xf32>, vector<8xf32>
+// CHECK-NEXT: arith.maximumf %[[ROW]]#1, %[[PM]] : vector<8xf32>
+// CHECK-NOT: vector.reduction
+// CHECK: vector.shuffle {{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK-NOT: vector.reduction
+// CHECK: vector.store %{{.*}}, %[[SUMS]][%c0] : memref<8xf32>, vector<8xf32>
+// CHECK: vector.store %{{.*}}, %[[MAXS]][%c0] : memref<8xf32>, vector<8xf32>
+// CHECK-NOT: vector.reduction
+// CHECK: return
+func.func @row_groups_with_tails(%x: memref<8x19xf32>, %sums: memref<8xf32>, %maxs: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#t_full, #t_row, #t_row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<8x19xf32>) outs(%sums, %maxs : memref<8xf32>, memref<8xf32>) {
+  ^bb0(%v: f32, %s: f32, %m: f32):
+    %a = arith.addf %v, %s : f32
+    %b = arith.maximumf %v, %m : f32
+    linalg.yield %a, %b : f32, f32
+  }
+  return
+}
+
+// -----
+
+// Tests that a contraction whose columns end one past a whole vector (17 at 8 lanes, as SGQ's
+// 65 features at 16) forms that column as dot products along k: B's column is gathered into
+// K / 8 = 4 vectors once, each row takes one multiply and 3 FMAs on its own row of A, and the
+// two rows' lane sums are folded together and stored as one-lane vectors. The first 16
+// columns keep the 2 x 2 register tile; no one-lane FMA is left.
+#dt_a = affine_map<(m, n, k) -> (m, k)>
+#dt_b = affine_map<(m, n, k) -> (k, n)>
+#dt_c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @dot_tail(
+// CHECK-SAME: %[[A:.*]]: memref<4x32xf32>, %[[B:.*]]: memref<32x17xf32>, %[[C:.*]]: memref<4x17xf32>)
+// CHECK-COUNT-4: vector.from_elements {{.*}} : vector<8xf32>
+// CHECK-NOT: vector<1xf32>
+// CHECK: scf.for %[[R0:.*]] = %c0 to %c4 step %c2 {
+// CHECK: scf.for {{.*}} -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CHECK: %[[A0:.*]] = vector.load %[[A]][%[[R0]], %c0] : memref<4x32xf32>, vector<8xf32>
+// CHECK: %[[P0:.*]] = arith.mulf %[[A0]], %{{.*}} : vector<8xf32>
+// CHECK-COUNT-3: vector.fma {{.*}} : vector<8xf32>
+// CHECK: arith.mulf
+// CHECK-COUNT-3: vector.fma {{.*}} : vector<8xf32>
+// CHECK: vector.shuffle {{.*}} [0, 1, 2, 3, 8, 9, 10, 11]
+// CHECK-NOT: vector.fma
+// CHECK: vector.store %{{.*}}, %[[C]][%[[R0]], %c16] : memref<4x17xf32>, vector<1xf32>
+// CHECK: vector.store %{{.*}}, %[[C]][%{{.*}}, %c16] : memref<4x17xf32>, vector<1xf32>
+// CHECK-NOT: vector.fma {{.*}} : vector<1xf32>
+// CHECK: return
+func.func @dot_tail(%A: memref<4x32xf32>, %B: memref<32x17xf32>, %C: memref<4x17xf32>) {
+  linalg.generic {indexing_maps = [#dt_a, #dt_b, #dt_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x32xf32>, memref<32x17xf32>) outs(%C : memref<4x17xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}

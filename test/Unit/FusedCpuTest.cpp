@@ -287,10 +287,11 @@ namespace {
 
 /// Gradients of the fused kernels (autograd Function over the compiler-built
 /// backward) against autograd of the float64 reference.
-void expectGradientsMatch(FusedCpuAttention &fused, const std::string &what, double tol = 2e-3) {
+void expectGradientsMatch(FusedCpuAttention &fused, const std::string &what, double tol = 2e-3,
+                          const Case &c = makeCase(0.7, 5)) {
   const Descriptor &desc = fused.descriptor();
-  Case c = makeCase(0.7, 5);
-  torch::Tensor probe = torch::randn({2, 2, 12, 5}, torch::kFloat64);
+  torch::Tensor probe =
+      torch::randn({c.q.size(0), c.q.size(1), c.q.size(2), c.v.size(3)}, torch::kFloat64);
   auto grads = [&](bool useFused) {
     torch::Tensor q = c.q.clone().set_requires_grad(true), k = c.k.clone().set_requires_grad(true),
                   v = c.v.clone().set_requires_grad(true);
@@ -319,6 +320,36 @@ void expectGradientsMatch(FusedCpuAttention &fused, const std::string &what, dou
       scale = std::max(scale, 1e-3 * factorScale);
     EXPECT_LT(maxAbs(fusedGrads[i].to(torch::kFloat64) - refGrads[i]), tol * (scale + 1e-6))
         << what << " " << (i < 3 ? names[i] : "d(learnable factor)") << " #" << i;
+  }
+}
+
+// A few features past the last whole vector at d = 32 (SGQ's 65 at 8 and 16 lanes, m = 66 and
+// 67): the vector stage forms their logits as dot products along d (VectorizeTiles'
+// dotTail) and folds each row's tail into the row groups of its reductions. m = 72 at 16
+// lanes (8 past 64) keeps the register tile. Rows past a whole tile, and masked keys.
+TEST(FusedCpuBackward, FeatureTailsAtAFullHead) {
+  torch::manual_seed(11);
+  Case c{torch::randn({2, 2, 45, 32}, torch::kFloat64) * 0.3,
+         torch::randn({2, 2, 38, 32}, torch::kFloat64) * 0.3,
+         torch::randn({2, 2, 38, 32}, torch::kFloat64), torch::ones({2, 38}, torch::kBool)};
+  c.mask.index_put_({1, torch::indexing::Slice(33)}, false);
+  for (auto [variant, m] : std::vector<std::pair<const char *, int64_t>>{
+           {"posrf-sgq", 65}, {"saderf-sgq", 65}, {"posrf-mm", 66}, {"oprf-mm", 67},
+           {"posrf-mm", 72}}) {
+    VariantConfig config;
+    config.m = m;
+    config.d = 32;
+    FusedCpuAttention fused(variant, config);
+    std::string what = std::string(variant) + " m=" + std::to_string(m);
+    const Descriptor &desc = fused.descriptor();
+    ASSERT_EQ(desc.numFeatures(), m) << what;
+    Weights w64 = WeightFactory(desc).draw(desc.seed);
+    torch::Tensor truth = ReferenceFeatureMap(desc).attention(c.q, c.k, c.v, w64, c.mask);
+    FusedForward out = fused.forward(c.q.to(torch::kFloat32), c.k.to(torch::kFloat32),
+                                     c.v.to(torch::kFloat32),
+                                     WeightFactory(desc).draw(desc.seed, torch::kFloat32), c.mask);
+    EXPECT_LT(maxAbs(out.out.to(torch::kFloat64) - truth), 2e-5 * maxAbs(truth)) << what;
+    expectGradientsMatch(fused, what, 2e-4, c);
   }
 }
 
