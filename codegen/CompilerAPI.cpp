@@ -423,9 +423,11 @@ extern "C" const char *spectra_gpu_mma_mode(void) {
 }
 
 extern "C" const char *spectra_cpu_host_target(void) {
-  static const std::string target = llvm::sys::getProcessTriple() + "-" +
-                                    llvm::sys::getHostCPUName().str() + "-vl" +
-                                    std::to_string(sp::hostVectorWidth());
+  // The FMAs in flight choose the register tiles (SPECTRA_CPU_FMA_CHAINS may override them).
+  static const std::string target =
+      llvm::sys::getProcessTriple() + "-" + llvm::sys::getHostCPUName().str() + "-vl" +
+      std::to_string(sp::hostVectorWidth()) + "-fma" +
+      std::to_string(sp::hostFmaChains(sp::hostVectorWidth()));
   return target.c_str();
 }
 
@@ -661,9 +663,9 @@ extern "C" char *spectra_cpu_work_variant(const char *variant, int64_t m, int64_
     return fail(error, "could not link the built-in library:\n" + ctx.diagnostics);
   // The JIT's options up to the vector stage.
   sp::CpuPipelineOptions pipeline;
+  sp::setHostTarget(pipeline);
   pipeline.valueDim = dv;
   pipeline.causal = causal != 0;
-  pipeline.vectorWidth = sp::hostVectorWidth();
   PassManager pm(&ctx.context);
   sp::buildCpuPipeline(pm, pipeline, sp::CpuStage::Vectors);
   if (failed(pm.run(*module)))

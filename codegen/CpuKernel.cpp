@@ -29,12 +29,22 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/MC/MCInstrInfo.h"
+#include "llvm/MC/MCSchedule.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <string>
 
 using namespace mlir;
@@ -79,10 +89,94 @@ bool mlir::spectra::hostHasAvx2() {
   return llvm::sys::getHostCPUFeatures().lookup("avx2");
 }
 
+std::optional<CpuFmaTiming> mlir::spectra::cpuFmaTiming(llvm::StringRef cpu, int64_t vectorWidth) {
+  const char *name = vectorWidth == 4    ? "VFMADD231PSr"
+                     : vectorWidth == 8  ? "VFMADD231PSYr"
+                     : vectorWidth == 16 ? "VFMADD231PSZr"
+                                         : nullptr;
+  llvm::Triple triple(llvm::sys::getProcessTriple());
+  if (!name || !triple.isX86())
+    return std::nullopt;
+  static std::once_flag initialised;
+  std::call_once(initialised, [] { llvm::InitializeNativeTarget(); });
+  std::string error;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!target)
+    return std::nullopt;
+  std::unique_ptr<llvm::MCInstrInfo> instrs(target->createMCInstrInfo());
+  // An unknown name is refused before the subtarget is made (which would warn on stderr).
+  std::unique_ptr<llvm::MCSubtargetInfo> generic(target->createMCSubtargetInfo(triple, "", ""));
+  if (!instrs || !generic || !generic->isCPUStringValid(cpu))
+    return std::nullopt;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(target->createMCSubtargetInfo(triple, cpu, ""));
+  if (!subtarget)
+    return std::nullopt;
+  const llvm::MCSchedModel &model = subtarget->getSchedModel();
+  if (!model.hasInstrSchedModel())
+    return std::nullopt;
+  for (unsigned opcode = 0; opcode < instrs->getNumOpcodes(); ++opcode) {
+    if (instrs->getName(opcode) != name)
+      continue;
+    const llvm::MCSchedClassDesc *sched =
+        model.getSchedClassDesc(instrs->get(opcode).getSchedClass());
+    if (!sched || !sched->isValid() || sched->isVariant())
+      return std::nullopt;
+    CpuFmaTiming timing;
+    timing.instruction = name;
+    timing.latency = llvm::MCSchedModel::computeInstrLatency(*subtarget, *sched);
+    timing.reciprocalThroughput = llvm::MCSchedModel::getReciprocalThroughput(*subtarget, *sched);
+    if (timing.latency <= 0 || !(timing.reciprocalThroughput > 0))
+      return std::nullopt;
+    timing.chains =
+        int64_t(std::ceil(double(timing.latency) / timing.reciprocalThroughput - 1e-9));
+    return timing;
+  }
+  return std::nullopt;
+}
+
+int64_t mlir::spectra::hostFmaChains(int64_t vectorWidth) {
+  if (const char *forced = std::getenv("SPECTRA_CPU_FMA_CHAINS"); forced && *forced) {
+    char *end = nullptr;
+    long chains = std::strtol(forced, &end, 10);
+    if (*end == '\0' && chains >= 1 && chains <= 64)
+      return chains;
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      llvm::errs() << "spectra: ignoring SPECTRA_CPU_FMA_CHAINS='" << forced
+                   << "' (takes 1 to 64)\n";
+    });
+  }
+  static std::mutex mutex;
+  static llvm::DenseMap<int64_t, int64_t> chains;  // by vector width
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = chains.try_emplace(vectorWidth, 0);
+  if (inserted)
+    if (std::optional<CpuFmaTiming> timing = cpuFmaTiming(llvm::sys::getHostCPUName(), vectorWidth))
+      it->second = timing->chains;
+  return it->second;
+}
+
+CpuRegisterTile mlir::spectra::cpuRegisterTile(int64_t vectorWidth, int64_t vectors,
+                                               int64_t fmaChains) {
+  CpuRegisterTile tile{cpuRegisterRows(vectorWidth), 32};
+  if (vectors >= 1 && fmaChains > tile.rows * vectors) {
+    // The accumulators, B's vectors and A's broadcast in the register file (AVX-512's 32
+    // registers at 16 lanes, 16 below).
+    int64_t registers = vectorWidth >= 16 ? 32 : 16;
+    tile.rows = std::max(tile.rows, (registers - vectors - 1) / vectors);
+  }
+  if (tile.tileRows % tile.rows != 0) {
+    int64_t step = std::lcm(tile.rows, std::max<int64_t>(vectorWidth, 1));
+    tile.tileRows = std::max(step, tile.tileRows / step * step);
+  }
+  return tile;
+}
+
 void mlir::spectra::setHostTarget(CpuPipelineOptions &options) {
   options.vectorWidth = hostVectorWidth();
   options.expScalef = hostHasAvx512();
   options.expTable = hostHasAvx2();
+  options.fmaChains = hostFmaChains(options.vectorWidth);
 }
 
 namespace mlir::spectra {
@@ -576,9 +670,11 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     SpectraBuildTileKernelsOptions tiles;
     tiles.valueDim = o.valueDim;
     // Causal: 0, the pass's choice by the head (spectra_cpu_causal_tile_rows).
-    tiles.tileRows = o.tileRows != 0  ? o.tileRows  // < 0: the tile kernels' error
-                     : o.causal       ? 0
-                                      : 32;
+    tiles.tileRows = o.tileRows != 0 ? o.tileRows  // < 0: the tile kernels' error
+                     : o.causal      ? 0
+                                     : cpuRegisterTile(o.vectorWidth, o.registerVectors,
+                                                       o.fmaChains)
+                                      .tileRows;
     tiles.causal = o.causal;
     tiles.paramsKernels = true;
     pm.addPass(createSpectraBuildTileKernels(tiles));
@@ -590,8 +686,12 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
   case CpuStage::Vectors: {
     SpectraVectorizeTilesOptions vectors;
     vectors.vectorWidth = o.vectorWidth;
+    // The causal kernels' 8- and 16-row tiles keep the width's register tile (6 rows there
+    // leave a narrow remainder: 10% slower on a Zen 2 core).
     vectors.registerRows =
-        o.registerRows > 0 ? int64_t(o.registerRows) : cpuRegisterRows(o.vectorWidth);
+        o.registerRows > 0 ? int64_t(o.registerRows)
+        : o.causal         ? cpuRegisterRows(o.vectorWidth)
+                           : cpuRegisterTile(o.vectorWidth, o.registerVectors, o.fmaChains).rows;
     vectors.registerVectors = o.registerVectors;
     // One strip of features at a time (a register tile's width): the chain's tiles in L1.
     if (o.stripFeatures) {

@@ -23,6 +23,8 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
 
+#include <optional>
+
 namespace mlir::spectra {
 
 /// The options of spectra-cpu-pipeline.
@@ -47,6 +49,14 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
   Option<int64_t> registerVectors{*this, "register-vectors",
                                   llvm::cl::desc("vectors per row of a register tile"),
                                   llvm::cl::init(2)};
+  Option<int64_t> fmaChains{
+      *this, "fma-chains",
+      llvm::cl::desc("vector FMAs a core must keep in flight to issue one on each of its FMA "
+                     "ports every cycle (latency / reciprocal throughput: hostFmaChains); where "
+                     "a register tile of register-rows 0 has fewer accumulators, the "
+                     "bidirectional kernels' tiles take as many rows as the vector registers "
+                     "hold (cpuRegisterTile). 0: the vector width's tile"),
+      llvm::cl::init(0)};
   Option<bool> expScalef{*this, "exp-scalef",
                          llvm::cl::desc("16-lane exps with AVX-512's vscalefps "
                                         "(spectra-polynomial-exp's scalef; for avx512f hosts)"),
@@ -74,6 +84,46 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
 /// (AVX2's 16 registers).
 int64_t cpuRegisterRows(int64_t vectorWidth);
 
+/// A contraction's register tile (rows of `vectors` vectors) and the kernels' row tile.
+struct CpuRegisterTile {
+  int64_t rows = 0;
+  int64_t tileRows = 0;
+};
+
+/// The bidirectional kernels' register tile at `vectorWidth` f32 lanes, `vectors` vectors per
+/// row, on a core that keeps `fmaChains` vector FMAs in flight (0: unknown):
+/// cpuRegisterRows(vectorWidth) rows, or where their accumulators are fewer than `fmaChains`
+/// (the contraction loops would wait on the FMA's latency), as many rows as the vector
+/// registers hold beside B's vectors and A's broadcast: 6 x 2 in AVX2's 16, where Zen 2's
+/// and Haswell's FMA takes 5 cycles at 2 a cycle (10 in flight; 4 x 2 holds 8). The row tile
+/// is 32, or where the rows do not divide it the largest multiple of both the rows and
+/// `vectorWidth` up to 32 (their least common multiple where that is larger): 24 for 6 rows
+/// at 8 lanes, so no rows are left for a narrower tile.
+CpuRegisterTile cpuRegisterTile(int64_t vectorWidth, int64_t vectors, int64_t fmaChains);
+
+/// vfmadd231ps at one vector width in LLVM's scheduling model of a CPU.
+struct CpuFmaTiming {
+  const char *instruction = "";  // the x86 opcode: VFMADD231PS{r,Yr,Zr} at 4, 8, 16 lanes
+  int latency = 0;               // cycles
+  double reciprocalThroughput = 0;  // cycles per instruction (0.5: two FMA ports)
+  int64_t chains = 0;            // ceil(latency / reciprocal throughput): FMAs in flight
+};
+
+/// The timing of vfmadd231ps at `vectorWidth` f32 lanes (4, 8 or 16) in LLVM's scheduling
+/// model of the x86 CPU `cpu` (znver2, skylake, ...); none on another architecture, for an
+/// unknown CPU or where the model has no figure for that width (a 512-bit FMA on a CPU without
+/// AVX-512).
+std::optional<CpuFmaTiming> cpuFmaTiming(llvm::StringRef cpu, int64_t vectorWidth);
+
+/// The vector FMAs this host's cores keep in flight at `vectorWidth` f32 lanes: the latency
+/// of vfmadd231ps on that register width over its reciprocal throughput, in LLVM's scheduling
+/// model of the host CPU (cpuFmaTiming: znver2 and haswell 10 at 8 lanes, znver3 and skylake
+/// 8), or
+/// SPECTRA_CPU_FMA_CHAINS when set (1-64; the tests choose a register tile with it). 0 where
+/// the model has no figure (another architecture, a width the CPU lacks). Part of the kernel
+/// cache key (spectra_cpu_host_target).
+int64_t hostFmaChains(int64_t vectorWidth);
+
 /// The stages of the CPU pipeline (--emit=tiles|vectors|llvm).
 enum class CpuStage { Tiles, Vectors, LLVM };
 
@@ -98,7 +148,8 @@ bool hostHasAvx512();
 bool hostHasAvx2();
 
 /// Sets spectra-cpu-pipeline's options for kernels run on this host (what the JIT compiles
-/// with): its vector width and the exp forms its instructions allow.
+/// with): its vector width, the exp forms its instructions allow and the FMAs its cores keep
+/// in flight (the register tiles).
 void setHostTarget(CpuPipelineOptions &options);
 
 /// The multiply by a coefficient that spectra-polynomial-exp's vscalefps form folds into a

@@ -1,5 +1,5 @@
 // RUN: spectra-opt %s -pass-pipeline='builtin.module(func.func(spectra-strip-tiles{strip=16}))' | FileCheck %s
-// RUN: spectra-compile --variant posrf-mm --emit=tiles | spectra-opt -pass-pipeline='builtin.module(func.func(spectra-strip-tiles{strip=16}))' | FileCheck %s --check-prefix=KV
+// RUN: spectra-compile --variant posrf-mm --fma-chains 0 --emit=tiles | spectra-opt -pass-pipeline='builtin.module(func.func(spectra-strip-tiles{strip=16}))' | FileCheck %s --check-prefix=KV
 
 // The compiled kv (m = 128): its logits, features and their epilogue's output, one strip each,
 // and the chain in a loop of 16-feature strips inside the row-tile loop.

@@ -238,6 +238,11 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
     EXPECT_NE(std::string(spectra_cpu_host_target()).find("-vl" + lanes), std::string::npos)
         << "the kernel cache key names the width";
   }
+  // The FMAs in flight choose the register tile, so the cache key names them too.
+  if (const char *chains = std::getenv("SPECTRA_CPU_FMA_CHAINS"); chains && *chains)
+    EXPECT_NE(std::string(spectra_cpu_host_target()).find(std::string("-fma") + chains),
+              std::string::npos)
+        << spectra_cpu_host_target();
 }
 
 TEST(FusedCpu, AComponentThatIgnoresTheNormCompilesWithItsBackward) {
@@ -813,7 +818,16 @@ TEST(FusedCpu, KernelWorkCountsTheContractionsAtTheHostWidth) {
   ASSERT_EQ(posrf.count("kv"), 1u);
   double width = posrf["kv"]["width"];
   ASSERT_TRUE(width == 4 || width == 8 || width == 16) << width;
-  const double product = 32.0 * 32 * 128 / width;  // one 32-row tile's m x d contraction
+  // 32-row tiles, or 24 where the host's FMAs in flight take a 6-row register tile
+  // (spectra-compile --host; ctest runs this suite again with SPECTRA_CPU_FMA_CHAINS=10).
+  double rows = posrf["kv"]["tile_rows"];
+  ASSERT_TRUE(rows == 32 || (rows == 24 && width <= 8)) << rows;
+  const char *chains = std::getenv("SPECTRA_CPU_FMA_CHAINS");
+  if (chains && *chains)
+    EXPECT_EQ(rows, std::atoi(chains) > (width >= 16 ? 16 : 8) ? 24 : 32) << chains;
+  for (auto &[kind, v] : posrf)
+    EXPECT_EQ(v["tile_rows"], rows) << kind;
+  const double product = rows * 32 * 128 / width;  // one tile's m x d contraction
   for (const char *kind : {"kv", "readout"}) {
     EXPECT_EQ(posrf[kind]["fma"], 2 * product) << kind;
     EXPECT_EQ(posrf[kind]["if_fma"], 0) << kind;
@@ -822,7 +836,7 @@ TEST(FusedCpu, KernelWorkCountsTheContractionsAtTheHostWidth) {
     EXPECT_EQ(posrf[kind]["fma"], 4 * product) << kind;
     EXPECT_EQ(posrf[kind]["if_fma"], product) << kind;  // dW, where W is learnable
   }
-  EXPECT_EQ(posrf["readout"]["exp"], 32 * 128 / width);
+  EXPECT_EQ(posrf["readout"]["exp"], rows * 128 / width);
   for (auto &[kind, v] : posrf) {
     EXPECT_EQ(v["exact"], 1) << kind;
     double bound = v["fma"] / (v["fma"] + v["exp"] * v["exp_ops"] + v["other"]);

@@ -43,6 +43,10 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <cstdlib>
+#include <optional>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -118,6 +122,22 @@ static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
                                              "with AVX2, 16 with AVX-512)"),
                                     cl::init(0), cl::cat(category));
+static cl::opt<int64_t> fmaChains(
+    "fma-chains",
+    cl::desc("CPU: vector FMAs a core keeps in flight, which size the register tiles (default: "
+             "the host's at the vector width, from LLVM's scheduling model; 0: the width's "
+             "default tile; --host prints them)"),
+    cl::init(-1), cl::cat(category));
+static cl::opt<bool> printHost(
+    "host",
+    cl::desc("print what the CPU kernels are compiled for on this host (vector width, exp "
+             "forms, the FMA's latency and throughput, the register tile) and exit; with "
+             "--cpu NAME, LLVM's model of that x86 CPU"),
+    cl::init(false), cl::cat(category));
+static cl::opt<std::string> cpuName("cpu",
+                                    cl::desc("with --host: an x86 CPU of LLVM's (znver2, "
+                                             "skylake, sapphirerapids, ...) in place of the host's"),
+                                    cl::init(""), cl::cat(category));
 static cl::opt<std::string> outputFile("o", cl::desc("output file (default: stdout)"),
                                        cl::value_desc("file"), cl::init("-"), cl::cat(category));
 static cl::opt<bool> list("list", cl::desc("list the variants and exit"), cl::init(false),
@@ -141,6 +161,51 @@ static void printVariants(llvm::raw_ostream &os) {
      << " in all).\n";
 }
 
+/// --host: the CPU target the JIT compiles for (or, with --cpu, LLVM's model of another CPU).
+static int printHostTarget(llvm::raw_ostream &os) {
+  namespace sp = mlir::spectra;
+  sp::CpuPipelineOptions options;
+  sp::setHostTarget(options);
+  if (vectorWidth > 0)
+    options.vectorWidth = vectorWidth;
+  std::string cpu = cpuName.empty() ? llvm::sys::getHostCPUName().str() : cpuName.getValue();
+  std::optional<sp::CpuFmaTiming> timing = sp::cpuFmaTiming(cpu, options.vectorWidth);
+  if (!cpuName.empty() && !timing && llvm::sys::getProcessTriple().find("x86") == 0 &&
+      !sp::cpuFmaTiming(cpu, 8))
+    return fail("LLVM's scheduling models have no vfmadd231ps for x86 CPU '" + cpu +
+                "' (not a CPU LLVM knows, or one without FMA; e.g. znver2, znver3, haswell, "
+                "skylake, sapphirerapids)");
+  int64_t chains = fmaChains >= 0        ? int64_t(fmaChains)
+                   : !cpuName.empty()    ? (timing ? timing->chains : 0)
+                   : vectorWidth > 0     ? sp::hostFmaChains(options.vectorWidth)
+                                         : options.fmaChains.getValue();
+  sp::CpuRegisterTile tile =
+      sp::cpuRegisterTile(options.vectorWidth, options.registerVectors, chains);
+  os << "cpu            " << cpu << (cpuName.empty() ? " (this host)" : " (LLVM's model)")
+     << ", " << llvm::sys::getProcessTriple() << "\n";
+  os << "vector width   " << options.vectorWidth << " f32 lanes"
+     << (cpuName.empty() ? (options.expScalef ? ", exps with vscalefps"
+                            : options.expTable ? ", exps from a table of 2^(j/8) (vpermd)"
+                                               : "")
+                         : "")
+     << "\n";
+  os << "fma            ";
+  if (timing)
+    os << timing->instruction << ": latency " << timing->latency << " cycles, "
+       << llvm::formatv("{0}", timing->reciprocalThroughput).str() << " cycles each, so " << timing->chains
+       << " in flight to keep the FMA ports busy";
+  else
+    os << "no figure in LLVM's scheduling model at this width";
+  if (fmaChains >= 0 || (cpuName.empty() && std::getenv("SPECTRA_CPU_FMA_CHAINS")))
+    os << " (taken as " << chains << ")";
+  os << "\n";
+  os << "register tile  " << tile.rows << " rows x " << options.registerVectors.getValue()
+     << " vectors = " << tile.rows * options.registerVectors << " accumulators, "
+     << tile.tileRows << "-row tiles (bidirectional kernels; the causal ones keep "
+     << sp::cpuRegisterRows(options.vectorWidth) << " rows)\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
@@ -156,6 +221,13 @@ int main(int argc, char **argv) {
     printVariants(llvm::outs());
     return 0;
   }
+  if (printHost)
+    return printHostTarget(llvm::outs());
+  if (!cpuName.empty())
+    return fail("--cpu names a CPU for --host only (the kernels are compiled for this host)");
+  if (fmaChains < -1)
+    return fail("--fma-chains takes 0 (the width's default tile) or more, got " +
+                llvm::Twine(int64_t(fmaChains)));
   static const std::vector<std::string> stages = {"spectra", "descriptor", "tiles", "vectors", "work",
                                                   "gpu",     "llvm",       "ptx",   "artifact"};
   if (!llvm::is_contained(stages, emit.getValue()))
@@ -294,8 +366,12 @@ int main(int argc, char **argv) {
       options.valueDim = valueDim;
       options.causal = causal;
       options.tileRows = tileRows > 0 ? tileRows.getValue() : 0;
-      if (vectorWidth > 0)
+      if (vectorWidth > 0) {
         options.vectorWidth = vectorWidth;
+        options.fmaChains = mlir::spectra::hostFmaChains(vectorWidth);
+      }
+      if (fmaChains >= 0)
+        options.fmaChains = fmaChains;
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
                                       : emit == "vectors" || emit == "work"
