@@ -118,10 +118,9 @@ std::optional<CpuFmaTiming> cpuFmaTiming(llvm::StringRef cpu, int64_t vectorWidt
 /// The vector FMAs this host's cores keep in flight at `vectorWidth` f32 lanes: the latency
 /// of vfmadd231ps on that register width over its reciprocal throughput, in LLVM's scheduling
 /// model of the host CPU (cpuFmaTiming: znver2 and haswell 10 at 8 lanes, znver3 and skylake
-/// 8), or
-/// SPECTRA_CPU_FMA_CHAINS when set (1-64; the tests choose a register tile with it). 0 where
-/// the model has no figure (another architecture, a width the CPU lacks). Part of the kernel
-/// cache key (spectra_cpu_host_target).
+/// 8), or SPECTRA_CPU_FMA_CHAINS when set (1-64; the tests choose a register tile with it). 0
+/// where the model has no figure (another architecture, a width the CPU lacks). Part of the
+/// kernel cache key (spectra_cpu_host_target).
 int64_t hostFmaChains(int64_t vectorWidth);
 
 /// The stages of the CPU pipeline (--emit=tiles|vectors|llvm).
