@@ -132,10 +132,19 @@ scf::ForallOp createNest(OpBuilder &b, Location loc, int64_t n) {
   return forall;
 }
 
+/// The share of a per-slice kernel's leading rows one block takes, where the kernel's blocks
+/// split them (rowsPerSlice): block `block` of the slice's runs each op on rows
+/// [block * rows, (block + 1) * rows) of its leading loop dimension only.
+struct RowSplit {
+  Value block;
+  int64_t rows = 0;
+};
+
 /// Distributes a linalg op on static tiles over the block's threads: a block-stride loop
 /// over its parallel iterations (delinearised), each running the op on the 1-sized window
-/// of those iterations (its reductions whole, in order, in one thread).
-LogicalResult distribute(linalg::LinalgOp op, int64_t threads) {
+/// of those iterations (its reductions whole, in order, in one thread). With `split`, only
+/// the block's rows of the leading (parallel) loop dimension.
+LogicalResult distribute(linalg::LinalgOp op, int64_t threads, const RowSplit *split = nullptr) {
   Location loc = op.getLoc();
   SmallVector<int64_t> ranges = op.getStaticLoopRanges();
   SmallVector<utils::IteratorType> iterators = op.getIteratorTypesArray();
@@ -155,18 +164,32 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads) {
     op->erase();
     return success();
   }
-  int64_t n = std::min(total, threads);
+  // The leading dimension is the outermost of the delinearisation, so a block's rows of it
+  // are one contiguous range of the linear iterations.
+  int64_t count = total;
+  if (split) {
+    if (parallel.empty() || parallel.front() != 0 || ranges[0] % split->rows != 0)
+      return op->emitOpError("spectra-map-tiles-to-gpu: a kernel whose blocks split the rows "
+                             "needs them the leading parallel dimension of every op, in whole "
+                             "shares of ")
+             << split->rows;
+    count = total / ranges[0] * split->rows;
+  }
+  int64_t n = std::min(count, threads);
   OpBuilder b(op);
   scf::ForallOp nest = createNest(b, loc, n);
   b.setInsertionPointToStart(nest.getBody());
   Value t = nest.getInductionVar(0);
   auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
   Value linear = t;
-  if (total > n) {
-    auto loop = scf::ForOp::create(b, loc, t, idx(total), idx(n));
+  if (count > n) {
+    auto loop = scf::ForOp::create(b, loc, t, idx(count), idx(n));
     b.setInsertionPointToStart(loop.getBody());
     linear = loop.getInductionVar();
   }
+  if (split)
+    linear = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, split->block, idx(count)), linear);
   SmallVector<Value> at(iterators.size());
   int64_t stride = total;
   for (unsigned d : parallel) {
@@ -195,6 +218,67 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads) {
   mlir::clone(b, op, TypeRange{}, operands);
   op->erase();
   return success();
+}
+
+/// How many rows of its leading dimension each block of a per-slice kernel takes, where the
+/// kernel's blocks can split them; 0 where they cannot. They can where the rows are
+/// independent: every op that touches memory is a linalg op whose leading loop dimension is
+/// parallel, of one extent R across the kernel, and indexes the leading dimension of each of
+/// its buffers (row r of an op reads and writes row r of every buffer, nothing else), and
+/// every window is a chunk (one index of a leading dimension, the rest whole), so row r of a
+/// window is row r of its buffer. The combines are such kernels: per feature, their partial
+/// sums' merge reads that feature's shares only. The share is the most rows, dividing R,
+/// whose elements fit the block's threads once (R / share blocks per slice).
+int64_t rowsPerSliceBlock(func::FuncOp tile, int64_t threads) {
+  int64_t extent = -1, inner = 1;
+  auto chunkWindow = [](memref::SubViewOp view) {
+    MemRefType source = view.getSourceType();
+    if (source.getRank() != view.getType().getRank() + 1 || view.getStaticSizes()[0] != 1)
+      return false;
+    for (int64_t d = 1; d < source.getRank(); ++d)
+      if (view.getStaticOffsets()[d] != 0 || view.getStaticSizes()[d] != source.getDimSize(d) ||
+          ShapedType::isDynamic(source.getDimSize(d)))
+        return false;
+    return true;
+  };
+  WalkResult r = tile.getBody().walk<WalkOrder::PreOrder>([&](Operation *op) {
+    if (auto linalgOp = dyn_cast<linalg::LinalgOp>(op)) {
+      SmallVector<int64_t> ranges = linalgOp.getStaticLoopRanges();
+      if (ranges.empty() || ShapedType::isDynamic(ranges[0]) ||
+          linalgOp.getIteratorTypesArray()[0] != utils::IteratorType::parallel ||
+          (extent >= 0 && ranges[0] != extent))
+        return WalkResult::interrupt();
+      extent = ranges[0];
+      int64_t total = 1;
+      for (int64_t x : ranges)
+        total *= x;
+      for (auto [x, it] : llvm::zip(ranges, linalgOp.getIteratorTypesArray()))
+        if (it != utils::IteratorType::parallel)
+          total /= x;
+      inner = std::max(inner, total / std::max<int64_t>(extent, 1));
+      for (OpOperand &operand : op->getOpOperands()) {
+        if (!isa<MemRefType>(operand.get().getType()))
+          continue;
+        AffineMap map = linalgOp.getMatchingIndexingMap(&operand);
+        if (map.getNumResults() == 0 || map.getResult(0) != getAffineDimExpr(0, op->getContext()))
+          return WalkResult::interrupt();
+      }
+      return WalkResult::skip();  // its body is scalar
+    }
+    if (auto view = dyn_cast<memref::SubViewOp>(op))
+      return chunkWindow(view) ? WalkResult::advance() : WalkResult::interrupt();
+    if (isa<memref::DimOp, memref::AllocaOp, scf::ForOp, scf::YieldOp, func::ReturnOp>(op) ||
+        isa<arith::ArithDialect>(op->getDialect()))
+      return WalkResult::advance();
+    return WalkResult::interrupt();
+  });
+  if (r.wasInterrupted() || extent <= 1)
+    return 0;
+  int64_t rows = 1;
+  for (int64_t d = 1; d <= extent; ++d)
+    if (extent % d == 0 && d * inner <= threads)
+      rows = d;
+  return rows < extent ? rows : 0;
 }
 
 /// The GPU schedule of a kernel's straight-line vector code (the params kernels,
@@ -509,8 +593,22 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   bool chunksFromPartials = o.partialChunks && rowGrid && partialArg >= 0 && tileRowsAttr;
   if (rowGrid && rowsArg < 0)
     return tile.emitOpError("spectra-map-tiles-to-gpu: a row kernel needs a rows argument");
-  // The grid: (chunk, slice), (slice) or (1). Its bounds are the only values computed
-  // outside the blocks; the blocks recompute what they need from the arguments.
+  // A per-slice (or one-block) kernel whose rows are independent (the combines) spreads
+  // them over blocks: one block per slice left most of a GPU idle while it merged every
+  // chunk's partial sums.
+  int64_t blockRows = 0, sliceBlocks = 1;
+  bool perSlice = grid.getValue() == "slices" || grid.getValue() == "one";
+  if (perSlice && rowsArg < 0) {
+    blockRows = rowsPerSliceBlock(tile, o.threads);
+    if (blockRows > 0) {
+      int64_t extent = 0;
+      tile.getBody().walk([&](linalg::LinalgOp op) { extent = op.getStaticLoopRanges()[0]; });
+      sliceBlocks = extent / blockRows;
+    }
+  }
+  // The grid: (chunk, slice), (row block, slice), (slice), (row block) or (1). Its bounds are the only
+  // values computed outside the blocks; the blocks recompute what they need from the
+  // arguments.
   auto gridOf = [&](OpBuilder &gb) -> SmallVector<OpFoldResult> {
     if (rowGrid) {
       Value n = memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 1);
@@ -522,9 +620,12 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
                     .getResult();
       return {chunks, OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 0))};
     }
+    if (grid.getValue() == "slices" && sliceBlocks > 1)
+      return {gb.getIndexAttr(sliceBlocks),
+              OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0))};
     if (grid.getValue() == "slices")
       return {OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0))};
-    return {gb.getIndexAttr(1)};
+    return {gb.getIndexAttr(sliceBlocks)};
   };
   SmallVector<OpFoldResult> bounds = gridOf(b);
   SmallVector<Attribute> mapping = {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX)};
@@ -539,8 +640,13 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   if (rowGrid) {
     chunk = blocks.getInductionVar(0);
     slice = blocks.getInductionVar(1);
+  } else if (grid.getValue() == "slices" && sliceBlocks > 1) {
+    chunk = blocks.getInductionVar(0);  // the block's share of the rows
+    slice = blocks.getInductionVar(1);
   } else if (grid.getValue() == "slices") {
     slice = blocks.getInductionVar(0);
+  } else if (sliceBlocks > 1) {
+    chunk = blocks.getInductionVar(0);  // one kernel's work (dW over the slices), split
   }
   Value first, rows;
   if (rowGrid) {
@@ -633,6 +739,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   fn->setAttr(kKernelChunkRowsAttr, b.getI64IntegerAttr(o.chunkRows));
   if (chunksFromPartials)
     fn->setAttr(kKernelChunksAttr, b.getStringAttr("partials"));
+  if (sliceBlocks > 1)
+    fn->setAttr(kKernelSliceBlocksAttr, b.getI64IntegerAttr(sliceBlocks));
 
   // Thread nests.
   // Thread nests; the contractions the tensor cores take, warp nests.
@@ -720,7 +828,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
                             t.zeroInit);
       continue;
     }
-    if (failed(distribute(op, o.threads)))
+    RowSplit rowSplit{chunk, blockRows};
+    if (failed(distribute(op, o.threads, sliceBlocks > 1 ? &rowSplit : nullptr)))
       return failure();
   }
   if (failed(serialiseScalarWrites(*blocks.getBody())))
@@ -1026,6 +1135,8 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
         description.insert({"tile_rows", rows.getInt()});
       if (auto chunks = fn->getAttrOfType<StringAttr>(kKernelChunksAttr))
         description.insert({"chunks", chunks.getValue()});
+      if (auto split = fn->getAttrOfType<IntegerAttr>(kKernelSliceBlocksAttr))
+        description.insert({"slice_blocks", split.getInt()});
       kernels.push_back(std::move(description));
     }
     for (gpu::GPUModuleOp m : modules)

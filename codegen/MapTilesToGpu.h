@@ -51,6 +51,10 @@ inline constexpr llvm::StringLiteral kKernelChunkRowsAttr = "spectra.chunk_rows"
 /// "partials" on a row kernel whose chunk count is its partial sums' second dimension (the
 /// chunk rows then ceil(N / C) rounded up to the tile rows; chunk_rows the host's smallest).
 inline constexpr llvm::StringLiteral kKernelChunksAttr = "spectra.chunks";
+/// On a per-slice kernel whose blocks split its rows (the combines): the blocks per slice,
+/// the grid's first dimension (the slices its second); on a one-block kernel (dW's merge
+/// over the slices), its blocks.
+inline constexpr llvm::StringLiteral kKernelSliceBlocksAttr = "spectra.slice_blocks";
 /// The module attribute holding the launch description (JSON) of the outlined kernels.
 inline constexpr llvm::StringLiteral kGpuKernelsAttr = "spectra.gpu_kernels";
 

@@ -37,6 +37,10 @@ KernelAbi kernelOf(const json &k) {
       badArtifact("kernel '" + abi.name + "' has an unknown chunk rule or no tile_rows");
     abi.chunksFromPartials = true;
   }
+  abi.sliceBlocks = k.value("slice_blocks", int64_t(1));
+  if (abi.sliceBlocks < 1 || (abi.sliceBlocks > 1 && abi.grid != "slices" && abi.grid != "one"))
+    badArtifact("kernel '" + abi.name + "' has " + std::to_string(abi.sliceBlocks) +
+                " blocks per slice on grid '" + abi.grid + "'");
   abi.sharedBytes = k.at("shared_bytes").get<int64_t>();
   abi.dynamicSharedBytes = k.value("dynamic_shared_bytes", int64_t(0));
   if (abi.dynamicSharedBytes < 0 || abi.dynamicSharedBytes > abi.sharedBytes)

@@ -150,10 +150,12 @@ std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch:
     }
     return {(rows.size(1) + abi.chunkRows - 1) / abi.chunkRows, rows.size(0), 1};
   }
+  if (abi.grid == "slices" && abi.sliceBlocks > 1)
+    return {abi.sliceBlocks, first({"rows", "slice"}).size(0), 1};
   if (abi.grid == "slices")
     return {first({"rows", "slice"}).size(0), 1, 1};
   TORCH_CHECK(abi.grid == "one", "spectra kernel '", abi.kind, "': unknown grid rule '", abi.grid, "'");
-  return {1, 1, 1};
+  return {abi.sliceBlocks, 1, 1};
 }
 
 namespace {

@@ -69,6 +69,10 @@ struct KernelAbi {
   /// ceil(N / C) rows per chunk rounded up to `tileRows`.
   bool chunksFromPartials = false;
   int64_t tileRows = 0;
+  /// A mapped per-slice kernel whose blocks split its rows (spectra.slice_blocks, the
+  /// combines): its blocks per slice, the grid's first dimension (grid "one": its blocks);
+  /// 1 otherwise.
+  int64_t sliceBlocks = 1;
   /// The arguments the kernel writes with streaming stores, which must start on
   /// `alignedBytes` (a CPU kernel's "aligned=BYTES:name,...").
   std::vector<std::string> alignedArgs;
@@ -90,7 +94,8 @@ std::vector<torch::Tensor> kernelOperands(const KernelAbi &abi,
 /// The grid a mapped kernel's host function launches (codegen/MapTilesToGpu.cpp):
 /// {ceil(rows / chunk_rows), slices, 1} for a row grid (rows and slices read off the
 /// first `rows` argument; with chunksFromPartials the chunk count is the first `partial`
-/// argument's second dimension), {slices, 1, 1} for "slices", {1, 1, 1} for "one".
+/// argument's second dimension), {slices, 1, 1} for "slices" ({sliceBlocks, slices, 1} where
+/// its blocks split the rows), {1, 1, 1} for "one" ({sliceBlocks, 1, 1} where they do).
 std::array<int64_t, 3> launchGrid(const KernelAbi &abi, const std::vector<torch::Tensor> &operands);
 
 /// The kernels of a JIT-compiled (or cached) set, by kind, with their generated ABI; a kind

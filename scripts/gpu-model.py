@@ -180,7 +180,8 @@ def main():
                 launches = 2 if k["kind"].startswith("moments") else 1
                 flops, exps, nbytes = launches * flops, launches * exps, launches * nbytes
                 grid = C * B * H if k["grid"] in ("keys", "queries") else (
-                    B * H if k["grid"] == "slices" else 1)
+                    B * H * k.get("slice_blocks", 1) if k["grid"] == "slices"
+                    else k.get("slice_blocks", 1))
                 per_sm, _ = res.occupancy(args.chip, regs.get(k["name"], 32), k["shared_bytes"],
                                           k["block"])
                 fill = min(1.0, grid / (max(per_sm, 1) * gpu["sms"]))

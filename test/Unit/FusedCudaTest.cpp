@@ -180,6 +180,51 @@ TEST(FusedCudaHost, LaunchGeometryFollowsTheSequenceLengths) {
   (void)F;
 }
 
+TEST(FusedCudaHost, CombinesSpreadTheirFeaturesOverBlocks) {
+  // At m=128 d=32 a combine's rows (features) are independent: each block of a slice merges
+  // 8 features' partial sums (8 x 32 summary elements, one per thread), 16 blocks a slice,
+  // where one block per slice merged all 128 and left most of a GPU idle.
+  GpuArtifact a = GpuArtifact::fromJson(compileGpuVariant("posrf-mm", config(128, 32), "sm_80", "f32", 0));
+  const int64_t BH = 8;
+  auto operands = [&](const KernelAbi &abi) {
+    std::map<std::string, torch::Tensor> buffers;
+    for (const KernelArgSpec &arg : abi.args) {
+      std::vector<int64_t> shape(arg.rank, 1);
+      if (arg.role == "slice")
+        shape[0] = BH;
+      buffers[arg.name] = torch::zeros(shape);
+    }
+    return kernelOperands(abi, buffers);
+  };
+  for (const char *kind : {"kv_combine", "dsummary_combine", "dweights_chunk_combine"}) {
+    const KernelAbi &combine = a.kernel(kind);
+    EXPECT_EQ(combine.grid, "slices") << kind;
+    EXPECT_EQ(combine.sliceBlocks, 16) << kind;
+    EXPECT_EQ(cudaGeometry(combine, operands(combine)).grid, (std::array<unsigned, 3>{16, 8, 1}))
+        << kind;
+  }
+  // dW's merge over the slices (one kernel's work): 16 blocks of 8 rows of dW.
+  EXPECT_EQ(a.kernel("dweights_combine").grid, "one");
+  EXPECT_EQ(a.kernel("dweights_combine").sliceBlocks, 16);
+  EXPECT_EQ(cudaGeometry(a.kernel("dweights_combine"), operands(a.kernel("dweights_combine"))).grid,
+            (std::array<unsigned, 3>{16, 1, 1}));
+  // dparams' one parameter per slice: nothing to split; the kernels over rows never split.
+  EXPECT_EQ(a.kernel("dparams_combine").sliceBlocks, 1);
+  EXPECT_EQ(cudaGeometry(a.kernel("dparams_combine"), operands(a.kernel("dparams_combine"))).grid,
+            (std::array<unsigned, 3>{8, 1, 1}));
+  EXPECT_EQ(a.kernel("kv").sliceBlocks, 1);
+  // A split on a kernel over rows is a mismatched artifact.
+  try {
+    GpuArtifact::fromJson(R"({"version": 3, "feature_map": "x", "target": "sm_80", "dtype": "f32",
+      "dv": 0, "ptx": ".entry x_kv(", "kernels": [{"kind": "kv", "name": "x_kv", "grid": "keys",
+      "block": 256, "chunk_rows": 256, "shared_bytes": 0, "slice_blocks": 4, "args": []}]})");
+    FAIL();
+  } catch (const std::invalid_argument &e) {
+    EXPECT_NE(std::string(e.what()).find("has 4 blocks per slice on grid 'keys'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FusedCudaHost, MemrefDescriptorsKeepSizesAndStrides) {
   torch::Tensor t = torch::zeros({6, 5, 7});
   MemrefParams m = memrefOf(t);
