@@ -220,8 +220,8 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads, const RowSplit *s
   return success();
 }
 
-/// How many rows of its leading dimension each block of a per-slice kernel takes, where the
-/// kernel's blocks can split them; 0 where they cannot. They can where the rows are
+/// How a per-slice kernel's blocks split the rows of its leading dimension: each block's
+/// rows and the blocks per slice; none where they cannot. They can where the rows are
 /// independent: every op that touches memory is a linalg op whose leading loop dimension is
 /// parallel, of one extent R across the kernel, and indexes the leading dimension of each of
 /// its buffers (row r of an op reads and writes row r of every buffer, nothing else), and
@@ -229,7 +229,11 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads, const RowSplit *s
 /// window is row r of its buffer. The combines are such kernels: per feature, their partial
 /// sums' merge reads that feature's shares only. The share is the most rows, dividing R,
 /// whose elements fit the block's threads once (R / share blocks per slice).
-int64_t rowsPerSliceBlock(func::FuncOp tile, int64_t threads) {
+struct SliceSplit {
+  int64_t rows = 0, blocks = 1;
+};
+
+std::optional<SliceSplit> rowsPerSliceBlock(func::FuncOp tile, int64_t threads) {
   int64_t extent = -1, inner = 1;
   auto chunkWindow = [](memref::SubViewOp view) {
     MemRefType source = view.getSourceType();
@@ -273,12 +277,14 @@ int64_t rowsPerSliceBlock(func::FuncOp tile, int64_t threads) {
     return WalkResult::interrupt();
   });
   if (r.wasInterrupted() || extent <= 1)
-    return 0;
+    return std::nullopt;
   int64_t rows = 1;
   for (int64_t d = 1; d <= extent; ++d)
     if (extent % d == 0 && d * inner <= threads)
       rows = d;
-  return rows < extent ? rows : 0;
+  if (rows == extent)
+    return std::nullopt;
+  return SliceSplit{rows, extent / rows};
 }
 
 /// The GPU schedule of a kernel's straight-line vector code (the params kernels,
@@ -598,13 +604,10 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   // chunk's partial sums.
   int64_t blockRows = 0, sliceBlocks = 1;
   bool perSlice = grid.getValue() == "slices" || grid.getValue() == "one";
-  if (perSlice && rowsArg < 0) {
-    blockRows = rowsPerSliceBlock(tile, o.threads);
-    if (blockRows > 0) {
-      int64_t extent = 0;
-      tile.getBody().walk([&](linalg::LinalgOp op) { extent = op.getStaticLoopRanges()[0]; });
-      sliceBlocks = extent / blockRows;
-    }
+  if (std::optional<SliceSplit> split;
+      perSlice && rowsArg < 0 && (split = rowsPerSliceBlock(tile, o.threads))) {
+    blockRows = split->rows;
+    sliceBlocks = split->blocks;
   }
   // The grid: (chunk, slice), (row block, slice), (slice), (row block) or (1). Its bounds are the only
   // values computed outside the blocks; the blocks recompute what they need from the
