@@ -5,7 +5,9 @@
 //
 //  spectra-map-tiles-to-gpu     the mapped IR: each kernel takes its arguments
 //      batched by role (the kernel ABI) and becomes one scf.forall over blocks
-//      (#gpu.block: a block per (row chunk, slice), per slice, or one), whose
+//      (#gpu.block: a block per (row chunk, slice), per slice, or one; per
+//      (row block, slice) or row block for the combines, whose rows are
+//      independent: rowsPerSliceBlock), whose
 //      body is the tile kernel on that block's windows; the tile buffers are
 //      workgroup memory (#gpu.address_space<workgroup>), every linalg op a
 //      thread nest (scf.forall mapped to #gpu.thread<x>, a block-stride loop

@@ -72,7 +72,9 @@
 // merged by a combine kernel) or "shared" (the same for every slice). The GPU
 // schedule (spectra-map-tiles-to-gpu) batches the arguments by role, and the
 // runtimes read the ABI from these attributes (through the compiled artifact)
-// instead of restating it.
+// instead of restating it. (A GPU schedule may give a "slices" or "one" kernel several
+// blocks where its rows are independent, the combines: spectra.slice_blocks,
+// MapTilesToGpu.h; the tile kernel itself does not change.)
 //
 //===----------------------------------------------------------------------===//
 
