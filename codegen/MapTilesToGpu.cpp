@@ -135,7 +135,7 @@ scf::ForallOp createNest(OpBuilder &b, Location loc, int64_t n) {
 }
 
 /// The share of a per-slice kernel's leading rows one block takes, where the kernel's blocks
-/// split them (rowsPerSlice): block `block` of the slice's runs each op on rows
+/// split them (rowsPerSliceBlock): block `block` of the slice runs each op on rows
 /// [block * rows, (block + 1) * rows) of its leading loop dimension only.
 struct RowSplit {
   Value block;
