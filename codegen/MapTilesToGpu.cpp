@@ -611,9 +611,9 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     blockRows = split->rows;
     sliceBlocks = split->blocks;
   }
-  // The grid: (chunk, slice), (row block, slice), (slice), (row block) or (1). Its bounds are the only
-  // values computed outside the blocks; the blocks recompute what they need from the
-  // arguments.
+  // The grid: (chunk, slice), (row block, slice), (slice), (row block) or (1). Its bounds
+  // are the only values computed outside the blocks; the blocks recompute what they need
+  // from the arguments.
   auto gridOf = [&](OpBuilder &gb) -> SmallVector<OpFoldResult> {
     if (rowGrid) {
       Value n = memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 1);
@@ -625,12 +625,12 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
                     .getResult();
       return {chunks, OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(rowsArg), 0))};
     }
-    if (grid.getValue() == "slices" && sliceBlocks > 1)
-      return {gb.getIndexAttr(sliceBlocks),
-              OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0))};
+    SmallVector<OpFoldResult> bounds;
+    if (sliceBlocks > 1 || grid.getValue() == "one")
+      bounds.push_back(gb.getIndexAttr(sliceBlocks));
     if (grid.getValue() == "slices")
-      return {OpFoldResult(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0))};
-    return {gb.getIndexAttr(sliceBlocks)};
+      bounds.push_back(memref::DimOp::create(gb, loc, fn.getArgument(sliceArg), 0).getResult());
+    return bounds;
   };
   SmallVector<OpFoldResult> bounds = gridOf(b);
   SmallVector<Attribute> mapping = {gpu::GPUBlockMappingAttr::get(ctx, gpu::MappingId::DimX)};
@@ -642,16 +642,14 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   // The block's windows of each argument.
   b.setInsertionPointToStart(blocks.getBody());
   Value chunk, slice;
+  // The row block of a kernel whose blocks split its rows (the combines): the grid's first
+  // dimension, the slice (if any) its last.
+  RowSplit rowSplit{sliceBlocks > 1 ? blocks.getInductionVar(0) : Value(), blockRows};
   if (rowGrid) {
     chunk = blocks.getInductionVar(0);
     slice = blocks.getInductionVar(1);
-  } else if (grid.getValue() == "slices" && sliceBlocks > 1) {
-    chunk = blocks.getInductionVar(0);  // the block's share of the rows
-    slice = blocks.getInductionVar(1);
   } else if (grid.getValue() == "slices") {
-    slice = blocks.getInductionVar(0);
-  } else if (sliceBlocks > 1) {
-    chunk = blocks.getInductionVar(0);  // one kernel's work (dW over the slices), split
+    slice = blocks.getInductionVars().back();
   }
   Value first, rows;
   if (rowGrid) {
@@ -833,8 +831,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
                             t.zeroInit);
       continue;
     }
-    RowSplit rowSplit{chunk, blockRows};
-    if (failed(distribute(op, o.threads, sliceBlocks > 1 ? &rowSplit : nullptr)))
+    if (failed(distribute(op, o.threads, rowSplit.block ? &rowSplit : nullptr)))
       return failure();
   }
   if (failed(serialiseScalarWrites(*blocks.getBody())))
