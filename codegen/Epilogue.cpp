@@ -18,6 +18,10 @@ using namespace mlir::spectra;
 
 Value mlir::spectra::viewRoot(Value v) {
   while (Operation *def = v.getDefiningOp()) {
+    // A memref.view carves a buffer of its own out of a byte pool (the block's dynamic
+    // shared memory): it is the root, not the pool.
+    if (isa<memref::ViewOp>(def))
+      break;
     if (auto view = dyn_cast<ViewLikeOpInterface>(def))
       v = view.getViewSource();
     else

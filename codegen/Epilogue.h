@@ -29,7 +29,8 @@ struct Epilogue {
   bool storeOutput = true;
 };
 
-/// The buffer a view is of (through subviews and casts).
+/// The buffer a view is of (through subviews and casts; a memref.view of a byte pool is a
+/// buffer of its own).
 Value viewRoot(Value view);
 
 /// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and

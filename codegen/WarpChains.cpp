@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
@@ -34,10 +35,17 @@ using namespace mlir::spectra;
 
 namespace {
 
-/// The alloca a view is of, or null.
+/// The block-local buffer a view is of, or null: an alloca, or, once the kernel is a
+/// gpu.launch (the lowering), a workgroup attribution or a view of dynamic shared memory.
 Value localRoot(Value v) {
   Value r = viewRoot(v);
-  return r.getDefiningOp<memref::AllocaOp>() ? r : Value();
+  if (r.getDefiningOp<memref::AllocaOp>() || r.getDefiningOp<memref::ViewOp>())
+    return r;
+  if (auto arg = dyn_cast<BlockArgument>(r))
+    if (auto launch = dyn_cast_or_null<gpu::LaunchOp>(arg.getOwner()->getParentOp()))
+      if (llvm::is_contained(launch.getWorkgroupAttributions(), arg))
+        return r;
+  return Value();
 }
 
 SmallVector<unsigned> dimsOf(AffineMap map) {
@@ -66,16 +74,26 @@ bool scalarBody(linalg::GenericOp op) {
   return true;
 }
 
-enum class Kind { Elementwise, Reduce, Contract, Vector, Block };
+enum class Kind { Elementwise, Reduce, Contract, Vector, Block, Produce, ZeroRows };
 
 /// One op of the chain after the first contraction and its epilogue.
 struct Step {
   Kind kind = Kind::Elementwise;
   linalg::GenericOp op;
+  /// ZeroRows: the loop that zeroes the tiles' rows [from, T) (the rows past the end of the
+  /// last, partial tile), and the tiles it zeroes.
+  scf::ForOp zeroRows;
+  Value zeroFrom;
+  SmallVector<Value> zeroTiles;
+  Operation *operation() const {
+    return zeroRows ? const_cast<scf::ForOp &>(zeroRows).getOperation()
+                    : const_cast<linalg::GenericOp &>(op).getOperation();
+  }
   /// Elementwise and Reduce: the loop dims of the tiles' rows (R, the kernel's rows) and
   /// columns (F, the features). Block: F and the other dim.
   unsigned rowDim = 0, colDim = 1;
-  /// Contract: m, n, k of the mma; aInput the tile.
+  /// Contract: m, n, k of the mma; aInput the tile. Produce: the mma of a [T, M] tile from
+  /// operands in memory, laid out as the first contraction's.
   MmaPlan plan;
   /// Reduce, per output: its (+) (an addf or a maximumf with the output's block argument),
   /// the (+)'s other operand, and whether a later op of the chain reads the output.
@@ -96,59 +114,163 @@ struct Chain {
   bool transposed = false;
   linalg::GenericOp first;
   MmaPlan plan;
-  Epilogue epilogue;
-  SmallVector<Step> steps;
+  /// The first contraction's epilogue, if it has one (else its output is a register tile
+  /// that later steps read).
+  std::optional<Epilogue> epilogue;
+  SmallVector<Step, 4> steps;
   /// The register tiles' buffers (allocas), the first contraction's output included.
   llvm::SmallPtrSet<Value, 8> tiles;
+  /// The tiles that ops after the chain read: stored to their (shared) buffers as the
+  /// chain ends, so they stay in workgroup memory.
+  llvm::SmallPtrSet<Value, 8> escaping;
+  /// Mapping: the fills that zeroed the outputs of Produce steps (they go with the chain).
+  SmallVector<Operation *> produceFills;
   /// Features per warp (cw), the 8-column mma tiles per lane (ntiles), the second
   /// contraction's k step.
   int64_t T = 0, M = 0, W = 0, cw = 0, ntiles = 0, ks2 = 16;
 
   SmallVector<Operation *> ops() const {
-    SmallVector<Operation *> all = {first, epilogue.op};
+    SmallVector<Operation *> all = {first};
+    if (epilogue)
+      all.push_back(epilogue->op);
     for (const Step &s : steps)
-      all.push_back(s.op);
+      all.push_back(s.operation());
     return all;
   }
 };
+
+/// The mma of a contraction X[T, M] = A B over loop dims (0, 1, 2) (output map (d0, d1),
+/// K reduced) laid out split (mma rows T) or transposed (mma rows M); none if it is not one.
+/// With `T`/`M`: only for that output shape.
+std::optional<MmaPlan> producerPlan(linalg::GenericOp g, bool transposed, int64_t T = 0,
+                                    int64_t M = 0) {
+  MLIRContext *ctx = g.getContext();
+  if (!g.hasPureBufferSemantics() || g.getNumLoops() != 3 || g.getNumDpsInputs() != 2 ||
+      g.getNumDpsInits() != 1 || !planMma(g) ||
+      g.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+    return std::nullopt;
+  SmallVector<utils::IteratorType> it = g.getIteratorTypesArray();
+  if (it[0] != utils::IteratorType::parallel || it[1] != utils::IteratorType::parallel ||
+      it[2] != utils::IteratorType::reduction)
+    return std::nullopt;
+  SmallVector<AffineMap> maps = g.getIndexingMapsArray();
+  auto sameSet = [](AffineMap map, unsigned x, unsigned y) {
+    SmallVector<unsigned> d = dimsOf(map);
+    return d.size() == 2 && llvm::is_contained(d, x) && llvm::is_contained(d, y);
+  };
+  MmaPlan plan;
+  plan.mDim = transposed ? 1 : 0;
+  plan.nDim = transposed ? 0 : 1;
+  plan.kDim = 2;
+  if (sameSet(maps[0], plan.mDim, 2) && sameSet(maps[1], plan.nDim, 2))
+    plan.aInput = 0;
+  else if (sameSet(maps[1], plan.mDim, 2) && sameSet(maps[0], plan.nDim, 2))
+    plan.aInput = 1;
+  else
+    return std::nullopt;
+  SmallVector<int64_t> ranges = g.getStaticLoopRanges();
+  plan.kStep = ranges[2] > 8 ? 16 : 8;
+  if ((T && ranges[0] != T) || (M && ranges[1] != M))
+    return std::nullopt;
+  return plan;
+}
+
+/// The buffers `op` reads and writes (roots of views); none where it has effects on memory
+/// other than loads, stores and linalg ops on buffers.
+std::optional<std::pair<llvm::SmallPtrSet<Value, 8>, llvm::SmallPtrSet<Value, 8>>>
+bufferEffects(Operation *op) {
+  std::pair<llvm::SmallPtrSet<Value, 8>, llvm::SmallPtrSet<Value, 8>> rw;
+  bool known = true;
+  op->walk<WalkOrder::PreOrder>([&](Operation *inner) {
+    if (auto load = dyn_cast<memref::LoadOp>(inner)) {
+      rw.first.insert(viewRoot(load.getMemRef()));
+      return WalkResult::advance();
+    }
+    if (auto store = dyn_cast<memref::StoreOp>(inner)) {
+      rw.second.insert(viewRoot(store.getMemRef()));
+      return WalkResult::advance();
+    }
+    if (auto l = dyn_cast<linalg::LinalgOp>(inner)) {
+      if (!l.hasPureBufferSemantics()) {
+        known = false;
+        return WalkResult::interrupt();
+      }
+      for (Value v : l.getDpsInputs())
+        rw.first.insert(viewRoot(v));
+      for (Value v : l.getDpsInits()) {
+        rw.first.insert(viewRoot(v));
+        rw.second.insert(viewRoot(v));
+      }
+      return WalkResult::skip();
+    }
+    if (isMemoryEffectFree(inner) || isa<scf::ForOp, scf::IfOp, scf::YieldOp>(inner))
+      return WalkResult::advance();
+    known = false;
+    return WalkResult::interrupt();
+  });
+  if (!known)
+    return std::nullopt;
+  return rw;
+}
+
+/// The loop the tile layer zeroes the rows past the end of a partial tile with:
+///   scf.for %i = %rows to T step 1 { (scf.for %j = 0 to M step 1 { store +0.0, t[%i, %j] })* }
+/// over register tiles t, as a ZeroRows step; none otherwise.
+std::optional<Step> zeroRowsStep(scf::ForOp loop, int64_t T, int64_t M,
+                                 const llvm::SmallPtrSet<Value, 8> &tiles) {
+  auto constIs = [](Value v, int64_t n) {
+    std::optional<int64_t> c = getConstantIntValue(v);
+    return c && *c == n;
+  };
+  if (!constIs(loop.getUpperBound(), T) || !constIs(loop.getStep(), 1))
+    return std::nullopt;
+  Step s;
+  s.kind = Kind::ZeroRows;
+  s.zeroRows = loop;
+  s.zeroFrom = loop.getLowerBound();
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    if (isMemoryEffectFree(&op))
+      continue;
+    auto inner = dyn_cast<scf::ForOp>(op);
+    if (!inner || !constIs(inner.getLowerBound(), 0) || !constIs(inner.getUpperBound(), M) ||
+        !constIs(inner.getStep(), 1))
+      return std::nullopt;
+    for (Operation &in : inner.getBody()->without_terminator()) {
+      if (isMemoryEffectFree(&in))
+        continue;
+      auto store = dyn_cast<memref::StoreOp>(in);
+      if (!store || !matchPattern(store.getValue(), m_PosZeroFloat()) ||
+          !tiles.contains(store.getMemRef()) || store.getIndices().size() != 2 ||
+          store.getIndices()[0] != loop.getInductionVar() ||
+          store.getIndices()[1] != inner.getInductionVar())
+        return std::nullopt;
+      s.zeroTiles.push_back(store.getMemRef());
+    }
+  }
+  if (s.zeroTiles.empty())
+    return std::nullopt;
+  return s;
+}
 
 /// The chain starting at `first`, a contraction whose output a fill just set to 0
 /// (`zeroFill`, allowed to touch its output; null at the lowering, where it is gone), with
 /// `W` warps splitting the features, laid out `transposed` or not; none if there is none.
 std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed,
-                             Operation *zeroFill) {
+                             Operation *zeroFill, int64_t maxSteps = -1) {
   Chain c;
   c.first = first;
   c.W = W;
   c.transposed = transposed;
-  if (W < 1 || !first.hasPureBufferSemantics() || first.getNumLoops() != 3 ||
-      first.getNumDpsInputs() != 2 || first.getNumDpsInits() != 1 || !planMma(first))
+  std::optional<MmaPlan> plan = W >= 1 ? producerPlan(first, transposed) : std::nullopt;
+  if (!plan)
     return std::nullopt;
-  SmallVector<utils::IteratorType> it = first.getIteratorTypesArray();
-  if (it[0] != utils::IteratorType::parallel || it[1] != utils::IteratorType::parallel ||
-      it[2] != utils::IteratorType::reduction)
-    return std::nullopt;
+  c.plan = *plan;
+  // An epilogue whose input is read elsewhere is an elementwise step like any other.
   std::optional<Epilogue> e = epilogueOf(first);
-  if (!e || e->storeOutput)
-    return std::nullopt;
-  c.epilogue = *e;
-  SmallVector<AffineMap> maps = first.getIndexingMapsArray();
-  auto sameSet = [](AffineMap map, unsigned x, unsigned y) {
-    SmallVector<unsigned> d = dimsOf(map);
-    return d.size() == 2 && llvm::is_contained(d, x) && llvm::is_contained(d, y);
-  };
-  // The output is [T, M] (loop dims 0 and 1: epilogueOf asks for the map (d0, d1)).
-  c.plan.mDim = transposed ? 1 : 0;
-  c.plan.nDim = transposed ? 0 : 1;
-  c.plan.kDim = 2;
-  if (sameSet(maps[0], c.plan.mDim, 2) && sameSet(maps[1], c.plan.nDim, 2))
-    c.plan.aInput = 0;
-  else if (sameSet(maps[1], c.plan.mDim, 2) && sameSet(maps[0], c.plan.nDim, 2))
-    c.plan.aInput = 1;
-  else
-    return std::nullopt;
+  if (e && !e->storeOutput)
+    c.epilogue = *e;
   SmallVector<int64_t> ranges = first.getStaticLoopRanges();
-  c.plan.kStep = ranges[2] > 8 ? 16 : 8;
   c.T = ranges[0];
   c.M = ranges[1];
   if (c.T < 1 || c.T > 16)
@@ -171,20 +293,24 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       return std::nullopt;
   }
 
-  linalg::GenericOp E = c.epilogue.op;
   Value X = localRoot(first.getDpsInits()[0]);
-  if (!X || !scalarBody(E))
+  if (!X)
     return std::nullopt;
   c.tiles.insert(X);
-  for (OpOperand &out : E.getDpsInitsMutable()) {
-    Value t = localRoot(out.get());
-    if (!t || !E.getMatchingIndexingMap(&out).isIdentity())
+  linalg::GenericOp E = c.epilogue ? c.epilogue->op : linalg::GenericOp();
+  if (E) {
+    if (!scalarBody(E))
       return std::nullopt;
-    c.tiles.insert(t);
+    for (OpOperand &out : E.getDpsInitsMutable()) {
+      Value t = localRoot(out.get());
+      if (!t || !E.getMatchingIndexingMap(&out).isIdentity())
+        return std::nullopt;
+      c.tiles.insert(t);
+    }
+    for (OpOperand *in : E.getDpsInputOperands())
+      if (in->getOperandNumber() != c.epilogue->input && c.tiles.contains(viewRoot(in->get())))
+        return std::nullopt;
   }
-  for (OpOperand *in : E.getDpsInputOperands())
-    if (in->getOperandNumber() != c.epilogue.input && c.tiles.contains(viewRoot(in->get())))
-      return std::nullopt;
 
   // Buffers the steps write outside the tiles. Per mma row (the lane's registers, read by
   // later steps through the mma-row dim alone): reduction outputs (their step and output
@@ -193,14 +319,34 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
   // feature rows [M, X] (read back only where written, by the same lane).
   llvm::DenseMap<Value, std::pair<int, unsigned>> perRow;
   llvm::SmallPtrSet<Value, 8> viaMemory;
-  llvm::SmallPtrSet<Value, 16> touched;
+  // What the chain's ops read and write (every buffer they touch is in `touched`).
+  llvm::SmallPtrSet<Value, 16> touched, written;
   auto touch = [&](Operation *op) {
     for (Value v : op->getOperands())
       if (isa<MemRefType>(v.getType()))
         touched.insert(viewRoot(v));
+    if (auto g = dyn_cast<linalg::LinalgOp>(op))
+      for (Value v : g.getDpsInits())
+        written.insert(viewRoot(v));
   };
   touch(first);
-  touch(E);
+  if (E)
+    touch(E);
+  // An op off the tiles that neither writes what the chain touches nor reads what it writes
+  // runs before the chain's nest (the chain's ops move to the place of its last).
+  auto independent = [&](Operation *op) {
+    std::optional<std::pair<llvm::SmallPtrSet<Value, 8>, llvm::SmallPtrSet<Value, 8>>> rw =
+        bufferEffects(op);
+    if (!rw)
+      return false;
+    for (Value r : rw->first)
+      if (written.contains(r) || c.tiles.contains(r))
+        return false;
+    for (Value w : rw->second)
+      if (touched.contains(w) || c.tiles.contains(w))
+        return false;
+    return true;
+  };
 
   // Inputs of a step whose loop dim `rowDim` runs over the mma's rows of this layout
   // (`mmaRowDim`, or none for ops off the tiles) and `rowDim`/`colDim` are the tiles' R, F.
@@ -236,8 +382,11 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     return !c.tiles.contains(r) && !viaMemory.contains(r);
   };
 
-  for (Operation *op = E->getNextNode(); op && !op->hasTrait<OpTrait::IsTerminator>();
+  Operation *last = E ? E.getOperation() : first.getOperation();
+  for (Operation *op = last->getNextNode(); op && !op->hasTrait<OpTrait::IsTerminator>();
        op = op->getNextNode()) {
+    if (maxSteps >= 0 && static_cast<int64_t>(c.steps.size()) >= maxSteps)
+      break;
     if (isMemoryEffectFree(op))
       continue;
     if (auto fill = dyn_cast<linalg::FillOp>(op)) {
@@ -246,9 +395,18 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
         break;
       continue;
     }
+    if (auto loop = dyn_cast<scf::ForOp>(op)) {
+      if (std::optional<Step> z = zeroRowsStep(loop, c.T, c.M, c.tiles)) {
+        c.steps.push_back(*z);
+        continue;
+      }
+    }
     auto g = dyn_cast<linalg::GenericOp>(op);
-    if (!g || !g.hasPureBufferSemantics() || !scalarBody(g))
+    if (!g || !g.hasPureBufferSemantics() || !scalarBody(g)) {
+      if (independent(op))
+        continue;
       break;
+    }
     SmallVector<int64_t> r = g.getStaticLoopRanges();
     SmallVector<utils::IteratorType> its = g.getIteratorTypesArray();
     Step s;
@@ -370,7 +528,28 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
           return std::nullopt;
         viaMemory.insert(rr);
       }
+    } else if (!tileIn && g.getNumLoops() == 3 && planMma(g)) {
+      // A second contraction forming a [T, M] tile from operands in memory, laid out as the
+      // first's (the gradient of the features beside the logits): a register tile.
+      std::optional<MmaPlan> plan = producerPlan(g, transposed, c.T, c.M);
+      Value outRoot = localRoot(g.getDpsInits()[0]);
+      linalg::FillOp fill = zeroFill ? zeroFillBefore(g) : linalg::FillOp();
+      bool inputsFree = llvm::none_of(g.getDpsInputs(), [&](Value v) {
+        return written.contains(viewRoot(v)) || c.tiles.contains(viewRoot(v));
+      });
+      if (!plan || !outRoot || touched.contains(outRoot) || !inputsFree || (zeroFill && !fill)) {
+        if (independent(op))
+          continue;
+        break;
+      }
+      s.kind = Kind::Produce;
+      s.plan = *plan;
+      c.tiles.insert(outRoot);
+      if (fill)
+        c.produceFills.push_back(fill);
     } else if (!tileIn) {
+      if (independent(op))
+        continue;
       break;
     } else {
       return std::nullopt;
@@ -378,18 +557,34 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     c.steps.push_back(s);
     touch(g);
   }
-  // Ops after the last one that reads a tile are not the chain's.
-  while (!c.steps.empty() && !readsTile(c.steps.back().op))
+  // Ops after the last one that reads a tile are not the chain's (nor a Produce step, whose
+  // tile nothing in the chain then reads).
+  while (!c.steps.empty() && c.steps.back().kind != Kind::ZeroRows &&
+         !readsTile(c.steps.back().op)) {
+    if (c.steps.back().kind == Kind::Produce) {
+      c.tiles.erase(localRoot(c.steps.back().op.getDpsInits()[0]));
+      if (zeroFill)
+        c.produceFills.pop_back();
+    }
     c.steps.pop_back();
-  if (llvm::none_of(c.steps, [](const Step &s) { return s.kind == Kind::Contract; }))
+  }
+  // A chain pays for itself where a second contraction reads or forms a register tile.
+  if (llvm::none_of(c.steps, [](const Step &s) {
+        return s.kind == Kind::Contract || s.kind == Kind::Produce;
+      }))
     return std::nullopt;
   // Transposed, buffers written per feature must not be read by the chain across features.
   // The register tiles are read and written by the chain alone.
+  // A tile that an op after the chain reads escapes: the chain stores it as it ends. Any
+  // other user outside the chain (before it) leaves no chain.
   llvm::SmallPtrSet<Operation *, 16> mine;
   for (Operation *op : c.ops())
     mine.insert(op);
   if (zeroFill)
     mine.insert(zeroFill);
+  for (Operation *fill : c.produceFills)
+    mine.insert(fill);
+  Operation *chainEnd = c.ops().back();
   for (Value t : c.tiles) {
     SmallVector<Value> work = {t};
     while (!work.empty()) {
@@ -402,8 +597,15 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
         Operation *at = user;
         while (at && !mine.contains(at))
           at = at->getParentOp();
-        if (!at)
+        if (at)
+          continue;
+        Operation *outer = chainEnd->getBlock()->findAncestorOpInBlock(*user);
+        // At the lowering the chain is its nest's whole body: its users are past the nest.
+        if (zeroFill && (!outer || !chainEnd->isBeforeInBlock(outer)))
           return std::nullopt;
+        if (!zeroFill && outer)
+          return std::nullopt;
+        c.escaping.insert(t);
       }
     }
   }
@@ -630,8 +832,11 @@ private:
   void chain() {
     tileSlot.clear();
     rowSlot.clear();
-    firstContraction();
-    epilogue();
+    X = produce(c.first, c.plan);
+    if (c.epilogue)
+      epilogue();
+    else
+      tileSlot[viewRoot(c.first.getDpsInits()[0])] = X;
     for (Step &s : c.steps) {
       switch (s.kind) {
       case Kind::Elementwise:
@@ -649,7 +854,45 @@ private:
       case Kind::Block:
         block(s);
         break;
+      case Kind::Produce:
+        tileSlot[viewRoot(s.op.getDpsInits()[0])] = produce(s.op, s.plan);
+        break;
+      case Kind::ZeroRows:
+        zeroRows(s);
+        break;
       }
+    }
+    escape();
+  }
+
+  /// ZeroRows: the register tiles' rows from the loop's lower bound on are 0.
+  void zeroRows(Step &s) {
+    x.lanes([&](const Lane &l) {
+      for (Value t : s.zeroTiles) {
+        int64_t slot = tileSlot.lookup(viewRoot(t));
+        for (int64_t j = 0; j < ntiles; ++j)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value keep = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, rOf(l, j, i),
+                                               s.zeroFrom);
+            x.set(l, slot + 4 * j + i,
+                  arith::SelectOp::create(b, loc, keep, x.get(l, slot + 4 * j + i), x.f32(0)));
+          }
+      }
+    });
+  }
+
+  /// The escaping tiles, each element by the lane that holds it, to their buffers [T, M]
+  /// (the nest's closing barrier orders them before the ops that read them).
+  void escape() {
+    for (Value t : c.escaping) {
+      int64_t slot = tileSlot.lookup(t);
+      x.lanes([&](const Lane &l) {
+        for (int64_t j = 0; j < ntiles; ++j)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value R = rOf(l, j, i);
+            storeIf(rowOk(R), x.get(l, slot + 4 * j + i), t, ValueRange{R, fOf(l, j, i)});
+          }
+      });
     }
   }
 
@@ -758,12 +1001,13 @@ private:
     return load(operand.get(), at, llvm::is_contained(dimsOf(map), rowDim) ? rowOk(R) : Value());
   }
 
-  void firstContraction() {
-    linalg::GenericOp g = c.first;
-    int64_t ks = c.plan.kStep, K = g.getStaticLoopRanges()[2];
-    OpOperand &A = g->getOpOperand(c.plan.aInput), &B = g->getOpOperand(1 - c.plan.aInput);
+  /// A contraction X[T, M] = A B from operands in memory (the first, a Produce step) into
+  /// new register tiles laid out as the chain's: their first slot.
+  int64_t produce(linalg::GenericOp g, const MmaPlan &plan) {
+    int64_t ks = plan.kStep, K = g.getStaticLoopRanges()[2];
+    OpOperand &A = g->getOpOperand(plan.aInput), &B = g->getOpOperand(1 - plan.aInput);
     AffineMap mapA = g.getMatchingIndexingMap(&A), mapB = g.getMatchingIndexingMap(&B);
-    X = x.alloc(4 * ntiles);
+    int64_t X = x.alloc(4 * ntiles);
     x.lanes([&](const Lane &l) {
       for (int64_t e = 0; e < 4 * ntiles; ++e)
         x.set(l, X + e, x.f32(0));
@@ -784,7 +1028,7 @@ private:
           for (int64_t h = 0; h < 2; ++h) {
             auto [m, ok] = coord(l, mmaRow(l, ks == 16 ? r % 2 : r), true);
             Value k = add(l.t2, k0 + (ks == 16 ? 8 * (r / 2) : 0) + h);
-            vals.push_back(load(A.get(), indices(mapA, {{c.plan.mDim, m}, {2, k}}), both(ok, kOk(k))));
+            vals.push_back(load(A.get(), indices(mapA, {{plan.mDim, m}, {2, k}}), both(ok, kOk(k))));
           }
         a = x.fragment(l, vals);
       });
@@ -796,13 +1040,14 @@ private:
           for (int64_t r = 0; r < ks / 8; ++r)
             for (int64_t h = 0; h < 2; ++h) {
               Value k = add(l.t2, k0 + 8 * r + h);
-              vals.push_back(load(B.get(), indices(mapB, {{c.plan.nDim, n}, {2, k}}), both(ok, kOk(k))));
+              vals.push_back(load(B.get(), indices(mapB, {{plan.nDim, n}, {2, k}}), both(ok, kOk(k))));
             }
           bf = x.fragment(l, vals);
         });
         x.mma(a, bf, X + 4 * j, ks);
       }
     }
+    return X;
   }
 
   /// An elementwise tile op's outputs (E's included) as new register tiles.
@@ -832,7 +1077,7 @@ private:
   }
 
   void epilogue() {
-    Epilogue &e = c.epilogue;
+    Epilogue &e = *c.epilogue;
     // E's loop dims are the first contraction's 0 (R) and 1 (F).
     elementwiseOn(e.op, [&](const Lane &l, OpOperand &operand, int64_t j, int64_t i) {
       if (operand.getOperandNumber() == e.input)
@@ -1145,10 +1390,17 @@ FailureOr<Chain> chainOf(scf::ForallOp nest, StringRef pass) {
   return *c;
 }
 
-/// The chain at `first` (split, else transposed), if any.
-std::optional<Chain> chainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill) {
-  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zeroFill);
-  return c ? c : analyze(first, W, /*transposed=*/true, zeroFill);
+/// The chain at `first` (split, else transposed; one whose tiles all stay in registers
+/// first), of at most `maxSteps` steps, if any.
+std::optional<Chain> chainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill,
+                             int64_t maxSteps = -1) {
+  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zeroFill, maxSteps);
+  if (c && c->escaping.empty())
+    return c;
+  std::optional<Chain> t = analyze(first, W, /*transposed=*/true, zeroFill, maxSteps);
+  if (t && (!c || t->escaping.empty()))
+    return t;
+  return c;
 }
 
 /// The workgroup bytes of the warps' partials: split, a [W][16] row per reduction output and
@@ -1171,8 +1423,32 @@ int64_t partialBytes(const Chain &c) {
 int64_t sharedBytesChange(const Chain &c) {
   int64_t bytes = partialBytes(c);
   for (Value t : c.tiles)
-    bytes -= bufferBytes(cast<MemRefType>(t.getType()));
+    if (!c.escaping.contains(t))
+      bytes -= bufferBytes(cast<MemRefType>(t.getType()));
   return bytes;
+}
+
+/// The f32 values a lane may hold in a chain's register tiles: with the fragments and the
+/// indices, what keeps a chain within the 128 registers that two blocks of 256 threads
+/// leave each thread (the backward chains at m = 256 would hold 80 and spill).
+constexpr int64_t kChainTileValues = 64;
+
+/// The longest chain at `first` whose workgroup bytes, with `sharedBytes` already taken,
+/// fit `sharedLimit`, and whose register tiles fit kChainTileValues (a chain cut short of
+/// a step stores the tiles that step read).
+std::optional<Chain> fittingChainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill,
+                                    int64_t sharedBytes, int64_t sharedLimit) {
+  std::optional<Chain> c = chainAt(first, W, zeroFill);
+  auto fits = [&](const Chain &ch) {
+    return sharedBytes + sharedBytesChange(ch) <= sharedLimit &&
+           static_cast<int64_t>(ch.tiles.size()) * 4 * ch.ntiles <= kChainTileValues;
+  };
+  while (c && !fits(*c)) {
+    if (c->steps.empty())
+      return std::nullopt;
+    c = chainAt(first, W, zeroFill, static_cast<int64_t>(c->steps.size()) - 1);
+  }
+  return c;
 }
 
 struct ChainType {
@@ -1199,13 +1475,16 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
   if (threads % 32 != 0 || !mmaType)
     return std::nullopt;
   linalg::FillOp zero = zeroFillBefore(first);
-  std::optional<Chain> c = zero ? chainAt(first, threads / 32, zero) : std::nullopt;
-  if (!c || sharedBytes + sharedBytesChange(*c) > sharedLimit)
+  std::optional<Chain> c =
+      zero ? fittingChainAt(first, threads / 32, zero, sharedBytes, sharedLimit) : std::nullopt;
+  if (!c)
     return std::nullopt;
   int64_t W = c->W;
   WarpChainMapping m;
   m.partialBytes = partialBytes(*c);
-  m.registerTiles.assign(c->tiles.begin(), c->tiles.end());
+  for (Value t : c->tiles)
+    if (!c->escaping.contains(t))
+      m.registerTiles.push_back(t);
   m.ops = c->ops();
   Operation *last = m.ops.back();
   OpBuilder b(last->getContext());
@@ -1223,6 +1502,10 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
     op->moveBefore(nest.getBody()->getTerminator());
   m.ops.push_back(zero);
   zero->erase();
+  for (Operation *fill : c->produceFills) {
+    m.ops.push_back(fill);
+    fill->erase();
+  }
   m.nest = nest;
   return m;
 }
@@ -1239,8 +1522,9 @@ int64_t mlir::spectra::warpChainSharedBytes(func::FuncOp kernel, int64_t threads
     if (chained.contains(op) || !planMma(op))
       return;
     linalg::FillOp zero = zeroFillBefore(op);
-    std::optional<Chain> c = zero ? chainAt(op, threads / 32, zero) : std::nullopt;
-    if (!c || bytes + sharedBytesChange(*c) > sharedLimit)
+    std::optional<Chain> c =
+        zero ? fittingChainAt(op, threads / 32, zero, bytes, sharedLimit) : std::nullopt;
+    if (!c)
       return;
     bytes += sharedBytesChange(*c);
     for (Operation *chainOp : c->ops())

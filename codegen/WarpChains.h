@@ -11,7 +11,15 @@
 //     by column or both),
 //   - row reductions r[T] = r (+) f(...) with (+) an addf or a maximumf,
 //   - contractions C[T, n] += tile B (the tile as the mma's A operand),
-// while every register tile is read by nothing else. The W warps of a block
+//   - a second contraction forming a [T, M] tile from operands in memory (the backward
+//     kernels' gradient of the features beside their logits),
+//   - the tile layer's loop zeroing the rows past the end of a partial tile,
+// skipping ops that touch nothing the chain touches (they run before its nest). The first
+// contraction needs no epilogue (its output is then a register tile like the others). A
+// register tile read after the chain escapes: the chain stores it to its shared buffer as it
+// ends (the backward kernels' dS, dz, dW and column sums read theirs there). A chain that
+// would not fit the shared memory (its partials) or 64 values a lane in register tiles is
+// cut short, its tiles then escaping where later ops read them. The W warps of a block
 // split the M columns: warp w owns columns [w M / W, (w + 1) M / W) of every
 // tile, all 16 rows, as mma accumulator fragments (C layout). The C layout of
 // two adjacent 16 x 8 tiles is the A layout of one k16 step (one tile: one k8
