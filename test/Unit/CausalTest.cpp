@@ -229,6 +229,23 @@ TEST(FusedCausal, GpuScheduleRunOnTheCpuMatchesTheReference) {
   }
 }
 
+TEST(FusedCausal, TheCausalKeyBackwardsWarpChainMatchesTheReference) {
+  // At d = 32, m = 128 in bf16 the causal key backward's two contractions (the logits of the
+  // keys against W) and the elementwise ops after each run as one warp chain whose tiles,
+  // read by the ops after it, are stored to shared memory as it ends (codegen/WarpChains.h).
+  FusedEmulatedAttention emulated("posrf-orf", config(128, 32), "bf16", /*causal=*/true);
+  std::string mapped = emulated.kernelIR("mapped");
+  size_t kb = mapped.find("_causal_key_backward(");
+  ASSERT_NE(kb, std::string::npos);
+  EXPECT_NE(mapped.find("spectra.warp_chain", kb), std::string::npos);
+  expectMatches(emulated.descriptor(),
+                [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                  return emulated.attention(q, k, v, w, mask);
+                },
+                "posrf-orf gpu-emulated bf16 m=128 d=32", 45, 0.8, 3e-2, 1e-1, /*masked=*/true,
+                torch::kBFloat16);
+}
+
 TEST(FusedCausal, LargerHeadsOnTheGpuScheduleTakeOneRowPerTile) {
   // d = 64, m = 256: TrigRF's causal kernels (two outputs per feature) do not fit a block's
   // 48 KiB of static shared memory at 2 rows per tile; they take 1 (the launch description

@@ -249,6 +249,36 @@ TEST(FusedEmulated, WarpChainKeepsTheExponentialInRegisters) {
   }
 }
 
+TEST(FusedEmulated, BackwardChainsLeaveThePaddedRowsOut) {
+  // A declared feature of the direction x / ||x||, NaN at the zero rows that pad a partial
+  // tile (rsqrt(||x||^2) = inf, w.x inf = NaN): the tile layer zeroes those rows of the query
+  // backward's gradient tiles, which the warp chain (bf16, d = 32, m = 128: 16-row tiles) does
+  // on its registers before it stores them. 13 queries: a partial tile.
+  const char *ir = R"mlir(
+    spectra.component @direction params(%m, %d) {
+      %c = math.rsqrt %m : f32
+      spectra.params_yield scalars(%c : f32)
+    } features(%wx, %xx, %ww, %c) {
+      %half = arith.constant 5.000000e-01 : f32
+      %r = math.rsqrt %xx : f32
+      %u = arith.mulf %wx, %r : f32
+      %l = arith.subf %u, %half : f32
+      spectra.feature_yield exp(%l : f32) scaled(%c : f32)
+    }
+    spectra.feature_map @direction_orf component @direction weights @orf m = 128 d = 32 seed = 1
+  )mlir";
+  FusedEmulatedAttention fused =
+      FusedEmulatedAttention::fromIR(ir, "direction.mlir", "", "bf16");
+  std::string mapped = fused.kernelIR("mapped");
+  size_t qb = mapped.find("_query_backward(");
+  ASSERT_NE(qb, std::string::npos);
+  EXPECT_LT(mapped.find("spectra.warp_chain", qb), mapped.find("_key_backward(", qb));
+  torch::manual_seed(21);
+  Case c{torch::randn({2, 2, 13, 32}, torch::kFloat64), torch::randn({2, 2, 21, 32}, torch::kFloat64),
+         torch::randn({2, 2, 21, 8}, torch::kFloat64), torch::ones({2, 21}, torch::kBool)};
+  expectMatches(fused, c, 2e-2, "direction-orf bf16 m=128");
+}
+
 /// SPECTRA_MMA picks the tensor cores' precision for the GPU kernels and their emulation
 /// (a switch for a first run on a GPU): bf16 rounds the operands once, f16 rounds them to
 /// f16, none keeps FMA thread nests; another value is ignored (the default, bf16x3).
