@@ -17,7 +17,9 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/IR/Threading.h"
+#include "llvm/ADT/DenseSet.h"
 #include "mlir/Transforms/Passes.h"
 
 #include <cstdlib>
@@ -274,12 +276,20 @@ struct SerializeKernelsToPtxPass
           if (isKernel(fn) && fn.getSymName() != name)
             fn.erase();
         // Drop what only the other kernels used (their shared-memory globals, declarations).
+        // One walk per round collects the names still referenced (asking each symbol for its
+        // uses walked the whole part once per symbol: most of a cold compile's serial time);
+        // a further round only when an erased symbol held the last reference to another.
         for (bool erased = true; erased;) {
           erased = false;
+          llvm::DenseSet<StringAttr> used;
+          if (std::optional<SymbolTable::UseRange> uses =
+                  SymbolTable::getSymbolUses(&part->getBodyRegion()))
+            for (const SymbolTable::SymbolUse &use : *uses)
+              used.insert(use.getSymbolRef().getRootReference());
           for (Operation &op : llvm::make_early_inc_range(part->getBody()->getOperations())) {
             auto symbol = dyn_cast<SymbolOpInterface>(&op);
             auto fn = dyn_cast<LLVM::LLVMFuncOp>(&op);
-            if (symbol && !(fn && isKernel(fn)) && SymbolTable::symbolKnownUseEmpty(&op, *part)) {
+            if (symbol && !(fn && isKernel(fn)) && !used.contains(symbol.getNameAttr())) {
               op.erase();
               erased = true;
             }

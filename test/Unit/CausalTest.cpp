@@ -73,8 +73,9 @@ TEST(CausalReference, ChunkedEqualsTheMaskedProductInFloat64) {
     torch::Tensor plain = ref.attention(in.q, in.k, in.v, w, mask, causalOptions(Stabilizer::None));
     EXPECT_LT(rowError(exact, plain), 1e-10) << variant;
     // Row 0 sees key 0 alone: its output is v_0 for positive features.
-    if (std::string(variant) == "posrf-orf")
+    if (std::string(variant) == "posrf-orf") {
       EXPECT_LT(maxAbs(exact.index({Slice(), Slice(), 0}) - in.v.index({Slice(), Slice(), 0})), 1e-12);
+    }
   }
 }
 

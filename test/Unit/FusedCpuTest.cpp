@@ -239,10 +239,11 @@ TEST(FusedCpu, UserDeclaredFeatureCompilesAndMatches) {
         << "the kernel cache key names the width";
   }
   // The FMAs in flight choose the register tile, so the cache key names them too.
-  if (const char *chains = std::getenv("SPECTRA_CPU_FMA_CHAINS"); chains && *chains)
+  if (const char *chains = std::getenv("SPECTRA_CPU_FMA_CHAINS"); chains && *chains) {
     EXPECT_NE(std::string(spectra_cpu_host_target()).find(std::string("-fma") + chains),
               std::string::npos)
         << spectra_cpu_host_target();
+  }
 }
 
 TEST(FusedCpu, AComponentThatIgnoresTheNormCompilesWithItsBackward) {
@@ -823,8 +824,9 @@ TEST(FusedCpu, KernelWorkCountsTheContractionsAtTheHostWidth) {
   double rows = posrf["kv"]["tile_rows"];
   ASSERT_TRUE(rows == 32 || (rows == 24 && width <= 8)) << rows;
   const char *chains = std::getenv("SPECTRA_CPU_FMA_CHAINS");
-  if (chains && *chains)
+  if (chains && *chains) {
     EXPECT_EQ(rows, std::atoi(chains) > (width >= 16 ? 16 : 8) ? 24 : 32) << chains;
+  }
   for (auto &[kind, v] : posrf)
     EXPECT_EQ(v["tile_rows"], rows) << kind;
   const double product = rows * 32 * 128 / width;  // one tile's m x d contraction

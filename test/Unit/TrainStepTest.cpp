@@ -313,9 +313,10 @@ void expectLearnableFactorsMove(const torch::Device &device) {
   step.update(0, 1e-3, 1.0, loss, torch::zeros({}, torch::kInt64).to(device), 4, {});
   std::vector<torch::Tensor> after = model->parameters();
   for (size_t i = 0; i < before.size(); ++i)
-    if (after[i].grad().defined())
+    if (after[i].grad().defined()) {
       EXPECT_FALSE(torch::equal(before[i], after[i].detach()))
           << "parameter " << i << " (" << after[i].scalar_type() << ") was not updated";
+    }
   EXPECT_EQ(step.read().examples, 4);
 }
 
