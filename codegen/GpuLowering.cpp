@@ -281,11 +281,14 @@ struct SerializeKernelsToPtxPass
         // a further round only when an erased symbol held the last reference to another.
         for (bool erased = true; erased;) {
           erased = false;
+          // An op whose symbol uses are unknown: keep everything, as the per-symbol query did.
+          std::optional<SymbolTable::UseRange> uses =
+              SymbolTable::getSymbolUses(&part->getBodyRegion());
+          if (!uses)
+            break;
           llvm::DenseSet<StringAttr> used;
-          if (std::optional<SymbolTable::UseRange> uses =
-                  SymbolTable::getSymbolUses(&part->getBodyRegion()))
-            for (const SymbolTable::SymbolUse &use : *uses)
-              used.insert(use.getSymbolRef().getRootReference());
+          for (const SymbolTable::SymbolUse &use : *uses)
+            used.insert(use.getSymbolRef().getRootReference());
           for (Operation &op : llvm::make_early_inc_range(part->getBody()->getOperations())) {
             auto symbol = dyn_cast<SymbolOpInterface>(&op);
             auto fn = dyn_cast<LLVM::LLVMFuncOp>(&op);
