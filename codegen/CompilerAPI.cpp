@@ -422,6 +422,22 @@ extern "C" const char *spectra_gpu_mma_mode(void) {
   return "bf16x3";
 }
 
+/// SPECTRA_EMULATED_OPT: the LLVM optimisation level (0-3) of the emulated GPU kernels;
+/// 0 by default (they verify; compile time dominates their runs).
+static unsigned emulatedOptLevel() {
+  const char *value = std::getenv("SPECTRA_EMULATED_OPT");
+  if (!value || !*value)
+    return 0;
+  if (value[1] == 0 && value[0] >= '0' && value[0] <= '3')
+    return static_cast<unsigned>(value[0] - '0');
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    llvm::errs() << "spectra: ignoring SPECTRA_EMULATED_OPT='" << value
+                 << "' (takes 0, 1, 2 or 3); using 0\n";
+  });
+  return 0;
+}
+
 extern "C" const char *spectra_cpu_host_target(void) {
   // The FMAs in flight choose the register tiles (SPECTRA_CPU_FMA_CHAINS may override them).
   static const std::string target =
@@ -531,6 +547,15 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
   keepOnly(*backward, /*forward=*/false);
   std::string failure;
   std::mutex failureMutex;
+  // The emulated GPU kernels check the mapped IR's semantics lane by lane on small inputs:
+  // LLVM's optimiser took 90% of their time (a test of 11 kernel sets, 870 s on a Zen 1), so
+  // they compile at -O0 unless SPECTRA_EMULATED_OPT asks for more (larger emulated runs).
+  unsigned optLevel = emulatedDtype ? emulatedOptLevel() : 3;
+  llvm::CodeGenOptLevel codegenLevel =
+      optLevel == 0   ? llvm::CodeGenOptLevel::None
+      : optLevel == 1 ? llvm::CodeGenOptLevel::Less
+      : optLevel == 2 ? llvm::CodeGenOptLevel::Default
+                      : llvm::CodeGenOptLevel::Aggressive;
   auto jit = [&](ModuleOp module, std::unique_ptr<ExecutionEngine> &engine, std::string &object) {
     auto setFailure = [&](const std::string &message) {
       std::lock_guard<std::mutex> lock(failureMutex);
@@ -544,7 +569,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     // The module must name the host target before the optimiser runs: without a triple the
     // vectoriser's cost model sees no SIMD registers and keeps every loop scalar.
     std::function<llvm::Error(llvm::Module *)> optimise =
-        makeOptimizingTransformer(/*optLevel=*/3, /*sizeLevel=*/0, host.get());
+        makeOptimizingTransformer(optLevel, /*sizeLevel=*/0, host.get());
     auto transform = [&optimise, tm = host.get()](llvm::Module *m) {
       if (tm) {
         m->setTargetTriple(tm->getTargetTriple());
@@ -563,7 +588,7 @@ static spectra_cpu_kernel *compileCpu(Context &ctx, ModuleOp source, const char 
     ExecutionEngineOptions options;
     // A function_ref: `transform` must outlive ExecutionEngine::create below.
     options.transformer = transform;
-    options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+    options.jitCodeGenOptLevel = codegenLevel;
     // Debian's LLVM writes jitdump files for every JIT unless told not to; SPECTRA_PERF=1 asks
     // for them (perf then names the kernels' symbols).
     const char *perf = std::getenv("SPECTRA_PERF");
