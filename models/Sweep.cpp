@@ -254,8 +254,13 @@ QueueResult runQueue(const std::vector<Job> &jobs, const std::vector<Slot> &slot
         ::sigaction(SIGTERM, &oldTerm, nullptr);
         throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
       }
-      if (pid == 0)
+      if (pid == 0) {
+        // Each run leads its own process group, so an interrupt stops what the run started
+        // too (a wrapper script's children), not only its first process.
+        ::setpgid(0, 0);
         execChild(jobs[j], slots[s]);
+      }
+      ::setpgid(pid, pid);  // also here: the child may not have run yet when a signal comes
       slotBusy[s] = true;
       running.push_back({pid, j, s, Clock::now()});
       result.outcomes[j].slot = slots[s].label;
@@ -269,7 +274,8 @@ QueueResult runQueue(const std::vector<Job> &jobs, const std::vector<Slot> &slot
       say("interrupted (signal " + std::to_string(gStopSignal) + "): stopping " +
           std::to_string(running.size()) + " run(s); rerun the same sweep to resume them");
       for (const Running &r : running)
-        ::kill(r.pid, SIGTERM);
+        if (::kill(-r.pid, SIGTERM) != 0)
+          ::kill(r.pid, SIGTERM);
       while (!running.empty()) {
         int status = 0;
         pid_t pid = ::waitpid(running.front().pid, &status, 0);

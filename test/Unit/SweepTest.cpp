@@ -261,9 +261,15 @@ TEST(SweepQueue, AProgramThatCannotRunFailsWithItsReason) {
 }
 
 TEST(SweepQueue, ASignalStopsTheRunsAndLeavesTheRestQueued) {
+  // Each run starts a child of its own that would leave a file behind if it outlived the
+  // interrupt: the queue stops a run's whole process group.
+  std::string dir = tempDir();
   std::vector<Job> jobs;
   for (int i = 0; i < 4; ++i)
-    jobs.push_back({"sleeper" + std::to_string(i), {"/bin/sh", "-c", "sleep 20"}, ""});
+    jobs.push_back({"sleeper" + std::to_string(i),
+                    {"/bin/sh", "-c", "(sleep 1; touch " + dir + "/survivor" + std::to_string(i) +
+                                          ") & sleep 20"},
+                    ""});
   std::thread interrupter([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
     ::kill(::getpid(), SIGTERM);
@@ -279,6 +285,10 @@ TEST(SweepQueue, ASignalStopsTheRunsAndLeavesTheRestQueued) {
   EXPECT_EQ(r.outcomes[1].exitCode, 128 + SIGTERM);
   EXPECT_EQ(r.outcomes[2].exitCode, -1);  // never started
   EXPECT_EQ(r.outcomes[3].exitCode, -1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  for (int i = 0; i < 2; ++i)
+    EXPECT_FALSE(std::ifstream(dir + "/survivor" + std::to_string(i)).good())
+        << "run " << i << "'s child outlived the interrupt";
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(), "interrupted (signal 15): stopping 2 run(s); rerun the same sweep to resume them");
   // The process's own SIGTERM handling is restored.
