@@ -21,7 +21,7 @@ config.substitutions.append(("%python", config.python_executable or "python3"))
 # Variables must be re-captured in every CHECK-LABEL block (IREE, CIRCT).
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 
-llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
+llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "OMP_WAIT_POLICY"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.spectra_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile", "spectra-train"], tool_dirs)
