@@ -379,7 +379,7 @@ struct BitsExp : OpRewritePattern<math::ExpOp> {
 /// 13 instructions where BitsExp takes 15, 8 of them multiplies or FMAs where BitsExp has
 /// 11, and a dependency chain of 8 FP operations where BitsExp's is 12: on a Zen 3 core,
 /// where the kernels' exp loops are held by their chains, 25% fewer cycles per exp in a loop
-/// over a tile's logits, and kv and query_backward 4-5% faster (README, issue 23).
+/// over a tile's logits, and kv and query_backward 4-5% faster (docs/kernels-at-the-limit.md).
 /// Largest relative error against float64 exp over [-87.3, 0]: 1.06e-7, where BitsExp's is
 /// 7.9e-8 (T_j rounds once more); test/Codegen/spectra-polynomial-exp-avx2.mlir.
 ///
@@ -485,7 +485,7 @@ struct SelectMaximaPass : spectra::impl::SpectraSelectMaximaBase<SelectMaximaPas
 /// stays: each use's fma would save the multiply once, but the product is often a row's
 /// term hoisted off the exps' dependence chains, where an fma (4 cycles on Zen 3) would sit
 /// in place of an add (3): fusing the logits' shared norm term made kv and query_backward
-/// 1% slower on a Zen 3 core (README issue 23).
+/// 1% slower on a Zen 3 core (docs/kernels-at-the-limit.md).
 arith::MulFOp productFeeding(Value v, Operation *user) {
   auto mul = v.getDefiningOp<arith::MulFOp>();
   if (!mul || !isa<VectorType>(mul.getType()) || !mul->hasOneUse() || *mul->user_begin() != user)

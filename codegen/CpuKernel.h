@@ -70,7 +70,7 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
       *this, "strip-features",
       llvm::cl::desc("chains parallel along the features one register tile's width of them at "
                      "a time (spectra-strip-tiles); off: measured neutral on a Zen 3 core, "
-                     "README issue 23"),
+                     "docs/kernels-at-the-limit.md"),
       llvm::cl::init(false)};
   Option<bool> selectMaxima{*this, "select-maxima",
                             llvm::cl::desc("maxima as one compare-and-select (spectra-select-maxima); "

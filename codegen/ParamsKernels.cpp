@@ -16,7 +16,8 @@
 //       which moments_backward adds to dq and dk.
 // Built where TileKernelOptions::paramsKernels asks (both pipelines ask): the CPU lowers the
 // vectors as they are, the GPU schedule spreads them over a block's threads
-// (spectra-map-tiles-to-gpu, vectorsToTiles; README, "The params program compiled").
+// (spectra-map-tiles-to-gpu, vectorsToTiles; docs/kernels-at-the-limit.md, "The params
+// program compiled").
 // Every rank-1 value is one vector<D x f32> (d is a compile-time constant, and the program is
 // straight-line), so the kernels have no loops and no buffers, and their code does not grow
 // with d (one unrolled scalar per entry took 1.4 s more of a cold compile at d = 128); each op's

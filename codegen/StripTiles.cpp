@@ -2,7 +2,7 @@
 //
 // An optional cache step of the CPU schedule (Passes.td, spectra-strip-tiles;
 // spectra-cpu-pipeline's strip-features, off by default: measured neutral on a
-// Zen 3 core, README issue 23). The tile
+// Zen 3 core, docs/kernels-at-the-limit.md). The tile
 // kernels are written whole-tile: kv computes the logits of a 32-row tile for
 // all m features, then their exponentials, then the summary's update, each a
 // [32 x m] or [m x d] buffer. At m = 128 those are 16 KiB each, and with the
