@@ -37,6 +37,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
@@ -466,11 +467,23 @@ void printThreadScaling(Setup &s, SpectralAttention &fused, SpectralAttention &r
             << "x" << std::setprecision(4) << "\n";
 }
 
-std::vector<int64_t> numbers(const std::string &list) {
+/// `text` as a whole positive integer, or an error that names the option and what it got.
+int64_t positive(const std::string &option, const std::string &text) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 1)
+    throw std::invalid_argument(option + " takes a positive integer, got '" + text + "'");
+  return value;
+}
+
+/// A comma-separated list of positive integers (`option` names it in errors).
+std::vector<int64_t> numbers(const std::string &option, const std::string &list) {
   std::vector<int64_t> out;
   std::stringstream ss(list);
   for (std::string item; std::getline(ss, item, ',');)
-    out.push_back(std::stoll(item));
+    out.push_back(positive(option, item));
+  if (out.empty())
+    throw std::invalid_argument(option + " takes a comma-separated list of positive integers");
   return out;
 }
 
@@ -483,7 +496,15 @@ int sweep(const std::map<std::string, std::string> &opt, const std::string &dir,
   if (!csv)
     throw std::invalid_argument("cannot write " + csvPath);
   csv << "variant,device,dtype,batch,heads,length,d,m,method,pass,seconds,gflops_per_s,gbytes_per_s,threads\n";
-  double maxSeconds = std::stod(opt.at("max-seconds"));
+  double maxSeconds = 0;
+  {
+    const std::string &text = opt.at("max-seconds");
+    char *end = nullptr;
+    maxSeconds = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(maxSeconds > 0))
+      throw std::invalid_argument("--max-seconds takes a positive number of seconds, got '" +
+                                  text + "'");
+  }
   std::vector<std::string> dtypes;
   {
     std::stringstream ss(opt.at("dtypes"));
@@ -497,10 +518,11 @@ int sweep(const std::map<std::string, std::string> &opt, const std::string &dir,
       size_t x = t.find('x');
       if (x == std::string::npos)
         throw std::invalid_argument("--shapes takes DxM pairs (32x128,64x256), got '" + t + "'");
-      shapes.push_back({std::stoll(t.substr(0, x)), std::stoll(t.substr(x + 1))});
+      shapes.push_back({positive("--shapes (d)", t.substr(0, x)),
+                        positive("--shapes (m)", t.substr(x + 1))});
     }
   }
-  std::vector<int64_t> lengths = numbers(opt.at("lengths"));
+  std::vector<int64_t> lengths = numbers("--lengths", opt.at("lengths"));
   int threads = base.device.is_cuda() ? 0 : torch::get_num_threads();
   for (auto [d, m] : shapes)
     for (const std::string &dtype : dtypes) {
@@ -889,11 +911,11 @@ int main(int argc, char **argv) {
       throw std::invalid_argument("--heap must be kept or system, got '" + opt["heap"] + "'");
     }
     Setup s;
-    s.B = std::stoll(opt["batch"]);
-    s.H = std::stoll(opt["heads"]);
-    s.N = std::stoll(opt["length"]);
-    s.d = std::stoll(opt["dim"]);
-    s.repeats = std::stoi(opt["repeats"]);
+    s.B = positive("--batch", opt["batch"]);
+    s.H = positive("--heads", opt["heads"]);
+    s.N = positive("--length", opt["length"]);
+    s.d = positive("--dim", opt["dim"]);
+    s.repeats = int(std::min<int64_t>(positive("--repeats", opt["repeats"]), 1 << 20));
     if (opt["device"] != "cpu" && opt["device"] != "cuda" && opt["device"] != "gpu-emulated")
       throw std::invalid_argument("--device must be cpu, cuda or gpu-emulated, got '" +
                                   opt["device"] + "'");
@@ -908,7 +930,7 @@ int main(int argc, char **argv) {
       throw std::invalid_argument("--dtype must be f32, bf16 or f16");
     }
     s.options.variant = opt["variant"];
-    s.options.config.m = std::stoll(opt["m"]);
+    s.options.config.m = positive("--m", opt["m"]);
     s.options.config.d = s.d;
     torch::manual_seed(0);
     auto o = torch::TensorOptions().dtype(s.dtype).device(s.device);
@@ -1050,6 +1072,10 @@ int main(int argc, char **argv) {
                   b.to(torch::kFloat64).abs().max())
                      .item<double>()
               << "\n";
+  } catch (const c10::Error &e) {
+    // LibTorch's checks: their message, without the C++ backtrace.
+    std::cerr << "spectra-bench: error: " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception &e) {
     std::cerr << "spectra-bench: error: " << e.what() << "\n";
     return 1;

@@ -344,11 +344,27 @@ void plot(const std::string &csv, const std::string &png, const std::string &col
                  "pip install matplotlib); the CSV is complete\n";
 }
 
+/// One entry of a comma-separated list option (`--NAME a,b,c`) as a whole integer, or an
+/// error that names the option and the entry.
+int64_t listInteger(const std::string &name, const std::string &entry) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(entry, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (entry.empty() || used != entry.size())
+    throw std::invalid_argument("--" + name + " takes a comma-separated list of integers, got '" +
+                                entry + "'");
+  return v;
+}
+
 int approx(const Args &args) {
   std::vector<std::string> variants = split(args.get("variants", "posrf-base,posrf-orf,trigrf-base,trigrf-orf"), ',');
   std::vector<int64_t> ms;
   for (const std::string &m : split(args.get("ms", "8,16,32,64,128"), ','))
-    ms.push_back(std::stoll(m));
+    ms.push_back(listInteger("ms", m));
   int64_t seeds = args.integer("seeds", 50), pairs = args.integer("pairs", 256);
   int64_t d = args.integer("d", 16);
   if (seeds < 2 || pairs < 1)
@@ -409,7 +425,7 @@ int mrf(const Args &args) {
       split(args.get("variants", "posrf-base,posrf-orf,posrf-simrf,posrf-scrf,oprf-orf,trigrf-orf"), ',');
   std::vector<int64_t> ms;
   for (const std::string &m : split(args.get("ms", "8,16,32,64,128,256"), ','))
-    ms.push_back(std::stoll(m));
+    ms.push_back(listInteger("ms", m));
   int64_t K = args.integer("states", 64), d = args.integer("d", 16), T = args.integer("length", 10);
   int64_t seeds = args.integer("seeds", 20);
   double stateStd = args.number("state-std", 1.0 / std::sqrt(static_cast<double>(d)));

@@ -44,6 +44,39 @@
 using namespace spectra::data;
 
 namespace {
+/// The whole of `v` as a number (std::stoll / std::stod), or an error naming the option.
+template <typename T, typename Parse>
+T parseNumber(const std::string &name, const std::string &v, Parse parse, const char *what) {
+  size_t used = 0;
+  T x{};
+  try {
+    x = parse(v, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty())
+    throw std::invalid_argument("--" + name + " takes " + what + ", got '" + v + "'");
+  return x;
+}
+
+int64_t toInt(const std::string &name, const std::string &v) {
+  return parseNumber<int64_t>(name, v, [](const std::string &s, size_t *n) { return std::stoll(s, n); },
+                              "an integer");
+}
+
+double toDouble(const std::string &name, const std::string &v) {
+  return parseNumber<double>(name, v, [](const std::string &s, size_t *n) { return std::stod(s, n); },
+                             "a number");
+}
+
+uint64_t toSeed(const std::string &name, const std::string &v) {
+  if (!v.empty() && v[0] == '-')
+    throw std::invalid_argument("--" + name + " takes a non-negative integer, got '" + v + "'");
+  return parseNumber<uint64_t>(name, v,
+                               [](const std::string &s, size_t *n) { return std::stoull(s, n); },
+                               "a non-negative integer");
+}
+
 int generateUsage(std::ostream &os, int code) {
   os << "usage: spectra-train generate-listops --out DIR [--num-train N] [--num-val N] "
         "[--num-test N]\n"
@@ -157,14 +190,14 @@ int generate(int argc, char **argv) {
   }
   ListOpsOptions o;
   try {
-    o.numTrain = std::stoll(opt["num-train"]);
-    o.numVal = std::stoll(opt["num-val"]);
-    o.numTest = std::stoll(opt["num-test"]);
-    o.minLength = std::stoll(opt["min-length"]);
-    o.maxLength = std::stoll(opt["max-length"]);
-    o.seed = std::stoull(opt["seed"]);
-  } catch (const std::exception &) {
-    std::cerr << "spectra-train: error: the numeric options take integers\n";
+    o.numTrain = toInt("num-train", opt["num-train"]);
+    o.numVal = toInt("num-val", opt["num-val"]);
+    o.numTest = toInt("num-test", opt["num-test"]);
+    o.minLength = toInt("min-length", opt["min-length"]);
+    o.maxLength = toInt("max-length", opt["max-length"]);
+    o.seed = toSeed("seed", opt["seed"]);
+  } catch (const std::exception &e) {
+    std::cerr << "spectra-train: error: " << e.what() << "\n";
     return 2;
   }
   std::string mkdirError;
@@ -242,31 +275,6 @@ Args parseArgs(int argc, char **argv, int first) {
       a.values[name] = value;
   }
   return a;
-}
-
-/// The whole of `v` as a number (std::stoll / std::stod), or an error naming the option.
-template <typename T, typename Parse>
-T parseNumber(const std::string &name, const std::string &v, Parse parse, const char *what) {
-  size_t used = 0;
-  T x{};
-  try {
-    x = parse(v, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty())
-    throw std::invalid_argument("--" + name + " takes " + what + ", got '" + v + "'");
-  return x;
-}
-
-int64_t toInt(const std::string &name, const std::string &v) {
-  return parseNumber<int64_t>(name, v, [](const std::string &s, size_t *n) { return std::stoll(s, n); },
-                              "an integer");
-}
-
-double toDouble(const std::string &name, const std::string &v) {
-  return parseNumber<double>(name, v, [](const std::string &s, size_t *n) { return std::stod(s, n); },
-                             "a number");
 }
 
 std::string runName(const std::string &attention) {
@@ -896,11 +904,11 @@ int generateTextCommand(int argc, char **argv) {
     else if (s == "--prompt")
       o.prompt = v;
     else if (s == "--tokens")
-      o.tokens = std::stoll(v);
+      o.tokens = toInt("tokens", v);
     else if (s == "--temperature")
-      o.temperature = std::stod(v);
+      o.temperature = toDouble("temperature", v);
     else
-      o.seed = std::stoull(v);
+      o.seed = toSeed("seed", v);
   }
   if (o.checkpoint.empty() || o.prompt.empty())
     throw std::invalid_argument(std::string("generate needs --checkpoint and --prompt\n") +
