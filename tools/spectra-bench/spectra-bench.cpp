@@ -42,6 +42,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <malloc.h>
@@ -422,17 +423,57 @@ void printKernelBreakdown(const TimedPasses &timed, const Setup &s, int64_t m, i
 }
 
 /// The median time of one pass of `method` on s's inputs.
+/// One method's attention on (q, k, v).
+torch::Tensor runMethod(Method method, const Setup &s, SpectralAttention &fused,
+                        SpectralAttention &reference, const torch::Tensor &q,
+                        const torch::Tensor &k, const torch::Tensor &v) {
+  switch (method) {
+  case Method::Fused: return fused->forward(q, k, v);
+  case Method::Reference: return reference->forward(q, k, v);
+  case Method::Sdpa: return at::scaled_dot_product_attention(q, k, v);
+  case Method::TorchLinear:
+    return torchLinear(q, k, v, fused->weights->weights().W.to(s.device).detach());
+  }
+  return torch::Tensor();
+}
+
+/// One forward+backward of a method (the inputs fresh leaves, as timeMethod's).
+void timeOnce(Method method, const Setup &s, SpectralAttention &fused,
+              SpectralAttention &reference) {
+  torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
+                v = s.v.detach().requires_grad_();
+  runMethod(method, s, fused, reference, q, k, v).sum().backward();
+}
+
+/// The median time of each of `passes` over `repeats` rounds, each round one call of every
+/// pass in turn (after one warm-up call of each).
+std::vector<double> interleavedMedians(int repeats, torch::Device device,
+                                       const std::vector<std::function<void()>> &passes) {
+  std::vector<std::vector<double>> times(passes.size());
+  for (const auto &pass : passes)
+    pass();
+  for (int r = 0; r < repeats; ++r)
+    for (size_t i = 0; i < passes.size(); ++i) {
+      if (device.is_cuda())
+        torch::cuda::synchronize();
+      auto t0 = Clock::now();
+      passes[i]();
+      if (device.is_cuda())
+        torch::cuda::synchronize();
+      times[i].push_back(seconds(t0, Clock::now()));
+    }
+  std::vector<double> medians;
+  for (std::vector<double> &t : times) {
+    std::sort(t.begin(), t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  return medians;
+}
+
 double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAttention &reference,
                   bool backward) {
-  torch::Tensor W = fused->weights->weights().W.to(s.device).detach();
   auto run = [&](const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v) {
-    switch (method) {
-    case Method::Fused: return fused->forward(q, k, v);
-    case Method::Reference: return reference->forward(q, k, v);
-    case Method::Sdpa: return at::scaled_dot_product_attention(q, k, v);
-    case Method::TorchLinear: return torchLinear(q, k, v, W);
-    }
-    return torch::Tensor();
+    return runMethod(method, s, fused, reference, q, k, v);
   };
   if (!backward) {
     torch::NoGradGuard g;
@@ -985,24 +1026,39 @@ int main(int argc, char **argv) {
 
     SpectralAttention reference = makeModule(s, AttentionMode::Reference);
     torch::Tensor a, b;
-    double tfF, tfR, tbF, tbR;
-    {
-      torch::NoGradGuard g;
-      tfF = median(s.repeats, s.device, [&] { a = fused->forward(s.q, s.k, s.v); });
-      tfR = median(s.repeats, s.device, [&] { b = reference->forward(s.q, s.k, s.v); });
+    // The fused kernels, the eager reference and the baselines a user has without Spectra
+    // (softmax SDPA, linear attention by hand), each pass of every method in turn: a slow
+    // phase of the machine then falls on all of them alike, and their ratios hold.
+    auto methodPass = [&](Method method, bool backward) -> std::function<void()> {
+      return [&, method, backward] {
+        if (backward) {
+          timeOnce(method, s, fused, reference);
+          return;
+        }
+        torch::NoGradGuard g;
+        torch::Tensor out = runMethod(method, s, fused, reference, s.q, s.k, s.v);
+        if (method == Method::Fused)
+          a = out;
+        else if (method == Method::Reference)
+          b = out;
+      };
+    };
+    const std::vector<Method> methods = {Method::Fused, Method::Reference, Method::Sdpa,
+                                         Method::TorchLinear};
+    std::vector<std::function<void()>> forwards, both;
+    for (Method method : methods) {
+      forwards.push_back(methodPass(method, false));
+      both.push_back(methodPass(method, true));
     }
-    tbF = median(s.repeats, s.device, [&] { forwardBackward(fused, s); });
-    tbR = median(s.repeats, s.device, [&] { forwardBackward(reference, s); });
+    std::vector<double> tf = interleavedMedians(s.repeats, s.device, forwards),
+                        tb = interleavedMedians(s.repeats, s.device, both);
+    const double tfF = tf[0], tfR = tf[1], tfS = tf[2], tfL = tf[3];
+    const double tbF = tb[0], tbR = tb[1], tbS = tb[2], tbL = tb[3];
     // Where the fused forward+backward spends its time, kernel by kernel (CPU launches are
     // synchronous, so host timing is exact there).
     TimedPasses timed;
     if (!s.device.is_cuda())
       timed = timeKernelPasses(s.repeats, [&] { forwardBackward(fused, s); });
-    // The baselines a user has without Spectra: softmax SDPA and linear attention by hand.
-    double tfS = timeMethod(Method::Sdpa, s, fused, reference, false),
-           tbS = timeMethod(Method::Sdpa, s, fused, reference, true),
-           tfL = timeMethod(Method::TorchLinear, s, fused, reference, false),
-           tbL = timeMethod(Method::TorchLinear, s, fused, reference, true);
     int64_t memF, memR;
     if (s.device.is_cuda()) {
       memF = cudaPeak(fused, s);
@@ -1022,6 +1078,8 @@ int main(int argc, char **argv) {
     std::cout << "JIT: cold compile " << cold << " s, disk-cache hit " << disk
               << " s, memory-cache hit " << std::setprecision(6) << memory << std::setprecision(4)
               << " s\n";
+    std::cout << "timing            the median of " << s.repeats << " rounds, each one pass of "
+              << "every method in turn (fused, reference, SDPA, linear)\n";
     std::cout << "forward           fused " << tfF << " s   reference " << tfR
               << " s   reference/fused " << tfR / tfF << "\n";
     std::cout << "forward+backward  fused " << tbF << " s   reference " << tbR
