@@ -187,7 +187,8 @@ def main():
         for (name, _), tf, tb in zip(methods, tfs, tbs):
             print(f"  {name:<20}{tf:>11.4f}{tb:>11.4f}{tf / tfs[0]:>15.2f}{tb / tbs[0]:>19.2f}",
                   flush=True)
-        print(f"  (medians of {args.repeats} rounds, each one pass of every method in turn)")
+        rounds = f"{args.repeats} round{'s' if args.repeats != 1 else ''}"
+        print(f"  (medians of {rounds}, each one pass of every method in turn)")
 
 
 if __name__ == "__main__":

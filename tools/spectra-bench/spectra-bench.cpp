@@ -1078,7 +1078,8 @@ int main(int argc, char **argv) {
     std::cout << "JIT: cold compile " << cold << " s, disk-cache hit " << disk
               << " s, memory-cache hit " << std::setprecision(6) << memory << std::setprecision(4)
               << " s\n";
-    std::cout << "timing            the median of " << s.repeats << " rounds, each one pass of "
+    std::cout << "timing            the median of " << s.repeats
+              << (s.repeats == 1 ? " round" : " rounds") << ", each one pass of "
               << "every method in turn (fused, reference, SDPA, linear)\n";
     std::cout << "forward           fused " << tfF << " s   reference " << tfR
               << " s   reference/fused " << tfR / tfF << "\n";
