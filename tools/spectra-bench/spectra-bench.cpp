@@ -103,6 +103,10 @@ struct Setup {
   torch::Dtype dtype = torch::kFloat32;
   SpectralAttentionOptions options;
   torch::Tensor q, k, v;
+  /// The gradient of the output every backward receives (random, contiguous: what the layer
+  /// above hands a training step's attention, where a sum's backward would hand every method
+  /// a broadcast 1 to copy or special-case).
+  torch::Tensor gout;
   /// Whether W is learnable (a recipe with parameters, e.g. FastFoodL): then the fused and
   /// the eager backward compute dW and the flop counts include it (the hand-written torch
   /// linear attention takes W detached, so its count is high by dW there); a drawn W is a
@@ -123,7 +127,7 @@ SpectralAttention makeModule(Setup &s, AttentionMode mode) {
 void forwardBackward(SpectralAttention &m, const Setup &s) {
   torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
                 v = s.v.detach().requires_grad_();
-  m->forward(q, k, v).sum().backward();
+  m->forward(q, k, v).backward(s.gout);
 }
 
 /// Child mode: one forward+backward of one mode; prints the peak growth.
@@ -442,7 +446,7 @@ void timeOnce(Method method, const Setup &s, SpectralAttention &fused,
               SpectralAttention &reference) {
   torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
                 v = s.v.detach().requires_grad_();
-  runMethod(method, s, fused, reference, q, k, v).sum().backward();
+  runMethod(method, s, fused, reference, q, k, v).backward(s.gout);
 }
 
 /// The median time of each of `passes` over `repeats` rounds, each round one call of every
@@ -482,7 +486,7 @@ double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAtt
   return median(s.repeats, s.device, [&] {
     torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
                   v = s.v.detach().requires_grad_();
-    run(q, k, v).sum().backward();
+    run(q, k, v).backward(s.gout);
   });
 }
 
@@ -586,6 +590,7 @@ int sweep(const std::map<std::string, std::string> &opt, const std::string &dir,
         s.q = torch::randn({s.B, s.H, N, d}, o);
         s.k = torch::randn({s.B, s.H, N, d}, o);
         s.v = torch::randn({s.B, s.H, N, d}, o);
+        s.gout = torch::randn({s.B, s.H, N, d}, o);
         for (Method method : {Method::Fused, Method::Reference, Method::Sdpa, Method::TorchLinear})
           for (bool backward : {false, true}) {
             bool &skip = skipped[{static_cast<int>(method), backward}];
@@ -806,7 +811,7 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
     return median(s.repeats, s.device, [&] {
       torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
                     v = s.v.detach().requires_grad_();
-      f(q, k, v).sum().backward();
+      f(q, k, v).backward(s.gout);
     });
   };
   auto viaFused = [&](auto &q, auto &k, auto &v) { return fused->forward(q, k, v); };
@@ -978,6 +983,7 @@ int main(int argc, char **argv) {
     s.q = torch::randn({s.B, s.H, s.N, s.d}, o);
     s.k = torch::randn({s.B, s.H, s.N, s.d}, o);
     s.v = torch::randn({s.B, s.H, s.N, s.d}, o);
+    s.gout = torch::randn({s.B, s.H, s.N, s.d}, o);
     if (!opt["child"].empty())
       return measureChild(s, parseAttentionMode(opt["child"]));
     if (opt["variant"] == "paper")
