@@ -124,10 +124,17 @@ SpectralAttention makeModule(Setup &s, AttentionMode mode) {
   return m;
 }
 
-void forwardBackward(SpectralAttention &m, const Setup &s) {
+/// One forward+backward of `attention` (q, k, v -> out) on s's inputs as fresh leaves, the
+/// output's gradient s.gout.
+template <typename F>
+void forwardBackwardOf(const Setup &s, F &&attention) {
   torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
                 v = s.v.detach().requires_grad_();
-  m->forward(q, k, v).backward(s.gout);
+  attention(q, k, v).backward(s.gout);
+}
+
+void forwardBackward(SpectralAttention &m, const Setup &s) {
+  forwardBackwardOf(s, [&](auto &q, auto &k, auto &v) { return m->forward(q, k, v); });
 }
 
 /// Child mode: one forward+backward of one mode; prints the peak growth.
@@ -426,7 +433,6 @@ void printKernelBreakdown(const TimedPasses &timed, const Setup &s, int64_t m, i
   std::cout << std::setprecision(4);
 }
 
-/// The median time of one pass of `method` on s's inputs.
 /// One method's attention on (q, k, v).
 torch::Tensor runMethod(Method method, const Setup &s, SpectralAttention &fused,
                         SpectralAttention &reference, const torch::Tensor &q,
@@ -441,22 +447,17 @@ torch::Tensor runMethod(Method method, const Setup &s, SpectralAttention &fused,
   return torch::Tensor();
 }
 
-/// One forward+backward of a method (the inputs fresh leaves, as timeMethod's).
-void timeOnce(Method method, const Setup &s, SpectralAttention &fused,
-              SpectralAttention &reference) {
-  torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
-                v = s.v.detach().requires_grad_();
-  runMethod(method, s, fused, reference, q, k, v).backward(s.gout);
-}
-
 /// The median time of each of `passes` over `repeats` rounds, each round one call of every
-/// pass in turn (after one warm-up call of each).
+/// pass in turn (after one warm-up call of each); `onRound(r)` before round r, if given.
 std::vector<double> interleavedMedians(int repeats, torch::Device device,
-                                       const std::vector<std::function<void()>> &passes) {
+                                       const std::vector<std::function<void()>> &passes,
+                                       const std::function<void(int)> &onRound = {}) {
   std::vector<std::vector<double>> times(passes.size());
   for (const auto &pass : passes)
     pass();
-  for (int r = 0; r < repeats; ++r)
+  for (int r = 0; r < repeats; ++r) {
+    if (onRound)
+      onRound(r);
     for (size_t i = 0; i < passes.size(); ++i) {
       if (device.is_cuda())
         torch::cuda::synchronize();
@@ -466,6 +467,7 @@ std::vector<double> interleavedMedians(int repeats, torch::Device device,
         torch::cuda::synchronize();
       times[i].push_back(seconds(t0, Clock::now()));
     }
+  }
   std::vector<double> medians;
   for (std::vector<double> &t : times) {
     std::sort(t.begin(), t.end());
@@ -474,6 +476,7 @@ std::vector<double> interleavedMedians(int repeats, torch::Device device,
   return medians;
 }
 
+/// The median time of one pass of `method` on s's inputs (forward, or forward+backward).
 double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAttention &reference,
                   bool backward) {
   auto run = [&](const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v) {
@@ -483,11 +486,7 @@ double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAtt
     torch::NoGradGuard g;
     return median(s.repeats, s.device, [&] { run(s.q, s.k, s.v); });
   }
-  return median(s.repeats, s.device, [&] {
-    torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
-                  v = s.v.detach().requires_grad_();
-    run(q, k, v).backward(s.gout);
-  });
+  return median(s.repeats, s.device, [&] { forwardBackwardOf(s, run); });
 }
 
 /// The fused forward+backward on one thread beside the run on `threads`, each as a share of
@@ -721,7 +720,6 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
       Row r{s.options.variant, timeMethod(Method::Fused, s, fused, reference, false), 0,
             timeMethod(Method::Reference, s, fused, reference, true), 0};
       r.weightGrad = s.weightGrad;
-      forwardBackward(fused, s);  // compiled and warm for the rounds below
       modules.push_back(fused);
       rows.push_back(r);
     }
@@ -730,19 +728,15 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
   // one minute to the next) then falls on all of them alike, so the ratios between variants
   // hold where one variant's passes timed after another's would not.
   const int rounds = std::max(s.repeats, 5);
-  std::vector<std::vector<double>> passes(rows.size());
-  for (int round = 0; round < rounds; ++round) {
+  std::vector<std::function<void()>> passes;
+  for (SpectralAttention &m : modules)
+    passes.push_back([&] { forwardBackward(m, s); });
+  std::vector<double> both = interleavedMedians(rounds, s.device, passes, [&](int round) {
     std::cerr << "forward+backward round " << round + 1 << "/" << rounds << "\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      auto t0 = Clock::now();
-      forwardBackward(modules[i], s);
-      passes[i].push_back(seconds(t0, Clock::now()));
-    }
-  }
+  });
   for (size_t i = 0; i < rows.size(); ++i) {
     Row &r = rows[i];
-    std::sort(passes[i].begin(), passes[i].end());
-    r.both = passes[i][passes[i].size() / 2];
+    r.both = both[i];
     s.options.variant = r.variant;
     s.weightGrad = r.weightGrad;
     const Descriptor &desc = modules[i]->descriptor();
@@ -820,11 +814,7 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
     return median(s.repeats, s.device, [&] { f(s.q, s.k, s.v); });
   };
   auto both = [&](auto &&f) {
-    return median(s.repeats, s.device, [&] {
-      torch::Tensor q = s.q.detach().requires_grad_(), k = s.k.detach().requires_grad_(),
-                    v = s.v.detach().requires_grad_();
-      f(q, k, v).backward(s.gout);
-    });
+    return median(s.repeats, s.device, [&] { forwardBackwardOf(s, f); });
   };
   auto viaFused = [&](auto &q, auto &k, auto &v) { return fused->forward(q, k, v); };
   auto viaReference = [&](auto &q, auto &k, auto &v) { return reference->forward(q, k, v); };
@@ -1053,7 +1043,9 @@ int main(int argc, char **argv) {
     auto methodPass = [&](Method method, bool backward) -> std::function<void()> {
       return [&, method, backward] {
         if (backward) {
-          timeOnce(method, s, fused, reference);
+          forwardBackwardOf(s, [&](auto &q, auto &k, auto &v) {
+            return runMethod(method, s, fused, reference, q, k, v);
+          });
           return;
         }
         torch::NoGradGuard g;

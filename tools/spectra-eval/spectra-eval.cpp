@@ -29,6 +29,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -76,6 +77,20 @@ Variant options (all commands):
   --dtype f32|f64      computation dtype (default f64)
 )";
 
+/// `text` as a whole integer (no sign-only, blank or trailing characters), else none.
+std::optional<int64_t> wholeInteger(const std::string &text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception &) {
+    return std::nullopt;
+  }
+  if (used != text.size())
+    return std::nullopt;
+  return v;
+}
+
 struct Args {
   std::string command;
   std::map<std::string, std::vector<std::string>> values;
@@ -94,15 +109,10 @@ struct Args {
   int64_t integer(const std::string &k, int64_t fallback) const {
     if (!values.count(k))
       return fallback;
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(get(k), &used);
-      if (used != get(k).size())
-        throw std::invalid_argument("");
-      return v;
-    } catch (...) {
+    std::optional<int64_t> v = wholeInteger(get(k));
+    if (!v)
       throw std::invalid_argument("--" + k + " expects an integer, got '" + get(k) + "'");
-    }
+    return *v;
   }
   double number(const std::string &k, double fallback) const {
     if (!values.count(k))
@@ -347,17 +357,11 @@ void plot(const std::string &csv, const std::string &png, const std::string &col
 /// One entry of a comma-separated list option (`--NAME a,b,c`) as a whole integer, or an
 /// error that names the option and the entry.
 int64_t listInteger(const std::string &name, const std::string &entry) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(entry, &used);
-  } catch (const std::exception &) {
-    used = 0;
-  }
-  if (entry.empty() || used != entry.size())
+  std::optional<int64_t> v = wholeInteger(entry);
+  if (!v)
     throw std::invalid_argument("--" + name + " takes a comma-separated list of integers, got '" +
                                 entry + "'");
-  return v;
+  return *v;
 }
 
 int approx(const Args &args) {
