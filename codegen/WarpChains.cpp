@@ -16,6 +16,7 @@
 #include "codegen/TileKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -74,7 +75,20 @@ bool scalarBody(linalg::GenericOp op) {
   return true;
 }
 
-enum class Kind { Elementwise, Reduce, Contract, Vector, Block, Produce, ZeroRows };
+enum class Kind {
+  Elementwise,
+  Reduce,
+  Contract,
+  Vector,
+  Block,
+  Produce,
+  ZeroRows,
+  /// Split only, over the tile's rows (R), each warp on its own features: a reduction
+  /// out[F] (+)= f(tiles) (column sums), and a contraction C[F, n] += tile[R, F]^T B[R, n]
+  /// whose A fragments are the tile's, transposed 8 x 8 at a time (movmatrix).
+  ReduceRows,
+  ContractRows
+};
 
 /// One op of the chain after the first contraction and its epilogue.
 struct Step {
@@ -125,6 +139,11 @@ struct Chain {
   llvm::SmallPtrSet<Value, 8> escaping;
   /// Mapping: the fills that zeroed the outputs of Produce steps (they go with the chain).
   SmallVector<Operation *> produceFills;
+  /// Mapping: ops between the chain's that it does not take (a contraction whose partials
+  /// do not fit, an op under an scf.if), in order: they move after the chain's nest. Each
+  /// commutes with the chain's later ops; an op that touches what one of them writes, or
+  /// writes what one of them reads, is deferred with them.
+  SmallVector<Operation *> deferred;
   /// Features per warp (cw), the 8-column mma tiles per lane (ntiles), the second
   /// contraction's k step.
   int64_t T = 0, M = 0, W = 0, cw = 0, ntiles = 0, ks2 = 16;
@@ -257,7 +276,8 @@ std::optional<Step> zeroRowsStep(scf::ForOp loop, int64_t T, int64_t M,
 /// (`zeroFill`, allowed to touch its output; null at the lowering, where it is gone), with
 /// `W` warps splitting the features, laid out `transposed` or not; none if there is none.
 std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed,
-                             Operation *zeroFill, int64_t maxSteps = -1) {
+                             Operation *zeroFill, int64_t maxSteps = -1,
+                             const llvm::SmallPtrSet<Operation *, 4> *exclude = nullptr) {
   Chain c;
   c.first = first;
   c.W = W;
@@ -382,6 +402,46 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     return !c.tiles.contains(r) && !viaMemory.contains(r);
   };
 
+  // Deferral (Chain::deferred), at the mapping only (the lowering sees the nest's ops
+  // alone). A deferred contraction takes the fill that zeroes its output with it.
+  llvm::SmallPtrSet<Value, 8> deferredReads, deferredWrites;
+  auto conflictsDeferred = [&](Operation *op) {
+    if (c.deferred.empty())
+      return false;
+    std::optional<std::pair<llvm::SmallPtrSet<Value, 8>, llvm::SmallPtrSet<Value, 8>>> rw =
+        bufferEffects(op);
+    if (!rw)
+      return true;
+    for (Value r : rw->first)
+      if (deferredWrites.contains(r))
+        return true;
+    for (Value w : rw->second)
+      if (deferredReads.contains(w) || deferredWrites.contains(w))
+        return true;
+    return false;
+  };
+  auto defer = [&](Operation *op) {
+    if (!zeroFill || op->getNumResults() != 0)
+      return false;
+    std::optional<std::pair<llvm::SmallPtrSet<Value, 8>, llvm::SmallPtrSet<Value, 8>>> rw =
+        bufferEffects(op);
+    if (!rw)
+      return false;
+    linalg::FillOp fill;
+    if (auto g = dyn_cast<linalg::GenericOp>(op))
+      fill = zeroFillBefore(g);
+    if (fill) {
+      Value r = viewRoot(fill.getDpsInits()[0]);
+      if (touched.contains(r) || c.tiles.contains(r))
+        return false;
+      c.deferred.push_back(fill);
+    }
+    c.deferred.push_back(op);
+    deferredReads.insert(rw->first.begin(), rw->first.end());
+    deferredWrites.insert(rw->second.begin(), rw->second.end());
+    return true;
+  };
+
   Operation *last = E ? E.getOperation() : first.getOperation();
   for (Operation *op = last->getNextNode(); op && !op->hasTrait<OpTrait::IsTerminator>();
        op = op->getNextNode()) {
@@ -389,6 +449,13 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       break;
     if (isMemoryEffectFree(op))
       continue;
+    if (llvm::is_contained(c.deferred, op))
+      continue;  // a fill deferred with its contraction
+    if (conflictsDeferred(op) || (exclude && exclude->contains(op))) {
+      if (defer(op))
+        continue;
+      break;
+    }
     if (auto fill = dyn_cast<linalg::FillOp>(op)) {
       Value r = viewRoot(fill.getDpsInits()[0]);
       if (c.tiles.contains(r) || touched.contains(r))
@@ -403,7 +470,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     }
     auto g = dyn_cast<linalg::GenericOp>(op);
     if (!g || !g.hasPureBufferSemantics() || !scalarBody(g)) {
-      if (independent(op))
+      if (independent(op) || defer(op))
         continue;
       break;
     }
@@ -435,6 +502,43 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
           return std::nullopt;
         c.tiles.insert(t);
       }
+    } else if (!transposed && tileIn && g.getNumLoops() == 2 && g.getNumReductionLoops() == 1 &&
+               tR && tF && its[*tR] == utils::IteratorType::reduction) {
+      // Split, a reduction over the tile's rows: each warp's own features, per column.
+      s.kind = Kind::ReduceRows;
+      s.rowDim = *tR;
+      s.colDim = *tF;
+      bool ok = r[s.rowDim] == c.T && r[s.colDim] == c.M && inputsOk(g, s.rowDim, s.colDim, s.rowDim);
+      Block &body = g.getRegion().front();
+      Operation *yield = body.getTerminator();
+      unsigned numIns = g.getNumDpsInputs();
+      SmallVector<Value> outs;
+      for (OpOperand &out : g.getDpsInitsMutable()) {
+        if (!ok)
+          break;
+        unsigned o = out.getOperandNumber() - numIns;
+        Value rr = viewRoot(out.get());
+        BlockArgument arg = body.getArgument(numIns + o);
+        Operation *comb = yield->getOperand(o).getDefiningOp();
+        // out (+) term with (+) an addf or maximumf, or out - term (a sum subtracted).
+        ok = isDims(g.getMatchingIndexingMap(&out), {s.colDim}) && freshOutput(rr) &&
+             !perRow.count(rr) && !touched.contains(rr) && comb && arg.hasOneUse() &&
+             ((isa<arith::AddFOp, arith::MaximumFOp>(comb) &&
+               (comb->getOperand(0) == arg || comb->getOperand(1) == arg)) ||
+              (isa<arith::SubFOp>(comb) && comb->getOperand(0) == arg &&
+               comb->getOperand(1) != arg));
+        if (!ok)
+          break;
+        s.combiners.push_back(comb);
+        s.terms.push_back(comb->getOperand(0) == arg ? comb->getOperand(1) : comb->getOperand(0));
+        outs.push_back(rr);
+      }
+      if (!ok) {
+        if (defer(op))
+          continue;
+        break;
+      }
+      viaMemory.insert(outs.begin(), outs.end());
     } else if (tileIn && g.getNumLoops() == 2 && g.getNumReductionLoops() == 1 && tR && tF) {
       // A reduction over the mma's columns: F split, R transposed.
       s.kind = Kind::Reduce;
@@ -486,6 +590,24 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       Value bRoot = viewRoot(g.getDpsInputs()[1 - tileInput]);
       SmallVector<unsigned> bd = dimsOf(g.getIndexingMapsArray()[1 - tileInput]);
       Value outRoot = viewRoot(g.getDpsInits()[0]);
+      // Split, over the rows: C[F, n] += tile[R, F]^T B[R, n] on the warp's own features
+      // (16-feature mma row blocks).
+      if (!transposed && isDims(aMap, {k, s.plan.mDim})) {
+        s.kind = Kind::ContractRows;
+        s.plan.kStep = c.T > 8 ? 16 : 8;
+        if (c.cw % 16 != 0 || bd.size() != 2 || !llvm::is_contained(bd, k) ||
+            !llvm::is_contained(bd, s.plan.nDim) || r[s.plan.mDim] != c.M || r[k] != c.T ||
+            perRow.count(bRoot) || viaMemory.contains(bRoot) || perRow.count(outRoot) ||
+            c.tiles.contains(outRoot) || viaMemory.contains(outRoot) || touched.contains(outRoot)) {
+          if (defer(op))
+            continue;
+          break;
+        }
+        viaMemory.insert(outRoot);
+        c.steps.push_back(s);
+        touch(g);
+        continue;
+      }
       // Split: C[R, n] += tile[R, F] B[F, n]; transposed: C[F, n] += tile[R, F]^T B[R, n].
       SmallVector<unsigned> tileDims = transposed ? SmallVector<unsigned>{k, s.plan.mDim}
                                                   : SmallVector<unsigned>{s.plan.mDim, k};
@@ -538,7 +660,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
         return written.contains(viewRoot(v)) || c.tiles.contains(viewRoot(v));
       });
       if (!plan || !outRoot || touched.contains(outRoot) || !inputsFree || (zeroFill && !fill)) {
-        if (independent(op))
+        if (independent(op) || defer(op))
           continue;
         break;
       }
@@ -548,10 +670,12 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       if (fill)
         c.produceFills.push_back(fill);
     } else if (!tileIn) {
-      if (independent(op))
+      if (independent(op) || defer(op))
         continue;
       break;
     } else {
+      if (defer(op))
+        continue;
       return std::nullopt;
     }
     c.steps.push_back(s);
@@ -577,6 +701,9 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
   // The register tiles are read and written by the chain alone.
   // A tile that an op after the chain reads escapes: the chain stores it as it ends. Any
   // other user outside the chain (before it) leaves no chain.
+  // Deferred ops past the chain's last op stay where they are.
+  Operation *lastOp = c.ops().back();
+  llvm::erase_if(c.deferred, [&](Operation *d) { return !d->isBeforeInBlock(lastOp); });
   llvm::SmallPtrSet<Operation *, 16> mine;
   for (Operation *op : c.ops())
     mine.insert(op);
@@ -601,7 +728,9 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
           continue;
         Operation *outer = chainEnd->getBlock()->findAncestorOpInBlock(*user);
         // At the lowering the chain is its nest's whole body: its users are past the nest.
-        if (zeroFill && (!outer || !chainEnd->isBeforeInBlock(outer)))
+        // At the mapping they are past its last op, or deferred (moved past it).
+        if (zeroFill && (!outer || (!chainEnd->isBeforeInBlock(outer) &&
+                                    !llvm::is_contained(c.deferred, outer))))
           return std::nullopt;
         if (!zeroFill && outer)
           return std::nullopt;
@@ -770,6 +899,64 @@ public:
           set(l, f.slot + (p * f.regs + r) * 2 + h, part(values[2 * r + h], p));
     return f;
   }
+  /// The 8 x 8 transpose of one operand register (movmatrix.sync.aligned.m8n8.trans.b16:
+  /// lane 4 g + t's pair, row g and columns 2t, 2t + 1 of an 8 x 8 matrix, becomes row g and
+  /// columns 2t, 2t + 1 of its transpose).
+  Value movmatrix(Value packed) {
+    Type i32 = b.getI32Type(), type = packed.getType();
+    Value bits = type == i32 ? packed : LLVM::BitcastOp::create(b, loc, i32, packed).getResult();
+    Value moved =
+        LLVM::InlineAsmOp::create(b, loc, i32, ValueRange{bits},
+                                  "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;", "=r,r",
+                                  /*has_side_effects=*/true, /*is_align_stack=*/false,
+                                  LLVM::tailcallkind::TailCallKind::None,
+                                  /*asm_dialect=*/LLVM::AsmDialectAttr(),
+                                  /*operand_attrs=*/ArrayAttr())
+            .getResult(0);
+    return type == i32 ? moved : LLVM::BitcastOp::create(b, loc, type, moved).getResult();
+  }
+  /// A fragment of `regs` registers whose register r is the 8 x 8 transpose of the lanes'
+  /// pairs `pair(l, r)` (in the accumulator layout: row g, columns 2t and 2t + 1 of an 8 x 8
+  /// block): lane (g, t) receives elements (2t, g) and (2t + 1, g), which lanes 4 (2t) + g / 2
+  /// and 4 (2t + 1) + g / 2 hold as their pair's half g % 2. On the GPU each part's packed
+  /// register goes through movmatrix; emulated, each lane reads the two source lanes.
+  Fragment transposed(int64_t regs, function_ref<std::pair<Value, Value>(const Lane &, int64_t)> pair) {
+    Fragment f;
+    f.regs = regs;
+    if (!emulate) {
+      f.packed.resize(parts());
+      for (int64_t r = 0; r < regs; ++r) {
+        auto [first, second] = pair(gpuLane, r);
+        for (int p = 0; p < parts(); ++p)
+          f.packed[p].push_back(movmatrix(packMmaPair(b, loc, mmaType, first, second, p)));
+      }
+      return f;
+    }
+    int64_t src = alloc(2 * regs);
+    lanes([&](const Lane &l) {
+      for (int64_t r = 0; r < regs; ++r) {
+        auto [first, second] = pair(l, r);
+        set(l, src + 2 * r, first);
+        set(l, src + 2 * r + 1, second);
+      }
+    });
+    f.slot = alloc(parts() * regs * 2);
+    lanes([&](const Lane &l) {
+      Value odd = arith::RemUIOp::create(b, loc, l.g, idx(2));
+      Value quad = arith::DivUIOp::create(b, loc, l.g, idx(2));
+      for (int64_t h = 0; h < 2; ++h) {
+        Value row = arith::AddIOp::create(b, loc, l.t2, idx(h));
+        Value from = arith::AddIOp::create(b, loc, arith::MulIOp::create(b, loc, row, idx(4)), quad);
+        for (int64_t r = 0; r < regs; ++r) {
+          Value at = arith::AddIOp::create(b, loc, idx(src + 2 * r), odd);
+          Value v = memref::LoadOp::create(b, loc, file, ValueRange{l.warp, from, at});
+          for (int p = 0; p < parts(); ++p)
+            set(l, f.slot + (p * regs + r) * 2 + h, part(v, p));
+        }
+      }
+    });
+    return f;
+  }
   /// D = A B + C on every warp, C and D the four registers from `c`; k = `ks`; bf16x3's three
   /// mma in mmaPartOrder.
   void mma(const Fragment &a, const Fragment &bf, int64_t c, int64_t ks) {
@@ -832,12 +1019,36 @@ private:
   void chain() {
     tileSlot.clear();
     rowSlot.clear();
+    // Each escaping tile is stored once the last step that reads or zeroes it is done (-1:
+    // none after the first contraction and its epilogue), so its registers need not live to
+    // the chain's end.
+    llvm::DenseMap<Value, int64_t> lastUse;
+    for (Value t : c.escaping)
+      lastUse[t] = -1;
+    for (auto [i, s] : llvm::enumerate(c.steps)) {
+      auto use = [&](Value v) {
+        if (auto it = lastUse.find(viewRoot(v)); it != lastUse.end())
+          it->second = static_cast<int64_t>(i);
+      };
+      if (s.kind == Kind::ZeroRows)
+        llvm::for_each(s.zeroTiles, use);
+      else
+        for (Value v : s.op->getOperands())
+          if (isa<MemRefType>(v.getType()))
+            use(v);
+    }
+    auto escapeAfter = [&](int64_t step) {
+      for (Value t : c.escaping)
+        if (lastUse.lookup(t) == step)
+          escape(t);
+    };
     X = produce(c.first, c.plan);
     if (c.epilogue)
       epilogue();
     else
       tileSlot[viewRoot(c.first.getDpsInits()[0])] = X;
-    for (Step &s : c.steps) {
+    escapeAfter(-1);
+    for (auto [step, s] : llvm::enumerate(c.steps)) {
       switch (s.kind) {
       case Kind::Elementwise:
         elementwise(s);
@@ -860,9 +1071,15 @@ private:
       case Kind::ZeroRows:
         zeroRows(s);
         break;
+      case Kind::ReduceRows:
+        reduceRows(s);
+        break;
+      case Kind::ContractRows:
+        contractRows(s);
+        break;
       }
+      escapeAfter(static_cast<int64_t>(step));
     }
-    escape();
   }
 
   /// ZeroRows: the register tiles' rows from the loop's lower bound on are 0.
@@ -881,19 +1098,17 @@ private:
     });
   }
 
-  /// The escaping tiles, each element by the lane that holds it, to their buffers [T, M]
-  /// (the nest's closing barrier orders them before the ops that read them).
-  void escape() {
-    for (Value t : c.escaping) {
-      int64_t slot = tileSlot.lookup(t);
-      x.lanes([&](const Lane &l) {
-        for (int64_t j = 0; j < ntiles; ++j)
-          for (int64_t i = 0; i < 4; ++i) {
-            Value R = rOf(l, j, i);
-            storeIf(rowOk(R), x.get(l, slot + 4 * j + i), t, ValueRange{R, fOf(l, j, i)});
-          }
-      });
-    }
+  /// An escaping tile, each element by the lane that holds it, to its buffer [T, M] (the
+  /// nest's closing barrier orders the stores before the ops that read it).
+  void escape(Value t) {
+    int64_t slot = tileSlot.lookup(t);
+    x.lanes([&](const Lane &l) {
+      for (int64_t j = 0; j < ntiles; ++j)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value R = rOf(l, j, i);
+          storeIf(rowOk(R), x.get(l, slot + 4 * j + i), t, ValueRange{R, fOf(l, j, i)});
+        }
+    });
   }
 
   Exec &x;
@@ -1092,10 +1307,17 @@ private:
     });
   }
 
+  /// Two partials of a reduction combined (a subf's terms are summed).
   Value combine(Operation *comb, Value p, Value q) {
     if (isa<arith::MaximumFOp>(comb))
       return arith::MaximumFOp::create(b, loc, p, q);
     return arith::AddFOp::create(b, loc, p, q);
+  }
+  /// A reduction's output combined with the total of its terms.
+  Value combineOut(Operation *comb, Value out, Value total) {
+    if (isa<arith::SubFOp>(comb))
+      return arith::SubFOp::create(b, loc, out, total);
+    return combine(comb, out, total);
   }
 
   void reduce(Step &s) {
@@ -1279,6 +1501,127 @@ private:
     });
   }
 
+  /// Split, a reduction over the tile's rows into per-feature outputs: a lane folds its two
+  /// rows (g, g + 8; the mma's padding rows left out), then the lanes of its column (shuffles
+  /// xor 4, 8, 16); lane t of group 0 combines the column's total with the output. The
+  /// features are the warp's own: no other warp touches them.
+  void reduceRows(Step &s) {
+    linalg::GenericOp g = s.op;
+    unsigned numIns = g.getNumDpsInputs(), n = g.getNumDpsInits();
+    // Per output, tile and column parity (element i % 2).
+    int64_t per = 2 * ntiles, own = x.alloc(n * per);
+    x.lanes([&](const Lane &l) {
+      SmallVector<Value> acc(n * per);
+      for (int64_t j = 0; j < ntiles; ++j)
+        for (int64_t i = 0; i < 4; ++i) {
+          IRMapping map = body(g, [&](unsigned k) -> Value {
+            if (k >= numIns)
+              return x.f32(0);  // only the (+) reads it, and the (+) is not used
+            return input(l, g, g->getOpOperand(k), s.rowDim, s.colDim, j, i);
+          });
+          Value real = rowOk(rOf(l, j, i));
+          for (unsigned o = 0; o < n; ++o) {
+            Value term = map.lookupOrDefault(s.terms[o]);
+            Value &a = acc[o * per + 2 * j + i % 2];
+            if (real) {
+              Value identity = x.f32(isa<arith::MaximumFOp>(s.combiners[o]) ? -INFINITY : 0.0);
+              term = arith::SelectOp::create(b, loc, real, term, identity);
+            }
+            a = a ? combine(s.combiners[o], a, term) : term;
+          }
+        }
+      for (int64_t e = 0; e < n * per; ++e)
+        x.set(l, own + e, acc[e]);
+    });
+    int64_t from = own;
+    for (int64_t mask : {4, 8, 16}) {
+      int64_t to = x.alloc(n * per);
+      x.lanes([&](const Lane &l) {
+        for (int64_t e = 0; e < n * per; ++e)
+          x.set(l, to + e, combine(s.combiners[e / per], x.get(l, from + e), x.getXor(l, from + e, mask)));
+      });
+      from = to;
+    }
+    x.lanes([&](const Lane &l) {
+      Value owner = eq(l.g, 0);
+      for (unsigned o = 0; o < n; ++o) {
+        Value out = g.getDpsInits()[o];
+        for (int64_t j = 0; j < ntiles; ++j)
+          for (int64_t i = 0; i < 2; ++i) {
+            Value f = fOf(l, j, i);
+            where(owner, [&] {
+              Value v = memref::LoadOp::create(b, loc, out, ValueRange{f});
+              memref::StoreOp::create(b, loc,
+                                      combineOut(s.combiners[o], v, x.get(l, from + o * per + 2 * j + i)),
+                                      out, ValueRange{f});
+            });
+          }
+      }
+    });
+  }
+
+  /// Split, C[F, n] += tile[R, F]^T B[R, n] over the tile's rows: per 16-feature block of the
+  /// warp's own, A is the tile's accumulator tiles 2 b and 2 b + 1 transposed (Exec::transposed),
+  /// B is read from memory, C accumulated where it is (the block's rows are the warp's).
+  void contractRows(Step &s) {
+    linalg::GenericOp g = s.op;
+    OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
+    AffineMap mapB = g.getMatchingIndexingMap(&Bop);
+    int64_t t0 = tileSlot.lookup(viewRoot(g.getDpsInputs()[s.plan.aInput]));
+    int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = s.plan.kStep;
+    Value out = g.getDpsInits()[0];
+    AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
+    unsigned mDim = s.plan.mDim, nDim = s.plan.nDim, kDim = s.plan.kDim;
+    auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
+    for (int64_t blk = 0; blk < c.cw / 16; ++blk) {
+      // Feature row h of the block (0: g, 1: g + 8) and column n of C's element i of tile jn.
+      auto feature = [&](const Lane &l, int64_t i) {
+        return addv(featureBase(l), add(mmaRow(l, i / 2), 16 * blk));
+      };
+      int64_t Z = x.alloc(4 * nn);
+      x.lanes([&](const Lane &l) {
+        for (int64_t jn = 0; jn < nn; ++jn)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value n = mmaCol(l, jn, i);
+            x.set(l, Z + 4 * jn + i, load(out, indices(outMap, {{mDim, feature(l, i)}, {nDim, n}}), nOk(n)));
+          }
+      });
+      // A register r (k16: rows g + 8 (r % 2), columns 2t + 8 (r / 2); k8: rows g + 8 r) is
+      // the transpose of the 8 x 8 block of rows R in [8 rb, 8 rb + 8) of accumulator tile j
+      // (the lane's elements 2 rb, 2 rb + 1; the mma's padding rows past T as 0).
+      Fragment a = x.transposed(ks / 4, [&](const Lane &l, int64_t r) -> std::pair<Value, Value> {
+        int64_t j = 2 * blk + (ks == 16 ? r % 2 : r), rb = ks == 16 ? r / 2 : 0;
+        Value real = rowOk(mmaRow(l, rb));
+        auto elem = [&](int64_t i) {
+          Value v = x.get(l, t0 + 4 * j + 2 * rb + i);
+          return real ? arith::SelectOp::create(b, loc, real, v, x.f32(0)).getResult() : v;
+        };
+        return {elem(0), elem(1)};
+      });
+      for (int64_t jn = 0; jn < nn; ++jn) {
+        Fragment bf;
+        x.lanes([&](const Lane &l) {
+          SmallVector<Value> vals;
+          Value n = add(l.g, 8 * jn);
+          for (int64_t r = 0; r < ks / 8; ++r)
+            for (int64_t h = 0; h < 2; ++h) {
+              Value k = add(l.t2, 8 * r + h);
+              vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), both(nOk(n), rowOk(k))));
+            }
+          bf = x.fragment(l, vals);
+        });
+        x.mma(a, bf, Z + 4 * jn, ks);
+      }
+      x.lanes([&](const Lane &l) {
+        for (int64_t jn = 0; jn < nn; ++jn)
+          for (int64_t i = 0; i < 4; ++i) {
+            Value n = mmaCol(l, jn, i);
+            storeIf(nOk(n), x.get(l, Z + 4 * jn + i), out, indices(outMap, {{mDim, feature(l, i)}, {nDim, n}}));
+          }
+      });
+    }
+  }
+
   void contract(Step &s) {
     linalg::GenericOp g = s.op;
     OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
@@ -1393,11 +1736,12 @@ FailureOr<Chain> chainOf(scf::ForallOp nest, StringRef pass) {
 /// The chain at `first` (split, else transposed; one whose tiles all stay in registers
 /// first), of at most `maxSteps` steps, if any.
 std::optional<Chain> chainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill,
-                             int64_t maxSteps = -1) {
-  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zeroFill, maxSteps);
+                             int64_t maxSteps = -1,
+                             const llvm::SmallPtrSet<Operation *, 4> *exclude = nullptr) {
+  std::optional<Chain> c = analyze(first, W, /*transposed=*/false, zeroFill, maxSteps, exclude);
   if (c && c->escaping.empty())
     return c;
-  std::optional<Chain> t = analyze(first, W, /*transposed=*/true, zeroFill, maxSteps);
+  std::optional<Chain> t = analyze(first, W, /*transposed=*/true, zeroFill, maxSteps, exclude);
   if (t && (!c || t->escaping.empty()))
     return t;
   return c;
@@ -1433,20 +1777,56 @@ int64_t sharedBytesChange(const Chain &c) {
 /// leave each thread (the backward chains at m = 256 would hold 80 and spill).
 constexpr int64_t kChainTileValues = 64;
 
+/// The f32 values a lane holds at once in a chain's registers, as kChainTileValues counts
+/// them: its register tiles, and the accumulators of a contraction over the rows (C[F, n]
+/// for one 16-feature block) beside them.
+int64_t chainValues(const Chain &c) {
+  int64_t values = static_cast<int64_t>(c.tiles.size()) * 4 * c.ntiles, acc = 0;
+  for (Step s : c.steps)
+    if (s.kind == Kind::ContractRows)
+      acc = std::max(acc, 4 * ((s.op.getStaticLoopRanges()[s.plan.nDim] + 7) / 8));
+  return values + acc;
+}
+
 /// The longest chain at `first` whose workgroup bytes, with `sharedBytes` already taken,
 /// fit `sharedLimit`, and whose register tiles fit kChainTileValues (a chain cut short of
 /// a step stores the tiles that step read).
 std::optional<Chain> fittingChainAt(linalg::GenericOp first, int64_t W, Operation *zeroFill,
                                     int64_t sharedBytes, int64_t sharedLimit) {
-  std::optional<Chain> c = chainAt(first, W, zeroFill);
+  llvm::SmallPtrSet<Operation *, 4> exclude;
+  int64_t maxSteps = -1;
+  std::optional<Chain> c = chainAt(first, W, zeroFill, maxSteps, &exclude);
+  // A split contraction over the features (its warps' partials summed through shared
+  // memory) runs after the chain instead (deferred, its tile stored) where the chain keeps
+  // a contraction without it: beside the backward chains' tiles its accumulators take the
+  // kernels past 128 registers (SADERF's query backward spilled 72 bytes), and its
+  // partials, 16 KiB at dv = 32, double the kernel's shared memory.
+  auto deferContracts = [&] {
+    if (!zeroFill || !c || c->transposed)
+      return;
+    SmallVector<Operation *> contracts;
+    for (const Step &s : c->steps)
+      if (s.kind == Kind::Contract)
+        contracts.push_back(s.op);
+    for (Operation *op : contracts) {
+      exclude.insert(op);
+      if (std::optional<Chain> without = chainAt(first, W, zeroFill, maxSteps, &exclude))
+        c = without;
+      else
+        exclude.erase(op);
+    }
+  };
+  deferContracts();
   auto fits = [&](const Chain &ch) {
     return sharedBytes + sharedBytesChange(ch) <= sharedLimit &&
-           static_cast<int64_t>(ch.tiles.size()) * 4 * ch.ntiles <= kChainTileValues;
+           chainValues(ch) <= kChainTileValues;
   };
   while (c && !fits(*c)) {
     if (c->steps.empty())
       return std::nullopt;
-    c = chainAt(first, W, zeroFill, static_cast<int64_t>(c->steps.size()) - 1);
+    maxSteps = static_cast<int64_t>(c->steps.size()) - 1;
+    c = chainAt(first, W, zeroFill, maxSteps, &exclude);
+    deferContracts();  // a shorter chain may reach a contraction the longer one deferred
   }
   return c;
 }
@@ -1500,6 +1880,11 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
                                      b.getNamedAttr("transposed", b.getBoolAttr(c->transposed))}));
   for (Operation *op : m.ops)
     op->moveBefore(nest.getBody()->getTerminator());
+  Operation *after = nest;
+  for (Operation *op : c->deferred) {
+    op->moveAfter(after);
+    after = op;
+  }
   m.ops.push_back(zero);
   zero->erase();
   for (Operation *fill : c->produceFills) {

@@ -6,7 +6,8 @@ plus the dynamic shared bytes of the launch description, where the tiles exceed 
 marked "dyn"),
 the occupancy at the launch's block size (resident blocks per SM and warps of 64, from the
 registers, shared memory and threads), and static instruction counts: mma.sync in the PTX,
-and in the SASS (nvdisasm on the cubin, when found) HMMA, MUFU.EX2 and BAR barriers. It also
+and in the SASS (nvdisasm on the cubin, when found) HMMA, MUFU.EX2, BAR barriers and MOVM
+(the 8 x 8 transposes a warp chain's contractions over the rows take). It also
 counts atomic instructions in the PTX (there must be none: row chunks write partial sums that
 combine kernels merge in order). Needs ptxas (and nvdisasm for SASS), not a GPU.
 
@@ -71,7 +72,7 @@ def find_nvdisasm(explicit):
 
 
 def sass_counts(nvdisasm, cubin):
-    """Per function: HMMA, MUFU.EX2, BAR instruction counts and the instruction total."""
+    """Per function: HMMA, MUFU.EX2, BAR, MOVM instruction counts and the instruction total."""
     out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
     if out.returncode != 0:
         return None
@@ -80,7 +81,7 @@ def sass_counts(nvdisasm, cubin):
         m = re.match(r"\s*\.section\s+\.text\.(\w+)", line)
         if m:
             current = m.group(1)
-            counts[current] = {"hmma": 0, "ex2": 0, "bar": 0, "instructions": 0}
+            counts[current] = {"hmma": 0, "ex2": 0, "bar": 0, "movm": 0, "instructions": 0}
             continue
         if current is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
             continue
@@ -91,6 +92,8 @@ def sass_counts(nvdisasm, cubin):
             counts[current]["ex2"] += 1
         if re.search(r"\bBAR\.", line):
             counts[current]["bar"] += 1
+        if re.search(r"\bMOVM\.", line):
+            counts[current]["movm"] += 1
     return counts
 
 
@@ -156,7 +159,7 @@ def run_one(args, variant, workdir):
         if sass is not None and entry in sass:
             c = sass[entry]
             row += f"  SASS: HMMA {c['hmma']:>3} MUFU.EX2 {c['ex2']:>3} BAR {c['bar']:>2}" \
-                   f" of {c['instructions']:>5}"
+                   f" MOVM {c['movm']:>2} of {c['instructions']:>5}"
         problems = []
         if s["spill"] > args.max_spill_bytes:
             problems.append(f"spills {s['spill']} B > {args.max_spill_bytes}")
