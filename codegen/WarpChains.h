@@ -14,12 +14,21 @@
 //   - a second contraction forming a [T, M] tile from operands in memory (the backward
 //     kernels' gradient of the features beside their logits),
 //   - the tile layer's loop zeroing the rows past the end of a partial tile,
-// skipping ops that touch nothing the chain touches (they run before its nest). The first
-// contraction needs no epilogue (its output is then a register tile like the others). A
-// register tile read after the chain escapes: the chain stores it to its shared buffer as it
-// ends (the backward kernels' dS, dz, dW and column sums read theirs there). A chain that
-// would not fit the shared memory (its partials) or 64 values a lane in register tiles is
-// cut short, its tiles then escaping where later ops read them. The W warps of a block
+//   - split only, ops over the tiles' rows R on the warp's own features: column reductions
+//     out[F] (+)= f(tiles) (a lane folds its two rows, then shuffles xor 4, 8, 16 fold the
+//     column's lanes) and contractions C[F, n] += tile[R, F]^T B[R, n] (the backward's dS and
+//     dW), whose A fragments are the tile's accumulators transposed 8 x 8 (movmatrix),
+// skipping ops that touch nothing the chain touches (they run before its nest). Ops the chain
+// cannot take (a contraction over the features whose warps' partials the backward chains
+// leave out, an op under an scf.if) are deferred: moved past the nest, where they commute
+// with the chain's later ops (an op touching what a deferred op writes, or writing what it
+// reads, is deferred too). The first contraction needs no epilogue (its output is then a
+// register tile like the others). A register tile read after the chain escapes: the chain
+// stores it to its shared buffer once its last reader in the chain is done (the backward
+// kernels' dq, dk and dv contractions and dW read theirs there). A chain that would not fit
+// the shared memory (its partials) or 64 values a lane (register tiles, and a row
+// contraction's accumulators) is cut short, its tiles then escaping where later ops read
+// them. The W warps of a block
 // split the M columns: warp w owns columns [w M / W, (w + 1) M / W) of every
 // tile, all 16 rows, as mma accumulator fragments (C layout). The C layout of
 // two adjacent 16 x 8 tiles is the A layout of one k16 step (one tile: one k8
