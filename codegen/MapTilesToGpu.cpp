@@ -769,10 +769,10 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   llvm::DenseSet<Operation *> fused;
   // Warp chains (WarpChains.h): a contraction, its epilogue and the ops reading the tiles it
   // forms, with those tiles in registers, where the warps' partials fit static shared memory.
-  llvm::DenseSet<Operation *> chained;
+  llvm::DenseSet<Operation *> chained, deferred;
   if (mmaType && o.threads % 32 == 0 && o.warpChains)
     for (linalg::LinalgOp op : ops) {
-      if (chained.contains(op))
+      if (chained.contains(op) || deferred.contains(op))
         continue;
       auto generic = dyn_cast<linalg::GenericOp>(op.getOperation());
       if (!generic || !planMma(generic))
@@ -783,6 +783,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
       if (!chain)
         continue;
       chained.insert(chain->ops.begin(), chain->ops.end());
+      deferred.insert(chain->deferred.begin(), chain->deferred.end());
       for (Value tile : chain->registerTiles) {
         auto type = cast<MemRefType>(tile.getType());
         sharedBytes -= bufferBytes(type);

@@ -103,14 +103,15 @@ struct Step {
     return zeroRows ? const_cast<scf::ForOp &>(zeroRows).getOperation()
                     : const_cast<linalg::GenericOp &>(op).getOperation();
   }
-  /// Elementwise and Reduce: the loop dims of the tiles' rows (R, the kernel's rows) and
+  /// Elementwise, Reduce and ReduceRows: the loop dims of the tiles' rows (R, the kernel's rows) and
   /// columns (F, the features). Block: F and the other dim.
   unsigned rowDim = 0, colDim = 1;
-  /// Contract: m, n, k of the mma; aInput the tile. Produce: the mma of a [T, M] tile from
-  /// operands in memory, laid out as the first contraction's.
+  /// Contract and ContractRows: m, n, k of the mma; aInput the tile. Produce: the mma of a
+  /// [T, M] tile from operands in memory, laid out as the first contraction's.
   MmaPlan plan;
-  /// Reduce, per output: its (+) (an addf or a maximumf with the output's block argument),
-  /// the (+)'s other operand, and whether a later op of the chain reads the output.
+  /// Reduce and ReduceRows, per output: its (+) (an addf or a maximumf with the output's
+  /// block argument; ReduceRows also a subf from it), the (+)'s other operand, and (Reduce)
+  /// whether a later op of the chain reads the output.
   SmallVector<Operation *> combiners;
   SmallVector<Value> terms;
   SmallVector<bool> combined;
@@ -430,7 +431,7 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
     linalg::FillOp fill;
     if (auto g = dyn_cast<linalg::GenericOp>(op))
       fill = zeroFillBefore(g);
-    if (fill) {
+    if (fill && !llvm::is_contained(c.deferred, fill.getOperation())) {
       Value r = viewRoot(fill.getDpsInits()[0]);
       if (touched.contains(r) || c.tiles.contains(r))
         return false;
@@ -449,8 +450,6 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
       break;
     if (isMemoryEffectFree(op))
       continue;
-    if (llvm::is_contained(c.deferred, op))
-      continue;  // a fill deferred with its contraction
     if (conflictsDeferred(op) || (exclude && exclude->contains(op))) {
       if (defer(op))
         continue;
@@ -694,7 +693,8 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
   }
   // A chain pays for itself where a second contraction reads or forms a register tile.
   if (llvm::none_of(c.steps, [](const Step &s) {
-        return s.kind == Kind::Contract || s.kind == Kind::Produce;
+        return s.kind == Kind::Contract || s.kind == Kind::Produce ||
+               s.kind == Kind::ContractRows;
       }))
     return std::nullopt;
   // Transposed, buffers written per feature must not be read by the chain across features.
@@ -1778,13 +1778,17 @@ int64_t sharedBytesChange(const Chain &c) {
 constexpr int64_t kChainTileValues = 64;
 
 /// The f32 values a lane holds at once in a chain's registers, as kChainTileValues counts
-/// them: its register tiles, and the accumulators of a contraction over the rows (C[F, n]
-/// for one 16-feature block) beside them.
+/// them: its register tiles, and beside them the accumulators of the widest step over the
+/// rows (a contraction's C[F, n] for one 16-feature block, a column reduction's partials).
 int64_t chainValues(const Chain &c) {
   int64_t values = static_cast<int64_t>(c.tiles.size()) * 4 * c.ntiles, acc = 0;
-  for (Step s : c.steps)
+  for (const Step &s : c.steps) {
+    linalg::GenericOp op = s.op;
     if (s.kind == Kind::ContractRows)
-      acc = std::max(acc, 4 * ((s.op.getStaticLoopRanges()[s.plan.nDim] + 7) / 8));
+      acc = std::max(acc, 4 * ((op.getStaticLoopRanges()[s.plan.nDim] + 7) / 8));
+    if (s.kind == Kind::ReduceRows)
+      acc = std::max<int64_t>(acc, op.getNumDpsInits() * 2 * c.ntiles);
+  }
   return values + acc;
 }
 
@@ -1809,8 +1813,11 @@ std::optional<Chain> fittingChainAt(linalg::GenericOp first, int64_t W, Operatio
       if (s.kind == Kind::Contract)
         contracts.push_back(s.op);
     for (Operation *op : contracts) {
+      // Taken where the chain keeps its layout and every other step (a deferral that fails
+      // cuts the chain at the contraction instead).
       exclude.insert(op);
-      if (std::optional<Chain> without = chainAt(first, W, zeroFill, maxSteps, &exclude))
+      std::optional<Chain> without = chainAt(first, W, zeroFill, maxSteps, &exclude);
+      if (without && !without->transposed && without->steps.size() + 1 >= c->steps.size())
         c = without;
       else
         exclude.erase(op);
@@ -1885,6 +1892,7 @@ std::optional<WarpChainMapping> mlir::spectra::mapWarpChain(linalg::GenericOp fi
     op->moveAfter(after);
     after = op;
   }
+  m.deferred = c->deferred;
   m.ops.push_back(zero);
   zero->erase();
   for (Operation *fill : c->produceFills) {
@@ -1902,9 +1910,10 @@ int64_t mlir::spectra::warpChainSharedBytes(func::FuncOp kernel, int64_t threads
     return bytes;
   // As spectra-map-tiles-to-gpu maps them: in program order, each chain where the bytes so
   // far, less its register tiles and with its partials, fit sharedLimit.
-  llvm::DenseSet<Operation *> chained;
+  // A deferred op starts no chain (the mapping meets it past the nest, in another order).
+  llvm::DenseSet<Operation *> chained, deferred;
   kernel.walk([&](linalg::GenericOp op) {
-    if (chained.contains(op) || !planMma(op))
+    if (chained.contains(op) || deferred.contains(op) || !planMma(op))
       return;
     linalg::FillOp zero = zeroFillBefore(op);
     std::optional<Chain> c =
@@ -1914,6 +1923,7 @@ int64_t mlir::spectra::warpChainSharedBytes(func::FuncOp kernel, int64_t threads
     bytes += sharedBytesChange(*c);
     for (Operation *chainOp : c->ops())
       chained.insert(chainOp);
+    deferred.insert(c->deferred.begin(), c->deferred.end());
   });
   return bytes;
 }

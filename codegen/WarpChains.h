@@ -77,6 +77,9 @@ struct WarpChainMapping {
   SmallVector<Operation *> ops;
   SmallVector<Value> registerTiles;
   int64_t partialBytes = 0;
+  /// The ops moved past the nest (deferred): mapped as before, but they start no chain
+  /// (warpChainSharedBytes counts them so).
+  SmallVector<Operation *> deferred;
 };
 
 /// Maps the warp chain starting at contraction `first`, when there is one (see above):

@@ -429,9 +429,9 @@ TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   VariantConfig config;
   config.m = 256;
   config.d = 64;
-  // posrf-orf bf16: at this head its key backward forms a warp chain since column sums over
-  // the rows may join one (WarpChains.h): the chain reaches a contraction over the features,
-  // its warps' partials through shared memory, and defers dk's past its nest.
+  // posrf-orf bf16 too: at this head the warp chains' register budget (64 values a lane, a
+  // row contraction's or column reduction's accumulators counted beside the tiles) decides
+  // how much of its backward the chains take (WarpChains.cpp).
   for (auto [variant, dtype] : {std::pair{"oprf-orf", "f32"}, std::pair{"saderf-mm", "bf16"},
                                 std::pair{"posrf-orf", "bf16"}}) {
     FusedEmulatedAttention fused(variant, config, dtype);
