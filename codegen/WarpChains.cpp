@@ -1560,13 +1560,36 @@ private:
     });
   }
 
+  /// For each 8-column tile jn of B's N columns: B's fragment (register r, half h at mma row
+  /// k = 2t + 8 r + h + k0, its kernel index and whether it is real from `kAt`; column g) read
+  /// from memory, and the mma of `a` with it into the accumulators Z + 4 jn.
+  void mmaWithB(const Fragment &a, OpOperand &Bop, unsigned kDim, unsigned nDim, int64_t N,
+                int64_t k0, int64_t ks, int64_t Z,
+                function_ref<std::pair<Value, Value>(const Lane &, Value)> kAt) {
+    AffineMap mapB = cast<linalg::GenericOp>(Bop.getOwner()).getMatchingIndexingMap(&Bop);
+    for (int64_t jn = 0; jn < (N + 7) / 8; ++jn) {
+      Fragment bf;
+      x.lanes([&](const Lane &l) {
+        SmallVector<Value> vals;
+        Value n = add(l.g, 8 * jn);
+        Value nOk = N % 8 ? below(n, N) : Value();
+        for (int64_t r = 0; r < ks / 8; ++r)
+          for (int64_t h = 0; h < 2; ++h) {
+            auto [k, kOk] = kAt(l, add(l.t2, k0 + 8 * r + h));
+            vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), both(nOk, kOk)));
+          }
+        bf = x.fragment(l, vals);
+      });
+      x.mma(a, bf, Z + 4 * jn, ks);
+    }
+  }
+
   /// Split, C[F, n] += tile[R, F]^T B[R, n] over the tile's rows: per 16-feature block of the
   /// warp's own, A is the tile's accumulator tiles 2 b and 2 b + 1 transposed (Exec::transposed),
   /// B is read from memory, C accumulated where it is (the block's rows are the warp's).
   void contractRows(Step &s) {
     linalg::GenericOp g = s.op;
     OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
-    AffineMap mapB = g.getMatchingIndexingMap(&Bop);
     int64_t t0 = tileSlot.lookup(viewRoot(g.getDpsInputs()[s.plan.aInput]));
     int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = s.plan.kStep;
     Value out = g.getDpsInits()[0];
@@ -1598,20 +1621,8 @@ private:
         };
         return {elem(0), elem(1)};
       });
-      for (int64_t jn = 0; jn < nn; ++jn) {
-        Fragment bf;
-        x.lanes([&](const Lane &l) {
-          SmallVector<Value> vals;
-          Value n = add(l.g, 8 * jn);
-          for (int64_t r = 0; r < ks / 8; ++r)
-            for (int64_t h = 0; h < 2; ++h) {
-              Value k = add(l.t2, 8 * r + h);
-              vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), both(nOk(n), rowOk(k))));
-            }
-          bf = x.fragment(l, vals);
-        });
-        x.mma(a, bf, Z + 4 * jn, ks);
-      }
+      mmaWithB(a, Bop, kDim, nDim, N, /*k0=*/0, ks, Z,
+               [&](const Lane &, Value k) { return std::pair(k, rowOk(k)); });
       x.lanes([&](const Lane &l) {
         for (int64_t jn = 0; jn < nn; ++jn)
           for (int64_t i = 0; i < 4; ++i) {
@@ -1625,7 +1636,6 @@ private:
   void contract(Step &s) {
     linalg::GenericOp g = s.op;
     OpOperand &Bop = g->getOpOperand(1 - s.plan.aInput);
-    AffineMap mapB = g.getMatchingIndexingMap(&Bop);
     int64_t t0 = tileSlot.lookup(viewRoot(g.getDpsInputs()[s.plan.aInput]));
     int64_t N = g.getStaticLoopRanges()[s.plan.nDim], nn = (N + 7) / 8, ks = c.ks2;
     int64_t kRange = c.transposed ? 8 * ntiles : c.cw;
@@ -1663,22 +1673,11 @@ private:
           }
         a = x.fragment(l, vals);
       });
-      for (int64_t jn = 0; jn < nn; ++jn) {
-        Fragment bf;
-        x.lanes([&](const Lane &l) {
-          SmallVector<Value> vals;
-          Value n = add(l.g, 8 * jn);
-          for (int64_t r = 0; r < ks / 8; ++r)
-            for (int64_t h = 0; h < 2; ++h) {
-              Value kLocal = add(l.t2, k0 + 8 * r + h);
-              Value k = c.transposed ? kLocal : addv(featureBase(l), kLocal);
-              Value ok = both(nOk(n), c.transposed ? rowOk(k) : Value());
-              vals.push_back(load(Bop.get(), indices(mapB, {{kDim, k}, {nDim, n}}), ok));
-            }
-          bf = x.fragment(l, vals);
-        });
-        x.mma(a, bf, Z + 4 * jn, ks);
-      }
+      mmaWithB(a, Bop, kDim, nDim, N, k0, ks, Z, [&](const Lane &l, Value kLocal) {
+        if (c.transposed)
+          return std::pair(kLocal, rowOk(kLocal));
+        return std::pair(addv(featureBase(l), kLocal), Value());
+      });
     }
     if (c.transposed) {
       x.lanes([&](const Lane &l) {
