@@ -1320,12 +1320,46 @@ private:
     return combine(comb, out, total);
   }
 
+  /// Folds `count` registers from `from` across the lanes, one shuffle step per mask (the
+  /// register e's (+) `combinerOf(e)`): the slot the folded registers end in.
+  int64_t foldLanes(int64_t from, int64_t count, ArrayRef<int64_t> masks,
+                    function_ref<Operation *(int64_t)> combinerOf) {
+    for (int64_t mask : masks) {
+      int64_t to = x.alloc(count);
+      x.lanes([&](const Lane &l) {
+        for (int64_t e = 0; e < count; ++e)
+          x.set(l, to + e, combine(combinerOf(e), x.get(l, from + e), x.getXor(l, from + e, mask)));
+      });
+      from = to;
+    }
+    return from;
+  }
+
+  /// The accumulators Z (element i of column tile jn at Z + 4 jn + i) of C rows that are the
+  /// warp's own features (feature featureBase + `rowOffset` + the mma row), loaded from `out`
+  /// or stored to it, each element by the lane that holds it.
+  void ownRows(Value out, AffineMap outMap, unsigned mDim, unsigned nDim, int64_t N, int64_t Z,
+               int64_t rowOffset, bool store) {
+    x.lanes([&](const Lane &l) {
+      for (int64_t jn = 0; jn < (N + 7) / 8; ++jn)
+        for (int64_t i = 0; i < 4; ++i) {
+          Value f = addv(featureBase(l), add(mmaRow(l, i / 2), rowOffset)), n = mmaCol(l, jn, i);
+          SmallVector<Value> at = indices(outMap, {{mDim, f}, {nDim, n}});
+          Value ok = N % 8 ? below(n, N) : Value();
+          if (store)
+            storeIf(ok, x.get(l, Z + 4 * jn + i), out, at);
+          else
+            x.set(l, Z + 4 * jn + i, load(out, at, ok));
+        }
+    });
+  }
+
   void reduce(Step &s) {
     linalg::GenericOp g = s.op;
     unsigned numIns = g.getNumDpsInputs(), n = g.getNumDpsInits();
     // A lane's partial per output and mma row (g, g + 8) over its columns (the padding
     // columns of a transposed tile left out), then the quad's (xor 1, xor 2).
-    int64_t own = x.alloc(2 * n), pair = x.alloc(2 * n), quad = x.alloc(2 * n);
+    int64_t own = x.alloc(2 * n);
     x.lanes([&](const Lane &l) {
       SmallVector<Value> acc(2 * n);
       for (int64_t j = 0; j < ntiles; ++j)
@@ -1352,11 +1386,7 @@ private:
       for (unsigned e = 0; e < 2 * n; ++e)
         x.set(l, own + e, acc[e]);
     });
-    for (auto [from, to, mask] : {std::tuple(own, pair, 1), std::tuple(pair, quad, 2)})
-      x.lanes([&](const Lane &l) {
-        for (unsigned e = 0; e < 2 * n; ++e)
-          x.set(l, to + e, combine(s.combiners[e / 2], x.get(l, from + e), x.getXor(l, from + e, mask)));
-      });
+    int64_t quad = foldLanes(own, 2 * n, {1, 2}, [&](int64_t e) { return s.combiners[e / 2]; });
     if (c.transposed)
       return reduceOwnRows(s, quad);
     for (unsigned o = 0; o < n; ++o) {
@@ -1533,15 +1563,8 @@ private:
       for (int64_t e = 0; e < n * per; ++e)
         x.set(l, own + e, acc[e]);
     });
-    int64_t from = own;
-    for (int64_t mask : {4, 8, 16}) {
-      int64_t to = x.alloc(n * per);
-      x.lanes([&](const Lane &l) {
-        for (int64_t e = 0; e < n * per; ++e)
-          x.set(l, to + e, combine(s.combiners[e / per], x.get(l, from + e), x.getXor(l, from + e, mask)));
-      });
-      from = to;
-    }
+    int64_t from =
+        foldLanes(own, n * per, {4, 8, 16}, [&](int64_t e) { return s.combiners[e / per]; });
     x.lanes([&](const Lane &l) {
       Value owner = eq(l.g, 0);
       for (unsigned o = 0; o < n; ++o) {
@@ -1595,20 +1618,9 @@ private:
     Value out = g.getDpsInits()[0];
     AffineMap outMap = g.getMatchingIndexingMap(g.getDpsInitOperand(0));
     unsigned mDim = s.plan.mDim, nDim = s.plan.nDim, kDim = s.plan.kDim;
-    auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
     for (int64_t blk = 0; blk < c.cw / 16; ++blk) {
-      // Feature row h of the block (0: g, 1: g + 8) and column n of C's element i of tile jn.
-      auto feature = [&](const Lane &l, int64_t i) {
-        return addv(featureBase(l), add(mmaRow(l, i / 2), 16 * blk));
-      };
       int64_t Z = x.alloc(4 * nn);
-      x.lanes([&](const Lane &l) {
-        for (int64_t jn = 0; jn < nn; ++jn)
-          for (int64_t i = 0; i < 4; ++i) {
-            Value n = mmaCol(l, jn, i);
-            x.set(l, Z + 4 * jn + i, load(out, indices(outMap, {{mDim, feature(l, i)}, {nDim, n}}), nOk(n)));
-          }
-      });
+      ownRows(out, outMap, mDim, nDim, N, Z, 16 * blk, /*store=*/false);
       // A register r (k16: rows g + 8 (r % 2), columns 2t + 8 (r / 2); k8: rows g + 8 r) is
       // the transpose of the 8 x 8 block of rows R in [8 rb, 8 rb + 8) of accumulator tile j
       // (the lane's elements 2 rb, 2 rb + 1; the mma's padding rows past T as 0).
@@ -1623,13 +1635,7 @@ private:
       });
       mmaWithB(a, Bop, kDim, nDim, N, /*k0=*/0, ks, Z,
                [&](const Lane &, Value k) { return std::pair(k, rowOk(k)); });
-      x.lanes([&](const Lane &l) {
-        for (int64_t jn = 0; jn < nn; ++jn)
-          for (int64_t i = 0; i < 4; ++i) {
-            Value n = mmaCol(l, jn, i);
-            storeIf(nOk(n), x.get(l, Z + 4 * jn + i), out, indices(outMap, {{mDim, feature(l, i)}, {nDim, n}}));
-          }
-      });
+      ownRows(out, outMap, mDim, nDim, N, Z, 16 * blk, /*store=*/true);
     }
   }
 
@@ -1644,18 +1650,15 @@ private:
     unsigned mDim = s.plan.mDim, nDim = s.plan.nDim, kDim = s.plan.kDim;
     auto nOk = [&](Value n) { return N % 8 ? below(n, N) : Value(); };
     int64_t Z = x.alloc(4 * nn);
-    x.lanes([&](const Lane &l) {
-      for (int64_t jn = 0; jn < nn; ++jn)
-        for (int64_t i = 0; i < 4; ++i) {
-          Value v = x.f32(0);
-          if (c.transposed) {
-            // The warp's own feature rows: accumulated where they are.
-            Value f = addv(featureBase(l), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
-            v = load(out, indices(outMap, {{mDim, f}, {nDim, n}}), nOk(n));
-          }
-          x.set(l, Z + 4 * jn + i, v);
-        }
-    });
+    if (c.transposed) {
+      // The warp's own feature rows: accumulated where they are.
+      ownRows(out, outMap, mDim, nDim, N, Z, 0, /*store=*/false);
+    } else {
+      x.lanes([&](const Lane &l) {
+        for (int64_t e = 0; e < 4 * nn; ++e)
+          x.set(l, Z + e, x.f32(0));
+      });
+    }
     for (int64_t k0 = 0; k0 < kRange; k0 += ks) {
       Fragment a;
       // The accumulators of the tile's 8-column mma tiles are this step's A registers
@@ -1679,16 +1682,8 @@ private:
         return std::pair(addv(featureBase(l), kLocal), Value());
       });
     }
-    if (c.transposed) {
-      x.lanes([&](const Lane &l) {
-        for (int64_t jn = 0; jn < nn; ++jn)
-          for (int64_t i = 0; i < 4; ++i) {
-            Value f = addv(featureBase(l), mmaRow(l, i / 2)), n = mmaCol(l, jn, i);
-            storeIf(nOk(n), x.get(l, Z + 4 * jn + i), out, indices(outMap, {{mDim, f}, {nDim, n}}));
-          }
-      });
-      return;
-    }
+    if (c.transposed)
+      return ownRows(out, outMap, mDim, nDim, N, Z, 0, /*store=*/true);
     // The warps' partial products, summed in warp order once the chain is done.
     Value partials = x.shared({c.W, 16, N});
     x.lanes([&](const Lane &l) {
