@@ -725,11 +725,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       (void)buildParamsKernels(b, loc, map, component, s, t);
     }
   }
-  // The row kernels take the most rows per tile, from maxTileRows down by halves to
-  // tileRows, whose tile buffers fit sharedLimit bytes (a GPU block's static shared memory):
-  // larger tiles fill the tensor cores' 8- and 16-row shapes. Where even tileRows rows would
-  // not fit (larger heads), they take the most rows whose tiles fit dynamicSharedLimit bytes
-  // (dynamic shared memory, still two blocks per SM), and failing that keep halving down to
+  // The row kernels take the most rows per tile, from maxTileRows down by halves, whose tile
+  // buffers fit sharedLimit bytes (a GPU block's static shared memory) or, where it is set,
+  // dynamicSharedLimit bytes (dynamic shared memory past the static 48 KiB, still two blocks
+  // per SM): larger tiles fill the tensor cores' 8- and 16-row shapes, and the two blocks an
+  // SM holds are bound by their registers either way. Failing that they keep halving down to
   // minTileRows (what does not fit there, spectra-map-tiles-to-gpu refuses). `build` adds one
   // kernel, or a group (the causal kernels) that shares the choice.
   const int64_t fewest =
@@ -774,23 +774,10 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
     };
     int64_t rows = std::max(std::min(options.maxTileRows, mostRows), s.T);
-    int64_t dynamicRows = 0;  // the most rows whose tiles fit dynamicSharedLimit
+    const int64_t limit = std::max(options.sharedLimit, options.dynamicSharedLimit);
     while (true) {
       auto [added, most] = attempt(rows);
-      bool fitsStatic = options.sharedLimit <= 0 || most <= options.sharedLimit;
-      if (fitsStatic && (rows >= s.T || dynamicRows == 0))
-        return keep(added, rows);
-      if (!dynamicRows && most <= options.dynamicSharedLimit)
-        dynamicRows = rows;
-      if (dynamicRows && rows <= s.T) {
-        if (dynamicRows != rows) {
-          for (func::FuncOp fn : added)
-            fn.erase();
-          added = attempt(dynamicRows).first;
-        }
-        return keep(added, dynamicRows);
-      }
-      if (rows <= fewest)
+      if (options.sharedLimit <= 0 || most <= limit || rows <= fewest)
         return keep(added, rows);
       for (func::FuncOp fn : added)
         fn.erase();

@@ -107,10 +107,9 @@ struct TileKernelOptions {
   /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit, it keeps
   /// halving down to this many rows (larger heads: d = 64, m = 256); 0 means tileRows.
   int64_t minTileRows = 0;
-  /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit sharedLimit
-  /// (a GPU block's static shared memory), it takes the most rows, from maxTileRows down to
-  /// minTileRows, whose tiles fit this many bytes (dynamic shared memory, at two blocks per
-  /// SM) before fewer rows in static memory; 0: none.
+  /// With sharedLimit: a row kernel takes the most rows, from maxTileRows down to
+  /// minTileRows, whose tiles fit this many bytes where they exceed sharedLimit (dynamic
+  /// shared memory, at two blocks per SM), before fewer rows in static memory; 0: none.
   int64_t dynamicSharedLimit = 0;
   /// With sharedLimit: the bytes of shared memory a row kernel takes (the target's count,
   /// e.g. with its warp chains' tiles in registers); unset: all its static tile buffers.

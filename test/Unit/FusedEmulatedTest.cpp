@@ -403,11 +403,12 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
 
 TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   // d = 64, m = 256: OPRF's and SADERF's backward kernels keep their tiles in a block's
-  // 48 KiB of static shared memory at the default 4 rows per tile, in f32 and on tensor
-  // cores (bf16, the sm_90a schedule the emulation runs) alike, since their wx, ||x||^2,
-  // ||w||^2 and parameter gradients stopped taking tiles of their own (factoredArguments:
-  // SADERF's query_backward writes four [T, m] tiles where it wrote eight). Before, f32
-  // took 2 rows, and bf16 8 from dynamic shared memory. The launch description says so, and
+  // 48 KiB of static shared memory at the default 4 rows per tile in f32, since their wx,
+  // ||x||^2, ||w||^2 and parameter gradients stopped taking tiles of their own
+  // (factoredArguments: SADERF's query_backward writes four [T, m] tiles where it wrote
+  // eight; f32 took 2 rows before). On tensor cores (bf16, the sm_90a schedule the emulation
+  // runs) they take 8 rows from dynamic shared memory, the most that keep two blocks per SM,
+  // so the mma's 16 rows carry twice the rows 4 would. The launch description says so, and
   // both match the float64 reference.
   char *error = nullptr;
   spectra_cpu_kernel *k =
@@ -423,8 +424,8 @@ TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   spectra_cpu_kernel_free(k);
   k = spectra_emulated_compile_variant("saderf-mm", 256, 64, 0, "", "bf16", 0, 0, &error);
   ASSERT_NE(k, nullptr) << (error ? error : "");
-  EXPECT_EQ(rows("query_backward"), 4);
-  EXPECT_EQ(rows("key_backward"), 4);
+  EXPECT_EQ(rows("query_backward"), 8);
+  EXPECT_EQ(rows("key_backward"), 8);
   spectra_cpu_kernel_free(k);
   VariantConfig config;
   config.m = 256;

@@ -97,10 +97,10 @@ static cl::opt<bool> causal("causal",
 static cl::opt<int64_t> tileRows("tile-rows",
                                  cl::desc("rows of q or k per tile (default on the CPU 32, 16 for --causal; on a GPU, "
                                           "where the tiles live in shared memory, 4, and with "
-                                          "bf16/f16 inputs up to 16 per kernel where they fit; "
-                                          "past the 48 KiB of static shared memory, bf16/f16 "
-                                          "tiles keep their rows from dynamic shared memory "
-                                          "while two blocks fit an SM, f32 tiles take fewer; a "
+                                          "bf16/f16 inputs the most, up to 16 per kernel, whose "
+                                          "tiles leave two blocks per SM (past the 48 KiB of "
+                                          "static shared memory from dynamic shared memory); "
+                                          "f32 tiles past 48 KiB take fewer rows; a "
                                           "value given here is taken as is, up to the block's "
                                           "opt-in maximum: 163 KiB on sm_80, 227 KiB on sm_90a)"),
                                  cl::init(0), cl::cat(category));
