@@ -1188,9 +1188,9 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // and their gradients, that may exceed f16's range, 65504). f32 inputs: FMA.
   std::string dtype = o.dtype, mma = o.mma;
   bool tensorCores = mma != "none" && (dtype == "bf16" || dtype == "f16");
-  // On tensor cores a 4-row tile pads the mma's 8-row n (or k) to twice its work: each row
-  // kernel takes 16 rows per tile, or 8, where its tiles fit the block's shared memory
-  // (posrf: kv 16, readout 16, the backward kernels 8; d = 32, m = 128).
+  // On tensor cores a 4-row tile pads the mma's 16-row m (or 8-row n) to four times its work:
+  // each row kernel takes 16 rows per tile, or 8, where its tiles leave two blocks per SM
+  // (posrf at d = 32, m = 128: 16 in every kernel; its backward at d = 64, m = 256: 8).
   if (tensorCores && o.maxTileRows > tiles.tileRows)
     tiles.maxTileRows = o.maxTileRows;
   // Larger heads (d = 64, m = 256: OPRF's and SADERF's query backward, TrigRF's causal
@@ -1198,8 +1198,9 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   // (below); spectra-map-tiles-to-gpu refuses what does not fit the block at min-tile-rows.
   tiles.sharedLimit = staticSharedLimit(o.chip);
   tiles.minTileRows = o.minTileRows;
-  // On tensor cores, before fewer rows (padding the mma's 8-row shapes), more shared memory:
-  // dynamic, up to what keeps two blocks per SM. f32 (FMA) takes fewer rows in static memory
+  // On tensor cores, before fewer rows (padding the mma's 16- and 8-row shapes), more shared
+  // memory: dynamic past 48 KiB, up to what keeps two blocks per SM (the registers bound the
+  // blocks an SM holds to two either way). f32 (FMA) takes fewer rows in static memory
   // (measured at d = 64, m = 256 on sm_80: OPRF's query backward spills 24 B at 4 rows, none
   // at 2); tiles that fit nowhere at min-tile-rows go dynamic on both.
   tiles.dynamicSharedLimit = o.dynamicShared && tensorCores ? twoBlockSharedLimit(o.chip) : 0;

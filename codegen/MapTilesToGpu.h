@@ -100,10 +100,10 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
       llvm::cl::init(16)};
   Option<bool> dynamicShared{
       *this, "dynamic-shared",
-      llvm::cl::desc("on tensor cores, a row kernel whose tiles at tile-rows rows exceed the "
-                     "48 KiB of static shared memory takes the most rows (up to max-tile-rows) "
-                     "that fit in dynamic shared memory at two blocks per SM, before fewer "
-                     "rows; on every schedule, tiles that exceed 48 KiB at min-tile-rows may use "
+      llvm::cl::desc("on tensor cores, a row kernel (the causal kernels as a group) takes the "
+                     "most rows (up to max-tile-rows) whose tiles fit two blocks per SM, past "
+                     "the 48 KiB of static shared memory from dynamic shared memory, before "
+                     "fewer rows; on every schedule, tiles that exceed 48 KiB at min-tile-rows may use "
                      "dynamic shared memory up to the block's opt-in maximum (sm_80: 163 KiB, "
                      "sm_90a: 227 KiB); false: 48 KiB of static shared memory only"),
       llvm::cl::init(true)};
