@@ -824,12 +824,13 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // is shared by the slices) and dparams (per slice: the runtime views one slice's shares,
   // or all of them for a parameter shared by the slices).
   if (options.causal) {
-    // Features with two outputs (PosRF-Hyp, TrigRF) keep their causal backward at 2 rows
-    // where their tiles would fit more: on sm_80 in bf16 PosRF-Hyp's causal key backward
-    // spills 120 bytes at 2 rows and 288 at 4 (ptxas; registers, not shared memory, bound it).
+    // Features with two outputs (PosRF-Hyp, TrigRF) take their rows as the others do. (They
+    // were held at 2 while 4 spilled more; with the rows from dynamic shared memory, bf16 at
+    // d = 32, m = 128, PosRF-Hyp's take 8 and spill 64 B where 2 spilled 80 on sm_80, 552 where
+    // 1180 on sm_90a; TrigRF's 4 on sm_80, 8 on sm_90a: 80 B where 0, 616 where 1184.)
     grow([&](const Dims &sr, const Types &tr) {
       buildCausalBackward(b, loc, component, *partials, sr, tr, mapName, numParams);
-    }, s.K > 1 ? 2 : std::numeric_limits<int64_t>::max());
+    });
   } else {
     grow([&](const Dims &sr, const Types &tr) {
       buildQueryBackward(b, loc, component, *partials, sr, tr, names[2], numParams);
