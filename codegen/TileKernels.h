@@ -101,7 +101,7 @@ struct TileKernelOptions {
   int64_t tileRows = 32;
   /// When larger than tileRows: the row kernels (kv, readout and the two backward kernels
   /// each; the causal kernels as one group) take the most rows per tile, halving from this
-  /// down to tileRows, whose tile buffers fit `sharedLimit` bytes.
+  /// down to tileRows, whose tile buffers fit `sharedLimit` bytes (or dynamicSharedLimit).
   int64_t maxTileRows = 0;
   int64_t sharedLimit = 0;
   /// With sharedLimit: where a row kernel's tiles at tileRows rows would not fit, it keeps
