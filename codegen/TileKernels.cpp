@@ -734,8 +734,7 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // kernel, or a group (the causal kernels) that shares the choice.
   const int64_t fewest =
       options.minTileRows > 0 ? std::min(options.minTileRows, s.T) : s.T;
-  auto grow = [&](function_ref<void(const Dims &, const Types &)> build,
-                  int64_t mostRows = std::numeric_limits<int64_t>::max()) {
+  auto grow = [&](function_ref<void(const Dims &, const Types &)> build) {
     auto attempt = [&](int64_t rows) {
       llvm::SmallPtrSet<Operation *, 16> before;
       for (func::FuncOp fn : module.getOps<func::FuncOp>())
@@ -773,7 +772,7 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       for (func::FuncOp fn : added)
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
     };
-    int64_t rows = std::max(std::min(options.maxTileRows, mostRows), s.T);
+    int64_t rows = std::max(options.maxTileRows, s.T);
     const int64_t limit = std::max(options.sharedLimit, options.dynamicSharedLimit);
     while (true) {
       auto [added, most] = attempt(rows);

@@ -71,6 +71,12 @@ def find_nvdisasm(explicit):
     return None
 
 
+# The SASS instructions counted per function (HMMA.16816..., MUFU.EX2, BAR.SYNC..., MOVM.16.MT88).
+SASS_OPCODES = {name: re.compile(pattern) for name, pattern in
+                {"hmma": r"\bHMMA\.", "ex2": r"\bMUFU\.EX2\b", "bar": r"\bBAR\.",
+                 "movm": r"\bMOVM\."}.items()}
+
+
 def sass_counts(nvdisasm, cubin):
     """Per function: HMMA, MUFU.EX2, BAR, MOVM instruction counts and the instruction total."""
     out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
@@ -81,19 +87,14 @@ def sass_counts(nvdisasm, cubin):
         m = re.match(r"\s*\.section\s+\.text\.(\w+)", line)
         if m:
             current = m.group(1)
-            counts[current] = {"hmma": 0, "ex2": 0, "bar": 0, "movm": 0, "instructions": 0}
+            counts[current] = dict.fromkeys([*SASS_OPCODES, "instructions"], 0)
             continue
         if current is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
             continue
         counts[current]["instructions"] += 1
-        if re.search(r"\bHMMA\.", line):
-            counts[current]["hmma"] += 1
-        if "MUFU.EX2" in line:
-            counts[current]["ex2"] += 1
-        if re.search(r"\bBAR\.", line):
-            counts[current]["bar"] += 1
-        if re.search(r"\bMOVM\.", line):
-            counts[current]["movm"] += 1
+        for key, opcode in SASS_OPCODES.items():
+            if opcode.search(line):
+                counts[current][key] += 1
     return counts
 
 
