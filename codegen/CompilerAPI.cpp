@@ -444,7 +444,9 @@ extern "C" const char *spectra_cpu_host_target(void) {
       llvm::sys::getProcessTriple() + "-" + llvm::sys::getHostCPUName().str() + "-vl" +
       std::to_string(sp::hostVectorWidth()) + "-fma" +
       std::to_string(sp::hostFmaChains(sp::hostVectorWidth()));
-  return target.c_str();
+  // SPECTRA_CPU_AMX is read at each call: a process may compile both kinds of kernels.
+  static const std::string amx = target + "-amx";
+  return (sp::hostAmx() ? amx : target).c_str();
 }
 
 /// Looks the four kernels of `map` up in a JIT; the backward ones may be missing.
@@ -686,9 +688,11 @@ extern "C" char *spectra_cpu_work_variant(const char *variant, int64_t m, int64_
     return fail(error, why);
   if (failed(sp::linkBuiltinLibrary(*module)))
     return fail(error, "could not link the built-in library:\n" + ctx.diagnostics);
-  // The JIT's options up to the vector stage.
+  // The JIT's options up to the vector stage; the work model counts the FMA schedule, so its
+  // contractions stay vector FMAs where SPECTRA_CPU_AMX puts the JIT's on AMX tiles.
   sp::CpuPipelineOptions pipeline;
   sp::setHostTarget(pipeline);
+  pipeline.amx = false;
   pipeline.valueDim = dv;
   pipeline.causal = causal != 0;
   PassManager pm(&ctx.context);

@@ -16,6 +16,7 @@
 #include "mlir/Conversion/Passes.h"
 #include "mlir/Conversion/UBToLLVM/UBToLLVM.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVM.h"
+#include "mlir/Dialect/AMX/Transforms.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Index/IR/IndexDialect.h"
@@ -39,6 +40,10 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include <cmath>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -54,7 +59,8 @@ void mlir::spectra::registerCpuLoweringDialects(DialectRegistry &registry) {
   registry.insert<func::FuncDialect, scf::SCFDialect, memref::MemRefDialect, arith::ArithDialect,
                   math::MathDialect, cf::ControlFlowDialect, LLVM::LLVMDialect,
                   index::IndexDialect, ub::UBDialect, linalg::LinalgDialect,
-                  vector::VectorDialect>();
+                  vector::VectorDialect, amx::AMXDialect>();
+  registerConvertAMXToLLVMInterface(registry);
   arith::registerConvertArithToLLVMInterface(registry);
   cf::registerConvertControlFlowToLLVMInterface(registry);
   registerConvertFuncToLLVMInterface(registry);
@@ -83,6 +89,43 @@ int64_t mlir::spectra::hostVectorWidth() {
 
 bool mlir::spectra::hostHasAvx512() {
   return llvm::sys::getHostCPUFeatures().lookup("avx512f");
+}
+
+/// Whether this process may run AMX's bf16 tile products: the host has amx-tile and amx-bf16,
+/// and Linux granted the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
+/// once; without it the first tile instruction faults).
+bool mlir::spectra::hostHasAmx() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  return features.lookup("amx-tile") && features.lookup("amx-bf16");
+}
+
+static bool amxReady() {
+  static const bool ready = [] {
+    if (!hostHasAmx())
+      return false;
+#if defined(__linux__) && defined(__x86_64__)
+    constexpr long requestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr long tileData = 18;               // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, requestPermission, tileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ready;
+}
+
+bool mlir::spectra::hostAmx() {
+  const char *asked = std::getenv("SPECTRA_CPU_AMX");
+  if (!asked || !*asked)
+    return false;
+  llvm::StringRef value(asked);
+  if (value == "0" || value == "1")
+    return value == "1" && amxReady();
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    llvm::errs() << "spectra: ignoring SPECTRA_CPU_AMX='" << value << "' (takes 0 or 1)\n";
+  });
+  return false;
 }
 
 bool mlir::spectra::hostHasAvx2() {
@@ -177,6 +220,7 @@ void mlir::spectra::setHostTarget(CpuPipelineOptions &options) {
   options.expScalef = hostHasAvx512();
   options.expTable = hostHasAvx2();
   options.fmaChains = hostFmaChains(options.vectorWidth);
+  options.amx = hostAmx();
 }
 
 namespace mlir::spectra {
@@ -693,6 +737,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
         : o.causal         ? cpuRegisterRows(o.vectorWidth)
                            : cpuRegisterTile(o.vectorWidth, o.registerVectors, o.fmaChains).rows;
     vectors.registerVectors = o.registerVectors;
+    vectors.amx = o.amx;
     // One strip of features at a time (a register tile's width): the chain's tiles in L1.
     if (o.stripFeatures) {
       SpectraStripTilesOptions strips;

@@ -66,6 +66,11 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
                                        "with AVX2's vpermd (spectra-polynomial-exp's table; "
                                        "for avx2 hosts)"),
                         llvm::cl::init(false)};
+  Option<bool> amx{*this, "amx",
+                   llvm::cl::desc("contractions of f32 tiles on AMX tiles, each operand split in "
+                                  "two bf16 parts (spectra-vectorize-tiles' amx; for amx-bf16 "
+                                  "hosts)"),
+                   llvm::cl::init(false)};
   Option<bool> stripFeatures{
       *this, "strip-features",
       llvm::cl::desc("chains parallel along the features one register tile's width of them at "
@@ -141,6 +146,15 @@ int64_t hostVectorWidth();
 /// Whether the host has AVX-512F (whatever SPECTRA_CPU_VECTOR_WIDTH says): the kernels may
 /// then use its instructions (spectra-polynomial-exp's scalef).
 bool hostHasAvx512();
+
+/// Whether the host has AMX's bf16 tile products (amx-tile and amx-bf16).
+bool hostHasAmx();
+
+/// Whether the CPU kernels' contractions run on AMX tiles (spectra-vectorize-tiles' amx):
+/// SPECTRA_CPU_AMX=1 asks for it, and it holds where the host has AMX and Linux grants the
+/// process the tile state. Off by default: docs/kernels-at-the-limit.md has why. Read at each
+/// call; part of the kernel cache key.
+bool hostAmx();
 
 /// Whether the host has AVX2: 8-lane stabilised exps may then use vpermd
 /// (spectra-polynomial-exp's table).

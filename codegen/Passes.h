@@ -3,6 +3,7 @@
 #ifndef SPECTRA_CODEGEN_PASSES_H
 #define SPECTRA_CODEGEN_PASSES_H
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

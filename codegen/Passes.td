@@ -118,8 +118,11 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
            "rows of a contraction's register tile">,
     Option<"registerVectors", "register-vectors", "int64_t", /*default=*/"2",
            "vectors per row of a contraction's register tile">,
+    Option<"amx", "amx", "bool", /*default=*/"false",
+           "contractions of f32 tiles in 16 x 16 blocks, k in steps of 32, on AMX tiles: "
+           "each operand split in two bf16 parts, three TDPBF16PS per step (for amx-bf16 hosts)">,
   ];
-  let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::scf::SCFDialect",
+  let dependentDialects = ["::mlir::vector::VectorDialect", "::mlir::scf::SCFDialect", "::mlir::amx::AMXDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect"];
 }
 

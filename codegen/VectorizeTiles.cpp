@@ -31,7 +31,9 @@
 #include "codegen/Epilogue.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -60,6 +62,11 @@ public:
   /// tile as they are complete, so C is not read back; C is still stored where the epilogue's
   /// storeOutput says something else reads it.
   const spectra::Epilogue *epilogue = nullptr;
+  /// Contractions on AMX tiles where their shape allows (lowerAmxContraction).
+  bool amx = false;
+  /// The bf16 parts of operands the whole function only reads (W, the summaries), packed once
+  /// at its entry; shared by the function's ops.
+  llvm::DenseMap<Value, std::pair<Value, Value>> *entryPacks = nullptr;
 
   LogicalResult lower(Operation *op) {
     if (auto fill = dyn_cast<linalg::FillOp>(op))
@@ -667,6 +674,8 @@ private:
     Value A = op->getOperand(0), B = op->getOperand(1), C = op->getOperand(2);
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     int64_t M = shape[0], N = shape[1], K = shape[2], NR = NV * VL;
+    if (amx && amxShaped(A, B, C, M, N, K))
+      return lowerAmxContraction(A, B, C, M, N, K, transposedA, transposedB);
     if (transposedB) {
       // The dot form stores C; an epilogue then runs as its own elementwise loop.
       if (failed(lowerDotContraction(A, B, C, M, N, K)))
@@ -794,6 +803,215 @@ private:
     if (M % MR)
       rowBlock(idx(fullRows), M % MR);
     return success();
+  }
+
+
+  /// Whether a contraction fits AMX's tiles: f32 operands, 16 x 16 output tiles, k in steps
+  /// of 32 (two bf16 per 32-bit lane of a 16 x 64-byte tile row).
+  bool amxShaped(Value A, Value B, Value C, int64_t M, int64_t N, int64_t K) {
+    for (Value v : {A, B, C})
+      if (!cast<MemRefType>(v.getType()).getElementType().isF32())
+        return false;
+    return M % 16 == 0 && N % 16 == 0 && K % 32 == 0;
+  }
+
+  /// An f32 vector split in two bf16 parts, hi = bf16(x) and lo = bf16(x - hi) (both rounded
+  /// to nearest): hi + lo carries x to about 2^-17 of it, and the products
+  /// hi hi' + hi lo' + lo hi' carry f32 operands to about 2^-16 (bf16x3).
+  std::pair<Value, Value> split(Value x) {
+    auto type = cast<VectorType>(x.getType());
+    auto half = VectorType::get(type.getShape(), b.getBF16Type());
+    Value hi = arith::TruncFOp::create(b, loc, half, x);
+    Value rest = arith::SubFOp::create(b, loc, x, arith::ExtFOp::create(b, loc, type, hi));
+    return {hi, arith::TruncFOp::create(b, loc, half, rest)};
+  }
+
+  /// The entry block of the function being lowered.
+  Block &entryBlock() {
+    return b.getInsertionBlock()->getParent()->getParentOfType<func::FuncOp>().getBody().front();
+  }
+  /// A static buffer allocated once, at the function's entry (PackTileBuffers places it).
+  Value entryAlloca(MemRefType type) {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&entryBlock());
+    return memref::AllocaOp::create(b, loc, type);
+  }
+  /// Whether `v` is an argument of the function that nothing in it writes: a pack of it
+  /// holds for the whole call.
+  bool readOnlyArgument(Value v) {
+    auto arg = dyn_cast<BlockArgument>(v);
+    if (!arg || arg.getOwner() != &entryBlock())
+      return false;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto generic = dyn_cast<linalg::GenericOp>(user)) {
+        if (generic.isDpsInit(&use))
+          return false;
+        continue;
+      }
+      if (!isa<vector::LoadOp, memref::LoadOp>(user))
+        return false;
+    }
+    return true;
+  }
+
+  /// A[m, k] (`transposed`: stored [k, m]) as two [M x K] bf16 buffers, row-major: AMX's A
+  /// tiles are 16 rows of 32 k.
+  std::pair<Value, Value> packA(Value A, int64_t M, int64_t K, bool transposed) {
+    auto type = MemRefType::get({M, K}, b.getBF16Type());
+    Value hi = entryAlloca(type), lo = entryAlloca(type);
+    if (!transposed) {
+      loop(0, M, 1, {}, [&](Value r, ValueRange) {
+        for (int64_t k0 = 0; k0 < K; k0 += 16) {
+          auto [h, l] = split(vload(A, {r, idx(k0)}, 16));
+          vstore(h, hi, {r, idx(k0)});
+          vstore(l, lo, {r, idx(k0)});
+        }
+        return SmallVector<Value>();
+      });
+      return {hi, lo};
+    }
+    // Stored [K x M]: 16 x 16 blocks transposed in registers (transpose16).
+    loop(0, K, 16, {}, [&](Value k0, ValueRange) {
+      for (int64_t m0 = 0; m0 < M; m0 += 16) {
+        SmallVector<Value> rows;
+        for (int64_t r = 0; r < 16; ++r)
+          rows.push_back(vload(A, {arith::AddIOp::create(b, loc, k0, idx(r)), idx(m0)}, 16));
+        SmallVector<Value> cols = transpose16(rows);
+        for (int64_t c = 0; c < 16; ++c) {
+          auto [h, l] = split(cols[c]);
+          vstore(h, hi, {idx(m0 + c), k0});
+          vstore(l, lo, {idx(m0 + c), k0});
+        }
+      }
+      return SmallVector<Value>();
+    });
+    return {hi, lo};
+  }
+
+  /// B[k, n] (`transposed`: stored [n, k]) as two bf16 buffers in AMX's B layout, [K/2 x 2N]:
+  /// row i holds, for each n, the pair B[2i, n], B[2i + 1, n].
+  std::pair<Value, Value> packB(Value B, int64_t N, int64_t K, bool transposed) {
+    auto type = MemRefType::get({K / 2, 2 * N}, b.getBF16Type());
+    Value hi = entryAlloca(type), lo = entryAlloca(type);
+    if (!transposed) {
+      loop(0, K / 2, 1, {}, [&](Value i, ValueRange) {
+        Value k0 = arith::MulIOp::create(b, loc, i, idx(2));
+        Value k1 = arith::AddIOp::create(b, loc, k0, idx(1));
+        for (int64_t n0 = 0; n0 < N; n0 += 16) {
+          auto [h0, l0] = split(vload(B, {k0, idx(n0)}, 16));
+          auto [h1, l1] = split(vload(B, {k1, idx(n0)}, 16));
+          vstore(vector::InterleaveOp::create(b, loc, h0, h1), hi, {i, idx(2 * n0)});
+          vstore(vector::InterleaveOp::create(b, loc, l0, l1), lo, {i, idx(2 * n0)});
+        }
+        return SmallVector<Value>();
+      });
+      return {hi, lo};
+    }
+    // Stored [N x K]: row n's bf16 parts, read as 32-bit pairs, are column n of the packed
+    // buffer's pairs: 16 x 16 blocks of pairs transposed in registers.
+    auto pairs = VectorType::get({16}, b.getI32Type());
+    auto halfRow = VectorType::get({32}, b.getBF16Type());
+    loop(0, N, 16, {}, [&](Value n0, ValueRange) {
+      for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        SmallVector<Value> his, los;
+        for (int64_t r = 0; r < 16; ++r) {
+          Value n = arith::AddIOp::create(b, loc, n0, idx(r));
+          auto [h0, l0] = split(vload(B, {n, idx(k0)}, 16));
+          auto [h1, l1] = split(vload(B, {n, idx(k0 + 16)}, 16));
+          auto join = [&](Value x, Value y) {
+            Value both = vector::ShuffleOp::create(b, loc, x, y,
+                                                   llvm::to_vector(llvm::seq<int64_t>(0, 32)));
+            return vector::BitCastOp::create(b, loc, pairs, both).getResult();
+          };
+          his.push_back(join(h0, h1));
+          los.push_back(join(l0, l1));
+        }
+        Value col = arith::MulIOp::create(b, loc, n0, idx(2));
+        for (auto [parts, out] : {std::pair(&his, hi), std::pair(&los, lo)}) {
+          SmallVector<Value> t = transpose16(*parts);
+          for (int64_t i = 0; i < 16; ++i)
+            vstore(vector::BitCastOp::create(b, loc, halfRow, t[i]), out, {idx(k0 / 2 + i), col});
+        }
+      }
+      return SmallVector<Value>();
+    });
+    return {hi, lo};
+  }
+
+  /// The 16 x 16 transpose of 16 vectors of 16 lanes: four rounds of two-vector shuffles
+  /// (round s pairs vectors s apart and swaps their s-lane blocks), 64 shuffles.
+  SmallVector<Value> transpose16(ArrayRef<Value> rows) {
+    SmallVector<Value> v(rows.begin(), rows.end());
+    for (int64_t s = 8; s >= 1; s /= 2) {
+      SmallVector<Value> next(16);
+      for (int64_t i = 0; i < 16; ++i) {
+        if (i & s)
+          continue;
+        // Lane l of the pair (i, i + s): x keeps its blocks with bit s clear and takes y's
+        // there; y keeps its blocks with bit s set and takes x's.
+        SmallVector<int64_t> lo, hi;
+        for (int64_t l = 0; l < 16; ++l) {
+          lo.push_back(l & s ? 16 + (l - s) : l);
+          hi.push_back(l & s ? 16 + l : l + s);
+        }
+        next[i] = vector::ShuffleOp::create(b, loc, v[i], v[i + s], lo);
+        next[i + s] = vector::ShuffleOp::create(b, loc, v[i], v[i + s], hi);
+      }
+      v = std::move(next);
+    }
+    return v;
+  }
+
+  /// C[m, n] += A[m, k] B[k, n] on AMX tiles. The f32 operands are split in two bf16 parts
+  /// (split) and packed: A row-major (packA), B in pairs along k (packB); B once per call
+  /// where the function only reads it (W, the summaries). Per 16 x 16 tile of C, the
+  /// accumulator tile (zeroed or loaded) takes three tile products per 32 k, lo hi', hi lo',
+  /// hi hi' (TDPBF16PS, f32 accumulation); then C is stored, and an epilogue runs over it as
+  /// its own elementwise loop.
+  LogicalResult lowerAmxContraction(Value A, Value B, Value C, int64_t M, int64_t N, int64_t K,
+                                    bool transposedA, bool transposedB) {
+    auto [aHi, aLo] = packA(A, M, K, transposedA);
+    std::pair<Value, Value> bParts;
+    if (entryPacks && readOnlyArgument(B)) {
+      auto &packed = (*entryPacks)[B];
+      if (!packed.first) {
+        OpBuilder::InsertionGuard guard(b);
+        Block &entry = entryBlock();
+        b.setInsertionPoint(&*llvm::find_if(entry, [](Operation &op) {
+          return !isa<memref::AllocaOp>(op);
+        }));
+        packed = packB(B, N, K, transposedB);
+      }
+      bParts = packed;
+    } else {
+      bParts = packB(B, N, K, transposedB);
+    }
+    auto [bHi, bLo] = bParts;
+    auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
+    auto accumulator = amx::TileType::get({16, 16}, b.getF32Type());
+    loop(0, M, 16, {}, [&](Value m0, ValueRange) {
+      loop(0, N, 16, {}, [&](Value n0, ValueRange) {
+        Value acc = zeroOutput ? amx::TileZeroOp::create(b, loc, accumulator).getResult()
+                               : amx::TileLoadOp::create(b, loc, accumulator, C, ValueRange{m0, n0})
+                                     .getResult();
+        Value pairCol = arith::MulIOp::create(b, loc, n0, idx(2));
+        for (int64_t k0 = 0; k0 < K; k0 += 32) {
+          auto load = [&](Value mem, Value row, Value col) {
+            return amx::TileLoadOp::create(b, loc, operand, mem, ValueRange{row, col}).getResult();
+          };
+          Value ah = load(aHi, m0, idx(k0)), al = load(aLo, m0, idx(k0));
+          Value bh = load(bHi, idx(k0 / 2), pairCol), bl = load(bLo, idx(k0 / 2), pairCol);
+          acc = amx::TileMulFOp::create(b, loc, accumulator, al, bh, acc);
+          acc = amx::TileMulFOp::create(b, loc, accumulator, ah, bl, acc);
+          acc = amx::TileMulFOp::create(b, loc, accumulator, ah, bh, acc);
+        }
+        amx::TileStoreOp::create(b, loc, C, ValueRange{m0, n0}, acc);
+        return SmallVector<Value>();
+      });
+      return SmallVector<Value>();
+    });
+    return epilogue ? lowerElementwise(epilogue->op) : success();
   }
 
   /// The epilogue's body at (row, col0 ...) on w lanes, the input that reads C the finished
@@ -993,10 +1211,13 @@ struct VectorizeTilesPass
           fused.insert(e->op);
         }
     OpBuilder b(&getContext());
+    llvm::DenseMap<Value, std::pair<Value, Value>> entryPacks;
     for (Operation *op : ops) {
       if (!dropped.contains(op) && !fused.contains(op)) {
         b.setInsertionPoint(op);
         Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
+        v.amx = amx;
+        v.entryPacks = &entryPacks;
         v.zeroOutput = zeroed.contains(op);
         if (auto it = epilogues.find(op); it != epilogues.end())
           v.epilogue = &it->second;

@@ -128,6 +128,14 @@ static cl::opt<int64_t> fmaChains(
              "the host's at the vector width, from LLVM's scheduling model; 0: the width's "
              "default tile; --host prints them)"),
     cl::init(-1), cl::cat(category));
+static cl::opt<bool> cpuAmx(
+    "amx",
+    cl::desc("CPU: the contractions of f32 tiles on AMX tiles where their shapes allow (16 x 16 "
+             "blocks, k in steps of 32), each operand split in two bf16 parts, three TDPBF16PS "
+             "per step, f32 accumulation (default: SPECTRA_CPU_AMX=1 on a host with amx-bf16, "
+             "what the JIT does; --amx=false: vector FMAs). --emit=work counts the FMA "
+             "schedule either way"),
+    cl::init(false), cl::cat(category));
 static cl::opt<bool> printHost(
     "host",
     cl::desc("print what the CPU kernels are compiled for on this host (vector width, exp "
@@ -203,6 +211,13 @@ static int printHostTarget(llvm::raw_ostream &os) {
      << " vectors = " << tile.rows * options.registerVectors << " accumulators, "
      << tile.tileRows << "-row tiles (bidirectional kernels; the causal ones keep "
      << sp::cpuRegisterRows(options.vectorWidth) << " rows)\n";
+  if (cpuName.empty())
+    os << "amx            "
+       << (sp::hostAmx()       ? "on (SPECTRA_CPU_AMX=1): contractions on AMX tiles, bf16x3"
+           : sp::hostHasAmx() ? "off (this host has amx-bf16; SPECTRA_CPU_AMX=1 puts the "
+                                "contractions on AMX tiles, bf16x3)"
+                              : "not on this host")
+       << "\n";
   return 0;
 }
 
@@ -372,6 +387,10 @@ int main(int argc, char **argv) {
       }
       if (fmaChains >= 0)
         options.fmaChains = fmaChains;
+      if (cpuAmx.getNumOccurrences())
+        options.amx = cpuAmx.getValue();
+      if (emit == "work")
+        options.amx = false;
       mlir::spectra::buildCpuPipeline(pm, options,
                                       emit == "tiles"     ? mlir::spectra::CpuStage::Tiles
                                       : emit == "vectors" || emit == "work"
