@@ -25,6 +25,8 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP", "OMP_WAIT_POLICY"])
 llvm_config.use_default_substitutions()
 tool_dirs = [config.spectra_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["spectra-opt", "spectra-compile", "spectra-train"], tool_dirs)
+# LLVM 22's, not an older llc on PATH (Debian's default llvm).
+llvm_config.add_tool_substitutions(["llc", "mlir-translate"], [config.llvm_tools_dir])
 # spectra-eval is a LibTorch tool: built only with SPECTRA_ENABLE_TORCH.
 if os.path.exists(os.path.join(config.spectra_tools_dir, "spectra-eval")):
     config.available_features.add("spectra-eval")

@@ -359,6 +359,50 @@ TEST(FusedCpuBackward, FeatureTailsAtAFullHead) {
   }
 }
 
+// SPECTRA_CPU_AMX=1: the contractions on AMX tiles, each f32 operand split in two bf16 parts
+// (three tile products per 32 k, f32 accumulation), on a host that has them. At d = 32,
+// m = 128 every contraction of these variants' kernels fits the tiles (cpu-amx.test counts
+// them): the logits, the summary, the readout and the backward's products, and the compiled
+// statistics' kernels beside them for OPRF and SADERF. Rows past a whole tile, masked keys.
+TEST(FusedCpuBackward, AmxContractionsMatchTheReference) {
+  struct AskAmx {
+    std::string saved;
+    bool had = false;
+    AskAmx() {
+      if (const char *v = std::getenv("SPECTRA_CPU_AMX"))
+        saved = v, had = true;
+      setenv("SPECTRA_CPU_AMX", "1", 1);
+    }
+    ~AskAmx() { had ? setenv("SPECTRA_CPU_AMX", saved.c_str(), 1) : unsetenv("SPECTRA_CPU_AMX"); }
+  } amx;
+  std::string target = spectra_cpu_host_target();
+  if (target.size() < 4 || target.compare(target.size() - 4, 4, "-amx") != 0)
+    GTEST_SKIP() << "this host (" << target << ") has no AMX bf16 tile products (amx-tile, "
+                 << "amx-bf16), or Linux did not grant the process their state: the AMX "
+                 << "kernels are checked as IR and assembly only (cpu-amx.test, "
+                 << "spectra-vectorize-tiles-amx.mlir)";
+  torch::manual_seed(21);
+  Case c{torch::randn({2, 2, 70, 32}, torch::kFloat64) * 0.3,
+         torch::randn({2, 2, 64, 32}, torch::kFloat64) * 0.3,
+         torch::randn({2, 2, 64, 32}, torch::kFloat64), torch::ones({2, 64}, torch::kBool)};
+  c.mask.index_put_({1, torch::indexing::Slice(50)}, false);
+  for (const char *variant : {"posrf-mm", "saderf-orf", "oprf-qmc"}) {
+    VariantConfig config;
+    config.m = 128;
+    config.d = 32;
+    FusedCpuAttention fused(variant, config);
+    const Descriptor &desc = fused.descriptor();
+    Weights w64 = WeightFactory(desc).draw(desc.seed);
+    torch::Tensor truth = ReferenceFeatureMap(desc).attention(c.q, c.k, c.v, w64, c.mask);
+    FusedForward out = fused.forward(c.q.to(torch::kFloat32), c.k.to(torch::kFloat32),
+                                     c.v.to(torch::kFloat32),
+                                     WeightFactory(desc).draw(desc.seed, torch::kFloat32), c.mask);
+    // bf16x3 carries each product to about 2^-16 of it (f32's FMAs: 2^-24).
+    EXPECT_LT(maxAbs(out.out.to(torch::kFloat64) - truth), 1e-4 * maxAbs(truth)) << variant;
+    expectGradientsMatch(fused, std::string(variant) + " on AMX tiles", 1e-3, c);
+  }
+}
+
 TEST(FusedCpuBackward, MatchesReferenceAutograd) {
   for (const char *variant : {"posrf-orf", "oprf-orf", "saderf-mm", "trigrf-orf", "posrf-hyp-base",
                               "hcexp-qmc", "gerf-sorf"}) {
