@@ -689,6 +689,16 @@ bench::FmaPeak betterPeak(const bench::FmaPeak &a, const bench::FmaPeak &b) {
 
 /// --variant paper: the Spectraformer paper's 18 variants (PosRF/OPRF/SADERF x ORF, SORF,
 /// QMC, MM, SGQ, FastFoodL) side by side in one run: per variant the fused forward and
+/// ", contractions on AMX tiles ..." where the CPU kernels' contractions run on AMX tiles
+/// (SPECTRA_CPU_AMX=1 on a host with them), else "".
+std::string cpuContractions() {
+  std::string target = spectra_cpu_host_target();
+  bool amx = target.size() >= 4 && target.compare(target.size() - 4, 4, "-amx") == 0;
+  return amx ? ", contractions on AMX tiles (SPECTRA_CPU_AMX=1: bf16x3; the work model's bounds "
+               "count FMAs)"
+             : "";
+}
+
 /// forward+backward times, their GFLOP/s and share of the FMA peak measured in this run, and
 /// the eager reference and torch SDPA against the fused forward+backward.
 int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
@@ -697,7 +707,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
   bench::FmaPeak peak = bench::measureFmaPeak(threads);
   std::cout << "the paper's 18 variants  B=" << s.B << " H=" << s.H << " N=" << s.N
             << " d=" << s.d << " m=" << s.options.config.m << ", cpu f32, " << threads
-            << " threads, heap " << opt.at("heap") << "\n"
+            << " threads, heap " << opt.at("heap") << cpuContractions() << "\n"
             << "CPU FMA peak " << std::fixed << std::setprecision(1) << peak.gflops
             << " GFLOP/s (f32 FMA chains, " << peak.isa << ", measured in this run before "
             << "the timings; again after them, and % peak is of the better)\n";
@@ -858,7 +868,8 @@ int benchCausal(Setup &s, const std::map<std::string, std::string> &opt) {
   std::cout << "causal " << opt.at("variant") << "  B=" << s.B << " H=" << s.H << " N=" << s.N
             << " d=" << s.d << " m=" << desc.m << " (features " << features << "), "
             << opt.at("device") << " " << opt.at("dtype")
-            << (gpu ? "" : ", " + std::to_string(threads) + " threads, heap " + opt.at("heap"))
+            << (gpu ? "" : ", " + std::to_string(threads) + " threads, heap " + opt.at("heap") +
+                               cpuContractions())
             << ", " << (s.weightGrad ? "W learnable (dW computed)" : "W drawn (no dW)") << "\n";
   // A left-out baseline prints as "-".
   auto num = [](double x, int precision) {
@@ -1086,7 +1097,7 @@ int main(int argc, char **argv) {
               << " d=" << s.d << " m=" << desc.m << " (features " << desc.numFeatures() << "), "
               << opt["device"] << " " << opt["dtype"]
               << (s.device.is_cuda() ? "" : ", " + std::to_string(torch::get_num_threads()) + " threads")
-              << ", heap " << opt["heap"] << ", "
+              << ", heap " << opt["heap"] << (s.device.is_cuda() ? "" : cpuContractions()) << ", "
               << (s.weightGrad ? "W learnable (dW computed)" : "W drawn (no dW)") << "\n";
     std::cout << "JIT: cold compile " << cold << " s, disk-cache hit " << disk
               << " s, memory-cache hit " << std::setprecision(6) << memory << std::setprecision(4)
