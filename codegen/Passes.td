@@ -103,6 +103,12 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     element (the features after the logits) runs as its epilogue, on each
     register tile's finished accumulators; the output tile is then stored
     only if something else reads it.
+    With `amx`, a contraction of f32 tiles whose M and N are multiples of 16
+    and K of 32 runs on AMX tiles instead: each operand split in two bf16
+    parts (hi, and the rest rounded), packed (A row-major, B in pairs along
+    k; a B the function only reads, once at its entry), three amx.tile_mulf
+    per 32 k into each 16 x 16 accumulator tile, which is then stored; its
+    epilogue runs as its own loop.
     The CPU pipeline picks the width from the host (8 for AVX2, 16 for
     AVX-512).
 
