@@ -40,10 +40,6 @@
 #include "llvm/TargetParser/Triple.h"
 
 #include <cmath>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -51,6 +47,10 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 using namespace mlir;
 using namespace mlir::spectra;
@@ -91,14 +91,14 @@ bool mlir::spectra::hostHasAvx512() {
   return llvm::sys::getHostCPUFeatures().lookup("avx512f");
 }
 
-/// Whether this process may run AMX's bf16 tile products: the host has amx-tile and amx-bf16,
-/// and Linux granted the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked
-/// once; without it the first tile instruction faults).
 bool mlir::spectra::hostHasAmx() {
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
   return features.lookup("amx-tile") && features.lookup("amx-bf16");
 }
 
+/// Whether this process may run AMX's bf16 tile products: the host has them, and Linux granted
+/// the process the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; without it
+/// the first tile instruction faults).
 static bool amxReady() {
   static const bool ready = [] {
     if (!hostHasAmx())
