@@ -15,6 +15,7 @@
 #include "runtime/KernelLaunch.h"
 #include "runtime/SpectralAttention.h"
 #include "runtime/WeightFactory.h"
+#include "test/Unit/CpuAmx.h"
 
 #include <gtest/gtest.h>
 
@@ -119,7 +120,7 @@ using Attend = std::function<torch::Tensor(const torch::Tensor &, const torch::T
 
 void expectMatches(const Descriptor &desc, const Attend &attend, const std::string &variant,
                    int64_t N, double scale, double outTol, double gradTol, bool masked,
-                   torch::ScalarType dtype = torch::kFloat32);
+                   torch::ScalarType dtype = torch::kFloat32, int64_t dv = 6);
 
 void expectFusedMatches(const std::string &variant, int64_t N, double scale, double outTol,
                         double gradTol, bool masked) {
@@ -134,8 +135,8 @@ void expectFusedMatches(const std::string &variant, int64_t N, double scale, dou
 
 void expectMatches(const Descriptor &desc, const Attend &attend, const std::string &variant,
                    int64_t N, double scale, double outTol, double gradTol, bool masked,
-                   torch::ScalarType dtype) {
-  Inputs in = inputs(2, 2, N, desc.d, 6, scale, 3);
+                   torch::ScalarType dtype, int64_t dv) {
+  Inputs in = inputs(2, 2, N, desc.d, dv, scale, 3);
   std::optional<torch::Tensor> mask;
   if (masked) {
     mask = torch::ones({2, N}, torch::kBool);
@@ -177,6 +178,22 @@ TEST(FusedCausal, PaperComponentsMatchTheReference) {
   for (const char *variant : {"posrf-orf", "posrf-sgq", "posrf-fastfoodl", "trigrf-orf",
                               "posrf-hyp-base", "gerf-qmc-sobol"})
     expectFusedMatches(variant, 77, 0.7, 2e-5, 2e-4, /*masked=*/false);
+}
+
+// SPECTRA_CPU_AMX=1 on a host with AMX: at d = 64, m = 256, dv = 32 the causal kernels take
+// 16-row tiles, and their contractions fit AMX's tiles (cpu-amx.test): bf16x3 against float64,
+// outputs and the gradients of q, k, v and W, across tiles, a partial last tile and masked keys.
+TEST(FusedCausal, AmxContractionsMatchTheReference) {
+  test::ScopedCpuAmx amx;
+  if (std::string why; !test::ScopedCpuAmx::on(why))
+    GTEST_SKIP() << why;
+  FusedCpuAttention fused("posrf-orf", config(256, 64), /*causal=*/true);
+  expectMatches(fused.descriptor(),
+                [&](auto &q, auto &k, auto &v, auto &w, auto &mask) {
+                  return fused.attention(q, k, v, w, mask);
+                },
+                "posrf-orf on AMX tiles", 70, 0.4, 2e-4, 2e-3, /*masked=*/true, torch::kFloat32,
+                /*dv=*/32);
 }
 
 TEST(FusedCausal, StatesCarriedAcrossRowChunks) {

@@ -6,6 +6,7 @@
 #include "runtime/FusedEmulated.h"
 #include "runtime/KernelLaunch.h"
 #include "runtime/WeightFactory.h"
+#include "test/Unit/CpuAmx.h"
 #include "test/Unit/ParamsKernelsCheck.h"
 
 #include <ATen/Parallel.h>
@@ -361,22 +362,9 @@ TEST(FusedCpuBackward, FeatureTailsAtAFullHead) {
 // them): the logits, the summary, the readout and the backward's products, and the compiled
 // statistics' kernels beside them for OPRF and SADERF. Rows past a whole tile, masked keys.
 TEST(FusedCpuBackward, AmxContractionsMatchTheReference) {
-  struct AskAmx {
-    std::string saved;
-    bool had = false;
-    AskAmx() {
-      if (const char *v = std::getenv("SPECTRA_CPU_AMX"))
-        saved = v, had = true;
-      setenv("SPECTRA_CPU_AMX", "1", 1);
-    }
-    ~AskAmx() { had ? setenv("SPECTRA_CPU_AMX", saved.c_str(), 1) : unsetenv("SPECTRA_CPU_AMX"); }
-  } amx;
-  std::string target = spectra_cpu_host_target();
-  if (target.size() < 4 || target.compare(target.size() - 4, 4, "-amx") != 0)
-    GTEST_SKIP() << "this host (" << target << ") has no AMX bf16 tile products (amx-tile, "
-                 << "amx-bf16), or Linux did not grant the process their state: the AMX "
-                 << "kernels are checked as IR and assembly only (cpu-amx.test, "
-                 << "spectra-vectorize-tiles-amx.mlir)";
+  test::ScopedCpuAmx amx;
+  if (std::string why; !test::ScopedCpuAmx::on(why))
+    GTEST_SKIP() << why;
   torch::manual_seed(21);
   Case c{torch::randn({2, 2, 70, 32}, torch::kFloat64) * 0.3,
          torch::randn({2, 2, 64, 32}, torch::kFloat64) * 0.3,
