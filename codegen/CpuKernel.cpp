@@ -119,8 +119,21 @@ bool mlir::spectra::hostAmx() {
   if (!asked || !*asked)
     return false;
   llvm::StringRef value(asked);
-  if (value == "0" || value == "1")
-    return value == "1" && amxReady();
+  if (value == "0" || value == "1") {
+    if (value == "0" || amxReady())
+      return value == "1";
+    // Asked for and not to be had: said once, and the kernels stay on FMAs.
+    static std::once_flag unavailable;
+    std::call_once(unavailable, [] {
+      llvm::errs() << "spectra: SPECTRA_CPU_AMX=1, but "
+                   << (hostHasAmx() ? "Linux did not grant this process AMX's tile state "
+                                      "(arch_prctl ARCH_REQ_XCOMP_PERM)"
+                                    : "this CPU has no AMX bf16 tile products (amx-tile, "
+                                      "amx-bf16)")
+                   << "; the CPU kernels' contractions stay on vector FMAs\n";
+    });
+    return false;
+  }
   static std::once_flag warned;
   std::call_once(warned, [&] {
     llvm::errs() << "spectra: ignoring SPECTRA_CPU_AMX='" << value << "' (takes 0 or 1)\n";

@@ -62,6 +62,8 @@ try:
             config.available_features.add("avx512f")
         if " avx2" in flags:
             config.available_features.add("avx2")
+        if " amx_tile" in flags and " amx_bf16" in flags:
+            config.available_features.add("amx-bf16")
 except OSError:
     pass
 if os.path.exists(os.path.join(config.llvm_tools_dir, "mlir-runner")):
