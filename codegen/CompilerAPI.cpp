@@ -449,6 +449,8 @@ extern "C" const char *spectra_cpu_host_target(void) {
   return (sp::hostAmx() ? amx : target).c_str();
 }
 
+extern "C" int spectra_cpu_amx(void) { return sp::hostAmx() ? 1 : 0; }
+
 /// Looks the four kernels of `map` up in a JIT; the backward ones may be missing.
 template <typename Lookup>
 static std::string lookupEntries(spectra_cpu_kernel &kernel, llvm::StringRef map, Lookup lookup) {

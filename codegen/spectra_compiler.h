@@ -111,6 +111,9 @@ SPECTRA_API char *spectra_cpu_work_variant(const char *variant, int64_t m, int64
                                            int causal, char **error);
 /* What the JIT compiles for: triple, host CPU and vector width (part of cache keys). */
 SPECTRA_API const char *spectra_cpu_host_target(void);
+/* 1 where the CPU kernels compiled now run their contractions on AMX tiles (SPECTRA_CPU_AMX=1
+ * on a host with AMX whose tile state Linux granted), else 0; read at each call. */
+SPECTRA_API int spectra_cpu_amx(void);
 
 /* How the GPU kernels (and their emulation) compile contractions with bf16/f16 inputs, from
  * the environment variable SPECTRA_MMA, read at each call: "bf16x3" (unset: the default,

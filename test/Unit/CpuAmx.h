@@ -26,10 +26,9 @@ public:
 
   /// Whether the kernels compiled now run their contractions on AMX tiles, and if not, why.
   static bool on(std::string &why) {
-    std::string target = spectra_cpu_host_target();
-    if (target.size() >= 4 && target.compare(target.size() - 4, 4, "-amx") == 0)
+    if (spectra_cpu_amx())
       return true;
-    why = "this host (" + target + ") has no AMX bf16 tile products (amx-tile, amx-bf16), or " +
+    why = "this host (" + std::string(spectra_cpu_host_target()) + ") has no AMX bf16 tile products (amx-tile, amx-bf16), or " +
           "Linux did not grant the process their state: the AMX kernels are checked as IR and " +
           "assembly only (cpu-amx.test, spectra-vectorize-tiles-amx.mlir)";
     return false;

@@ -692,11 +692,9 @@ bench::FmaPeak betterPeak(const bench::FmaPeak &a, const bench::FmaPeak &b) {
 /// ", contractions on AMX tiles ..." where the CPU kernels' contractions run on AMX tiles
 /// (SPECTRA_CPU_AMX=1 on a host with them), else "".
 std::string cpuContractions() {
-  std::string target = spectra_cpu_host_target();
-  bool amx = target.size() >= 4 && target.compare(target.size() - 4, 4, "-amx") == 0;
-  return amx ? ", contractions on AMX tiles (SPECTRA_CPU_AMX=1: bf16x3; the work model's bounds "
-               "count FMAs)"
-             : "";
+  return spectra_cpu_amx() ? ", contractions on AMX tiles (SPECTRA_CPU_AMX=1: bf16x3; the work "
+                             "model's bounds count FMAs)"
+                           : "";
 }
 
 /// forward+backward times, their GFLOP/s and share of the FMA peak measured in this run, and
