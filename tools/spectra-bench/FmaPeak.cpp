@@ -3,7 +3,8 @@
 // Throughput figures are stated as a share of what this CPU does at best, measured in the same
 // run (machines change from day to day): every intra-op thread runs independent chains of
 // vector FMAs (enough of them to cover the FMA latency), AVX-512 and AVX2 where the CPU has
-// them, and the faster is the peak.
+// them, and the faster is the peak. Where the kernels' contractions run on AMX tiles, the tile
+// unit's own rate is measured the same way (measureAmxPeak).
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +16,10 @@
 #include <cmath>
 #include <chrono>
 #include <vector>
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace spectra::bench {
 namespace {
@@ -48,8 +52,53 @@ __attribute__((target("avx2,fma"))) float chains256(int64_t iterations) {
   return lanes[0] + lanes[7];
 }
 
-/// GFLOP/s of `threads` threads each running `kernel` (lanes wide) for about `seconds`.
-double measure(float (*kernel)(int64_t), int lanes, int threads, double seconds) {
+/// AMX's tile configuration: palette 1, tiles 0-7 of 16 rows x 64 bytes (the layout of
+/// LDTILECFG's 64-byte operand).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, startRow = 0, reserved[14] = {};
+  uint16_t bytesPerRow[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+/// `iterations` rounds of 8 tile products: four accumulator tiles (0-3), each taking two
+/// products a round on operand tiles (4, 5 as A; 6, 7 as B) loaded once, so four chains cover
+/// a product's latency. Returns a lane of the result, so nothing is optimised away.
+__attribute__((target("amx-tile,amx-bf16"))) float tileProducts(int64_t iterations) {
+  alignas(64) static thread_local uint16_t operands[4][16 * 32];
+  alignas(64) static thread_local float out[16 * 16];
+  for (int t = 0; t < 4; ++t)
+    for (int i = 0; i < 16 * 32; ++i)
+      operands[t][i] = 0x3f80 + ((i + t) & 7);  // bf16 near 1
+  TileConfig config;
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operands[0], 64);
+  _tile_loadd(5, operands[1], 64);
+  _tile_loadd(6, operands[2], 64);
+  _tile_loadd(7, operands[3], 64);
+  for (int64_t i = 0; i < iterations; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_dpbf16ps(0, 5, 7);
+    _tile_dpbf16ps(1, 5, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 4, 6);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+constexpr double kTileProductFlops = 2.0 * 16 * 16 * 32;
+
+/// GFLOP/s of `threads` threads each running `kernel` (`flopsPerIteration` a round) for about
+/// `seconds`.
+double measure(float (*kernel)(int64_t), double flopsPerIteration, int threads,
+               double seconds) {
   using Clock = std::chrono::steady_clock;
   kernel(1000);  // warm up (frequency, caches)
   int64_t iterations = 1 << 16;
@@ -75,7 +124,7 @@ double measure(float (*kernel)(int64_t), int lanes, int threads, double seconds)
         results[t] = kernel(iterations);
     });
     double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, 2.0 * lanes * kChains * static_cast<double>(iterations) * threads /
+    best = std::max(best, flopsPerIteration * static_cast<double>(iterations) * threads /
                               elapsed / 1e9);
   }
   return best;
@@ -88,9 +137,9 @@ FmaPeak measureFmaPeak(int threads, double seconds) {
   __builtin_cpu_init();
   double g256 = 0, g512 = 0;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    g256 = measure(chains256, 8, threads, seconds);
+    g256 = measure(chains256, 2.0 * 8 * kChains, threads, seconds);
   if (__builtin_cpu_supports("avx512f"))
-    g512 = measure(chains512, 16, threads, seconds);
+    g512 = measure(chains512, 2.0 * 16 * kChains, threads, seconds);
   best.gflops = std::max(g256, g512);
   if (best.gflops == 0)
     return best;
@@ -101,6 +150,18 @@ FmaPeak measureFmaPeak(int threads, double seconds) {
   else
     best.isa = g512 >= g256 ? "AVX-512 (16 lanes)" : "AVX2 (8 lanes)";
   return best;
+}
+
+double measureAmxPeak(int threads, double seconds) {
+  unsigned eax, ebx, ecx, edx;  // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 22)) ||
+      !(edx & (1u << 24)))
+    return 0;
+  constexpr long requestPermission = 0x1023;  // arch_prctl ARCH_REQ_XCOMP_PERM
+  constexpr long tileData = 18;               // XFEATURE_XTILEDATA
+  if (syscall(SYS_arch_prctl, requestPermission, tileData) != 0)
+    return 0;
+  return measure(tileProducts, 8 * kTileProductFlops, threads, seconds);
 }
 
 } // namespace spectra::bench

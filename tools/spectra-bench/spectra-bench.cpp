@@ -680,6 +680,41 @@ int benchEmulated(Setup &s, std::map<std::string, std::string> &opt) {
   return 0;
 }
 
+/// Where the contractions run on AMX tiles: the tile unit's rate measured now, and how much of
+/// the four bidirectional kernels' time their contractions would take at it (three bf16
+/// products per f32-grade one, bf16x3), so the rest is seen to be the work around them. Only
+/// where every contraction fits the tiles (d, m and the features multiples of 32).
+void printAmxShare(const TimedPasses &timed, const Setup &s, int64_t m, int64_t features,
+                   double fmaPeak, int threads) {
+  if (!spectra_cpu_amx() || timed.passes == 0 || s.d % 32 || m % 32 || features % 32)
+    return;
+  double amx = bench::measureAmxPeak(threads);
+  if (amx <= 0)
+    return;
+  double flops = 0, seconds = 0;
+  for (const char *kind : {"kv", "readout", "query_backward", "key_backward"}) {
+    auto it = timed.perKernel.find(kind);
+    if (it == timed.perKernel.end())
+      continue;
+    flops += kernelFlops(kind, s, m, features);
+    seconds += it->second.seconds / timed.passes;
+  }
+  if (flops <= 0 || seconds <= 0)
+    return;
+  double onTiles = 3 * flops / (amx * 1e9);
+  std::cout << "AMX tiles         " << std::fixed << std::setprecision(1) << amx
+            << " GFLOP/s of bf16 tile products (TDPBF16PS on " << threads
+            << " thread(s), independent accumulators, measured in this run), " << amx / 3
+            << " GFLOP/s at three products per f32-grade one (bf16x3): "
+            << std::setprecision(2) << amx / 3 / fmaPeak << "x the FMA peak. At that rate the "
+            << "four kernels' contractions take " << 1e3 * onTiles << " ms of the "
+            << 1e3 * seconds << " ms they ran (" << std::setprecision(1)
+            << 100 * onTiles / seconds << "%): the rest is the vector work around them "
+            << "(features, exps, splitting and packing the operands) and the waits between "
+            << "the two units.\n"
+            << std::setprecision(4);
+}
+
 /// The higher of two peak measurements: the FMA peak is what the machine can do, so a
 /// measurement taken in a slow minute (another guest on the cores) says less about it. The
 /// benchmarks measure it before and after their timings and state shares of the better.
@@ -1139,6 +1174,8 @@ int main(int argc, char **argv) {
         std::cout << std::setprecision(4) << "\n";
       }
       printKernelBreakdown(timed, s, desc.m, features, peak.gflops, kernelBounds(s, false));
+      if (peak.gflops > 0)
+        printAmxShare(timed, s, desc.m, features, peak.gflops, threads);
       if (threads > 1 && peak.gflops > 0)
         printThreadScaling(s, fused, reference, desc.m, features, tbF, peak.gflops, threads);
     }
