@@ -709,9 +709,8 @@ void printAmxShare(const TimedPasses &timed, const Setup &s, int64_t m, int64_t 
             << std::setprecision(2) << amx / 3 / fmaPeak << "x the FMA peak. At that rate the "
             << "four kernels' contractions take " << 1e3 * onTiles << " ms of the "
             << 1e3 * seconds << " ms they ran (" << std::setprecision(1)
-            << 100 * onTiles / seconds << "%): the rest is the vector work around them "
-            << "(features, exps, splitting and packing the operands) and the waits between "
-            << "the two units.\n"
+            << 100 * onTiles / seconds << "%): the rest is the work around them (features, "
+            << "exps, splitting and packing the operands, moving tiles to and from memory).\n"
             << std::setprecision(4);
 }
 
