@@ -109,7 +109,9 @@ def main():
     W = torch.ops.spectra.weights(args.variant, m, d, 0)
     print(f"{args.variant} (FAVOR+{', causal' if args.causal else ''}), d={d} m={m}, cpu f32, "
           f"{torch.get_num_threads()} threads, "
-          f"heap {args.heap}, torch {torch.__version__}; same W for Spectra and performer-pytorch")
+          f"heap {args.heap}, torch {torch.__version__}; same W for Spectra and performer-pytorch"
+          + ("; Spectra's contractions on AMX tiles where the host has them (SPECTRA_CPU_AMX=1, "
+             "bf16x3)" if os.environ.get("SPECTRA_CPU_AMX") == "1" else ""))
 
     for shape in args.shapes.split(","):
         B, H, N = (int(x) for x in shape.lower().split("x"))
