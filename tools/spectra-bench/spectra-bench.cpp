@@ -693,12 +693,17 @@ void printAmxShare(const TimedPasses &timed, const Setup &s, int64_t m, int64_t 
   if (amx <= 0)
     return;
   double flops = 0, seconds = 0;
+  std::ostringstream perKernel;  // each kernel's share
   for (const char *kind : {"kv", "readout", "query_backward", "key_backward"}) {
     auto it = timed.perKernel.find(kind);
     if (it == timed.perKernel.end())
       continue;
-    flops += kernelFlops(kind, s, m, features);
-    seconds += it->second.seconds / timed.passes;
+    double f = kernelFlops(kind, s, m, features), t = it->second.seconds / timed.passes;
+    if (t > 0)
+      perKernel << (flops > 0 ? ", " : "") << kind << " " << std::fixed << std::setprecision(1)
+                << 100 * 3 * f / (amx * 1e9) / t << "%";
+    flops += f;
+    seconds += t;
   }
   if (flops <= 0 || seconds <= 0)
     return;
@@ -711,8 +716,9 @@ void printAmxShare(const TimedPasses &timed, const Setup &s, int64_t m, int64_t 
             << std::setprecision(2) << amx / 3 / fmaPeak << "x the FMA peak. At that rate the "
             << "four kernels' contractions take " << 1e3 * onTiles << " ms of the "
             << 1e3 * seconds << " ms they ran (" << std::setprecision(1)
-            << 100 * onTiles / seconds << "%): the rest is the work around them (features, "
-            << "exps, splitting and packing the operands, moving tiles to and from memory).\n"
+            << 100 * onTiles / seconds << "%; " << perKernel.str() << "): the rest is the "
+            << "work around them (features, exps, splitting and packing the operands, moving "
+            << "tiles to and from memory).\n"
             << std::setprecision(4);
 }
 
