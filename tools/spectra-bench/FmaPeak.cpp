@@ -16,10 +16,7 @@
 #include <cmath>
 #include <chrono>
 #include <vector>
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace spectra::bench {
 namespace {
@@ -153,14 +150,6 @@ FmaPeak measureFmaPeak(int threads, double seconds) {
 }
 
 double measureAmxPeak(int threads, double seconds) {
-  unsigned eax, ebx, ecx, edx;  // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 22)) ||
-      !(edx & (1u << 24)))
-    return 0;
-  constexpr long requestPermission = 0x1023;  // arch_prctl ARCH_REQ_XCOMP_PERM
-  constexpr long tileData = 18;               // XFEATURE_XTILEDATA
-  if (syscall(SYS_arch_prctl, requestPermission, tileData) != 0)
-    return 0;
   return measure(tileProducts, 8 * kTileProductFlops, threads, seconds);
 }
 

@@ -18,8 +18,9 @@ FmaPeak measureFmaPeak(int threads, double seconds = 0.3);
 
 /// bf16 tile products (AMX's TDPBF16PS, 16 x 16 x 32, f32 accumulation; 2 flops per
 /// multiply-add) per second over `threads` threads, in GFLOP/s: independent accumulator tiles
-/// on operand tiles already loaded, the unit's throughput. 0 where the CPU has no amx-bf16 or
-/// Linux does not grant the process the tile data state.
+/// on operand tiles already loaded, the unit's throughput. Call it only where
+/// spectra_cpu_amx() says the kernels run on AMX: the compiler has then checked the CPU and been
+/// granted the process's tile data state (codegen's hostAmx), which the threads share.
 double measureAmxPeak(int threads, double seconds = 0.3);
 
 } // namespace spectra::bench

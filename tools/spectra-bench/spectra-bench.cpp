@@ -356,6 +356,9 @@ TimedPasses timeKernelPasses(int repeats, F &&pass) {
   return out;
 }
 
+/// The four kernels of the bidirectional pass whose contractions carry its flops.
+constexpr const char *kBidirectionalKinds[] = {"kv", "readout", "query_backward", "key_backward"};
+
 /// The per-kernel times of `repeats` forward+backward passes: each kind's time per pass, its
 /// share of the pass, its contraction GFLOP/s and share of the FMA peak beside its FMA-port
 /// bound, the same for its fastest pass, and what is left outside the kernels (LibTorch:
@@ -694,14 +697,17 @@ void printAmxShare(const TimedPasses &timed, const Setup &s, int64_t m, int64_t 
     return;
   double flops = 0, seconds = 0;
   std::ostringstream perKernel;  // each kernel's share
-  for (const char *kind : {"kv", "readout", "query_backward", "key_backward"}) {
+  const char *separator = "";
+  for (const char *kind : kBidirectionalKinds) {
     auto it = timed.perKernel.find(kind);
     if (it == timed.perKernel.end())
       continue;
     double f = kernelFlops(kind, s, m, features), t = it->second.seconds / timed.passes;
-    if (t > 0)
-      perKernel << (flops > 0 ? ", " : "") << kind << " " << std::fixed << std::setprecision(1)
+    if (t > 0) {
+      perKernel << separator << kind << " " << std::fixed << std::setprecision(1)
                 << 100 * 3 * f / (amx * 1e9) / t << "%";
+      separator = ", ";
+    }
     flops += f;
     seconds += t;
   }
@@ -795,7 +801,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
     // at its own bound.
     double f = 0, atBound = 0;
     auto bounds = kernelBounds(s, false);
-    for (const char *kind : {"kv", "readout", "query_backward", "key_backward"}) {
+    for (const char *kind : kBidirectionalKinds) {
       auto b = bounds.find(kind);
       double fk = kernelFlops(kind, s, desc.m, desc.numFeatures());
       if (b == bounds.end() || !b->second.exact || b->second.bound <= 0 || fk <= 0) {
