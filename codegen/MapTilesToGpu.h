@@ -42,7 +42,13 @@ struct MapTilesOptions {
   std::string mmaType;
   /// With mmaType: warp chains (WarpChains.h) where they apply.
   bool warpChains = true;
+  /// A partial tile's row loops over independent rows as one thread nest each
+  /// (RowLoopNests.h); false: a nest (and a barrier) per row.
+  bool rowNests = true;
 };
+
+/// The mark of a thread nest (an scf.forall over a block's threads) in the mapped IR.
+inline constexpr llvm::StringLiteral kThreadNestAttr = "spectra.thread_nest";
 
 /// Attributes a mapped kernel carries besides the ABI (TileKernels.h).
 inline constexpr llvm::StringLiteral kKernelSharedBytesAttr = "spectra.shared_bytes";
@@ -122,6 +128,13 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
       llvm::cl::desc("on tensor cores: a contraction, its epilogue and the ops reading the "
                      "tiles it forms (features, maxima, exponentials, the next contraction) "
                      "as one warp nest with those tiles in registers (WarpChains.h)"),
+      llvm::cl::init(true)};
+  Option<bool> rowNests{
+      *this, "row-nests",
+      llvm::cl::desc("a partial tile's loops over independent rows (the loads of q, k, v and "
+                     "the mask, the stores of output rows) as one thread nest each, where the "
+                     "bidirectional kernels took a nest and a barrier per row (RowLoopNests.h; "
+                     "the causal kernels keep theirs per row)"),
       llvm::cl::init(true)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};

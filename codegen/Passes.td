@@ -378,10 +378,47 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "forms (the features, their row maximum, the exponential, the next contraction) "
            "as one warp nest with those tiles in registers (WarpChains.h); false: each "
            "contraction its own warp nest, the tiles in shared memory">,
+    Option<"rowNests", "row-nests", "bool", /*default=*/"true",
+           "a partial tile's loops over its rows (the loads of q, k, v and the mask, the "
+           "stores of output rows), where the rows are independent, as one thread nest over "
+           "rows x elements (RowLoopNests.h); false: a thread nest and a barrier per row">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
                            "::mlir::linalg::LinalgDialect"];
+}
+
+def SpectraRowLoopNests : Pass<"spectra-row-loop-nests", "::mlir::ModuleOp"> {
+  let summary = "a partial tile's loops over independent rows as one thread nest each";
+  let description = [{
+    What spectra-map-tiles-to-gpu runs on the bidirectional kernels' mapped IR
+    (RowLoopNests.h), on its own: every scf.for whose body is one thread nest
+    (spectra.thread_nest) and ops free of memory effects, and every one-thread
+    nest holding one such loop of scalar work, becomes one thread nest over
+    (row, element) pairs where the rows are independent: each iteration writes
+    only its own row (a subview at offset iv, or iv plus a value from outside
+    the loop, size 1, of a buffer from outside it; or a scalar store indexed
+    so), and reads a buffer the loop writes only in that row of the same view.
+    Other loops are left as they are. The loop's rows need a constant bound
+    (its upper bound, or the min of one and a value); a loop over the rows past
+    the end of a partial tile (from min(x, C) to C) is left too: it runs in the
+    last tile only.
+
+    ```mlir
+    // scf.for %r = %c0 to %rows step %c1 {          // %rows = min(%n, 16)
+    //   scf.forall (%t) in (32) { row %r, element %t } {spectra.thread_nest}
+    // }
+    // ->
+    // scf.forall (%t) in (256) {
+    //   scf.for %r = %t / 32 to %rows step 8 { row %r, element %t mod 32 }
+    // } {spectra.thread_nest}
+    ```
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"256", "threads per block">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect"];
 }
 
 def SpectraStripWorkgroupMemory : Pass<"spectra-strip-workgroup-memory", "::mlir::ModuleOp"> {

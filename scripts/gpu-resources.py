@@ -5,9 +5,12 @@ and reports per kernel what ptxas says it uses (registers, spill bytes, static s
 plus the dynamic shared bytes of the launch description, where the tiles exceed 48 KiB:
 marked "dyn"),
 the occupancy at the launch's block size (resident blocks per SM and warps of 64, from the
-registers, shared memory and threads), and static instruction counts: mma.sync in the PTX,
+registers, shared memory and threads), the barriers a block passes per full tile of rows
+(BAR/tile, from the launch description: the tile loop's barriers, each times the row loops
+around it), and static instruction counts: mma.sync in the PTX,
 and in the SASS (nvdisasm on the cubin, when found) HMMA, MUFU.EX2, BAR barriers and MOVM
-(the 8 x 8 transposes a warp chain's contractions over the rows take). It also
+(the 8 x 8 transposes a warp chain's contractions over the rows take); where a kernel
+spills, how many of its spill instructions lie inside loops. It also
 counts atomic instructions in the PTX (there must be none: row chunks write partial sums that
 combine kernels merge in order). Needs ptxas (and nvdisasm for SASS), not a GPU.
 
@@ -82,23 +85,43 @@ SASS_OPCODES = {name: re.compile(pattern) for name, pattern in
 
 
 def sass_counts(nvdisasm, cubin):
-    """Per function: HMMA, MUFU.EX2, BAR, MOVM instruction counts and the instruction total."""
+    """Per function: HMMA, MUFU.EX2, BAR, MOVM instruction counts, the instruction total, and
+    the spill instructions (STL/LDL) inside a loop (between a backward branch's target and the
+    branch: run once per iteration, where those outside run once per block)."""
     out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
     if out.returncode != 0:
         return None
-    counts, current = {}, None
+    counts, code, current = {}, {}, None
     for line in out.stdout.splitlines():
         m = re.match(r"\s*\.section\s+\.text\.(\w+)", line)
         if m:
             current = m.group(1)
-            counts[current] = dict.fromkeys([*SASS_OPCODES, "instructions"], 0)
+            counts[current] = dict.fromkeys([*SASS_OPCODES, "instructions", "loop_spills"], 0)
+            code[current] = []
             continue
-        if current is None or not re.search(r"/\*[0-9a-f]{4,}\*/", line):
+        if current is None:
+            continue
+        label = re.match(r"\s*(\.L_x_\d+):", line)
+        if label:
+            code[current].append(("label", label.group(1)))
+            continue
+        if not re.search(r"/\*[0-9a-f]{4,}\*/", line):
             continue
         counts[current]["instructions"] += 1
         for key, opcode in SASS_OPCODES.items():
             if opcode.search(line):
                 counts[current][key] += 1
+        code[current].append(("op", line))
+    for fn, items in code.items():
+        at = {v: i for i, (kind, v) in enumerate(items) if kind == "label"}
+        loops = []
+        for i, (kind, v) in enumerate(items):
+            m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", v) if kind == "op" else None
+            if m and at.get(m.group(1), i) < i:
+                loops.append((at[m.group(1)], i))
+        counts[fn]["loop_spills"] = sum(
+            1 for i, (kind, v) in enumerate(items)
+            if kind == "op" and re.search(r"\b(STL|LDL)\b", v) and any(a <= i <= b for a, b in loops))
     return counts
 
 
@@ -165,9 +188,14 @@ def run_one(args, variant, workdir):
             c = sass[entry]
             row += f"  SASS: HMMA {c['hmma']:>3} MUFU.EX2 {c['ex2']:>3} BAR {c['bar']:>2}" \
                    f" MOVM {c['movm']:>2} of {c['instructions']:>5}"
+        row += f"  {kernel.get('barriers_per_tile', '-'):>3} BAR/tile"
+        if sass is not None and entry in sass and s["spill"]:
+            row += f"  spills in loops {sass[entry]['loop_spills']}"
         problems = []
         if s["spill"] > args.max_spill_bytes:
             problems.append(f"spills {s['spill']} B > {args.max_spill_bytes}")
+        if sass is not None and s["spill"] and sass.get(entry, {}).get("loop_spills", 0) > args.max_loop_spills:
+            problems.append(f"{sass[entry]['loop_spills']} spill instructions in loops > {args.max_loop_spills}")
         if kernel["kind"] in CONTRACTING:
             if args.require_mma and mma.get(entry, 0) == 0:
                 problems.append("no mma.sync")
@@ -202,6 +230,10 @@ def main():
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--max-spill-bytes", type=int, default=0,
                    help="spill bytes (stores + loads) a kernel may have and still pass")
+    p.add_argument("--max-loop-spills", type=int, default=1 << 30,
+                   help="spill instructions (STL/LDL in the SASS) a kernel may have inside its "
+                        "loops, where they run every iteration (default: no limit; those outside "
+                        "run once per block)")
     p.add_argument("--nvdisasm", default=None,
                    help="nvdisasm for SASS counts (default: $CUDA_HOME/bin or PyPI "
                         "nvidia-cuda-nvdisasm; without one, no SASS columns)")

@@ -118,6 +118,13 @@ static cl::opt<bool> warpChains(
              "--warp-chains=false: each contraction its own warp nest, the tiles in shared "
              "memory)"),
     cl::init(true), cl::cat(category));
+static cl::opt<bool> rowNests(
+    "row-nests",
+    cl::desc("GPU: a partial tile's loops over independent rows (loads of q, k, v and the "
+             "mask, stores of output rows) as one thread nest each (default; --row-nests=false: "
+             "a thread nest and a barrier per row, the kernels before; the causal kernels keep "
+             "theirs per row either way)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
                                              "with AVX2, 16 with AVX-512)"),
@@ -371,6 +378,7 @@ int main(int argc, char **argv) {
     return fail("--mma must be bf16x3, bf16, f16 or none, got '" + mma + "'");
   gpuOptions.mma = mma.getValue();
   gpuOptions.warpChains = warpChains.getValue();
+  gpuOptions.rowNests = rowNests.getValue();
 
   if (!printLibrary) {
     PassManager pm(&context);

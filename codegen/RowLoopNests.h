@@ -1,0 +1,48 @@
+//===- RowLoopNests.h - a tile's row loops as one thread nest -------------===//
+//
+// Part of the GPU schedule (MapTilesToGpu.h), on the mapped IR, so gpu-emulated
+// runs it too. The tile layer writes the work on a partial tile's rows as a
+// loop over the rows present (or past the end), one op per row: the loads of
+// q, k, v and the mask into the tile buffers, the zeroing of the rows past the
+// end, the stores of output rows. Mapped op by op, each row became a thread
+// nest of a row's width (32 threads of 256 at d = 32) followed by a barrier on
+// the GPU: 16 rows, 16 global-load latencies one after another and 16
+// barriers, where one nest over rows x width takes one of each; a row op left
+// at block level (a mask entry) became a one-thread nest looping over the
+// rows.
+//
+// Here such a loop becomes one nest over (row, element) pairs, each pair one
+// thread's: where the loop's iterations are independent, which is checked, not
+// assumed. An iteration r may write only workgroup buffers, and only through a
+// view of one row (a subview at offset r, size 1, or a store indexed by r),
+// and may read a buffer the loop writes only through such a view of its own
+// row r; its ops outside the nest are free of memory effects. The loop's rows
+// are bounded by a constant (its upper bound one, or the min of one and a
+// value), so the nest's size is static; rows outside [lower, upper) are
+// skipped by a guard.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef SPECTRA_CODEGEN_ROWLOOPNESTS_H
+#define SPECTRA_CODEGEN_ROWLOOPNESTS_H
+
+#include "mlir/IR/Block.h"
+#include "mlir/IR/Value.h"
+
+#include <optional>
+#include "mlir/Support/LLVM.h"
+
+namespace mlir::spectra {
+
+/// A constant bounding the index `v` from above: v itself, or min(x, C). None otherwise.
+std::optional<int64_t> constantUpperBound(Value v);
+
+/// Rewrites, in `body` (a mapped kernel's block), every scf.for whose body is one thread
+/// nest (marked `nestAttr`) over independent rows, and every one-thread nest whose body is
+/// one such loop of scalar ops, into one thread nest over the loop's rows (at most
+/// `threads` threads, a block-stride loop past that). Returns how many loops it rewrote.
+int64_t mergeRowLoopsIntoNests(Block &body, int64_t threads, StringRef nestAttr);
+
+} // namespace mlir::spectra
+
+#endif // SPECTRA_CODEGEN_ROWLOOPNESTS_H
