@@ -15,10 +15,6 @@
 
 using namespace mlir;
 
-namespace {
-
-} // namespace
-
 std::optional<int64_t> mlir::spectra::constantUpperBound(Value v) {
   if (std::optional<int64_t> c = getConstantIntValue(v))
     return c;

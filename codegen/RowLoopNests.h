@@ -2,24 +2,27 @@
 //
 // Part of the GPU schedule (MapTilesToGpu.h), on the mapped IR, so gpu-emulated
 // runs it too. The tile layer writes the work on a partial tile's rows as a
-// loop over the rows present (or past the end), one op per row: the loads of
-// q, k, v and the mask into the tile buffers, the zeroing of the rows past the
-// end, the stores of output rows. Mapped op by op, each row became a thread
-// nest of a row's width (32 threads of 256 at d = 32) followed by a barrier on
-// the GPU: 16 rows, 16 global-load latencies one after another and 16
-// barriers, where one nest over rows x width takes one of each; a row op left
-// at block level (a mask entry) became a one-thread nest looping over the
-// rows.
+// loop over the rows present, one op per row: the loads of q, k, v and the
+// mask into the tile buffers, the stores of output rows and their statistics.
+// Mapped op by op, each row became a thread nest of a row's width (32 threads
+// of 256 at d = 32) followed by a barrier on the GPU: 16 rows, 16 global-load
+// latencies one after another and 16 barriers, where one nest over rows x
+// width takes one of each; a row op left at block level (a mask entry) became
+// a one-thread nest looping over the rows.
 //
 // Here such a loop becomes one nest over (row, element) pairs, each pair one
 // thread's: where the loop's iterations are independent, which is checked, not
-// assumed. An iteration r may write only workgroup buffers, and only through a
-// view of one row (a subview at offset r, size 1, or a store indexed by r),
-// and may read a buffer the loop writes only through such a view of its own
-// row r; its ops outside the nest are free of memory effects. The loop's rows
+// assumed. Iteration r may write only its own row of a buffer from outside the
+// loop (through a subview at offset r, or r plus a value from outside the loop,
+// size 1, with no view made in the loop above it; or a scalar store indexed
+// so), and may access a buffer the loop writes only in that row of the same
+// view; its ops outside the nest are free of memory effects. Distinct buffers
+// (allocas, the kernel's arguments) are taken not to overlap. The loop's rows
 // are bounded by a constant (its upper bound one, or the min of one and a
-// value), so the nest's size is static; rows outside [lower, upper) are
-// skipped by a guard.
+// value), so the nest's size is static; each thread's rows run up to the
+// loop's upper bound. A loop over the rows past the end of a partial tile
+// (from min(x, C) to C: the zeroing of those rows) is left as it is: it runs
+// in the last tile only, where one nest would take a barrier in every tile.
 //
 //===----------------------------------------------------------------------===//
 
