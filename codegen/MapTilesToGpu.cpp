@@ -1055,9 +1055,6 @@ struct LaunchMappedKernelsPass : mlir::spectra::impl::SpectraLaunchMappedKernels
   }
 };
 
-/// After outlining: every kernel of the module in one gpu.module `@<name>` (one PTX
-/// text), and the launch description read off each host function's gpu.launch_func
-/// (the kernel's arguments are the host function's, named by the ABI attributes).
 /// The barriers a block passes per full tile of rows: the gpu.barrier ops in the kernel's
 /// tile loop (the scf.for stepping by `tileRows`), each counted as often as the loops around
 /// it in there run at most (a row loop up to its constant bound; the rows past the end, from
@@ -1081,11 +1078,11 @@ int64_t barriersPerTile(gpu::GPUFuncOp fn, int64_t tileRows) {
         continue;
       std::optional<int64_t> last = constantUpperBound(loop.getUpperBound()),
                              step = getConstantIntValue(loop.getStep());
+      if (isRowsPastTheEnd(loop)) {
+        times = 0;
+        break;
+      }
       int64_t first = getConstantIntValue(loop.getLowerBound()).value_or(0);
-      // The rows past the end of a partial tile (from min(x, C) to C): none in a full tile.
-      if (!getConstantIntValue(loop.getLowerBound()) &&
-          constantUpperBound(loop.getLowerBound()) == last && last)
-        first = *last;
       if (last && step && *step > 0)
         times *= std::max<int64_t>(0, llvm::divideCeil(*last - first, *step));
     }
@@ -1094,6 +1091,9 @@ int64_t barriersPerTile(gpu::GPUFuncOp fn, int64_t tileRows) {
   return count;
 }
 
+/// After outlining: every kernel of the module in one gpu.module `@<name>` (one PTX
+/// text), and the launch description read off each host function's gpu.launch_func
+/// (the kernel's arguments are the host function's, named by the ABI attributes).
 struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBase<DescribeGpuKernelsPass> {
   using SpectraDescribeGpuKernelsBase::SpectraDescribeGpuKernelsBase;
   void runOnOperation() override {
@@ -1267,10 +1267,11 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   if (tensorCores)
     map.mmaType = mma;
   map.warpChains = o.warpChains;
-  // The causal kernels' row loops stay a nest per row: their per-row recurrence keeps most of
-  // their barriers (the loads and stores one nest each took 957 to 897 per tile in posrf-mm's
-  // causal readout), and at the register cap they spilled more in their loops with it
-  // (posrf-mm's causal key backward on sm_90a: 72 spill instructions in loops against 36).
+  // The causal set's row loops stay a nest per row: its kernels' per-row recurrence keeps
+  // most of their barriers (the loads and stores one nest each took 957 to 897 per tile in
+  // posrf-mm's causal readout), and at the register cap they spilled more in their loops
+  // with it (posrf-mm's causal key backward on sm_90a: 72 spill instructions in loops
+  // against 36; the set's kv at d = 64, m = 512, 16 B).
   map.rowNests = o.rowNests && !o.causal;
   pm.addPass(createSpectraMapTilesToGpu(map));
   pm.addPass(createCanonicalizerPass());

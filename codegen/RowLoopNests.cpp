@@ -28,6 +28,12 @@ std::optional<int64_t> mlir::spectra::constantUpperBound(Value v) {
   return l ? l : r;
 }
 
+bool mlir::spectra::isRowsPastTheEnd(scf::ForOp loop) {
+  std::optional<int64_t> last = getConstantIntValue(loop.getUpperBound());
+  return last && !getConstantIntValue(loop.getLowerBound()) &&
+         constantUpperBound(loop.getLowerBound()) == last;
+}
+
 namespace {
 
 /// Whether the index `v` is the row of iteration `iv` of `loop`: iv, or iv plus a value
@@ -257,11 +263,9 @@ int64_t mlir::spectra::mergeRowLoopsIntoNests(Block &body, int64_t threads, Stri
     std::optional<int64_t> last = spectra::constantUpperBound(loop.getUpperBound());
     if (!step || *step != 1 || !last || loop.getNumResults() != 0)
       return std::nullopt;
-    // The rows past the end of a partial tile (from min(x, C) to C): none in a full tile,
-    // where one nest would still take its barrier.
-    if (!getConstantIntValue(loop.getLowerBound()) &&
-        spectra::constantUpperBound(loop.getLowerBound()) == last &&
-        getConstantIntValue(loop.getUpperBound()) == last)
+    // The rows past the end of a partial tile: none in a full tile, where one nest would
+    // still take its barrier.
+    if (spectra::isRowsPastTheEnd(loop))
       return std::nullopt;
     // A lower bound not known: rows from 0 (a row below 0 would index its buffer outside it:
     // every write is at row iv of a buffer).

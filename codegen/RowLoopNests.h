@@ -29,16 +29,21 @@
 #ifndef SPECTRA_CODEGEN_ROWLOOPNESTS_H
 #define SPECTRA_CODEGEN_ROWLOOPNESTS_H
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Block.h"
 #include "mlir/IR/Value.h"
+#include "mlir/Support/LLVM.h"
 
 #include <optional>
-#include "mlir/Support/LLVM.h"
 
 namespace mlir::spectra {
 
 /// A constant bounding the index `v` from above: v itself, or min(x, C). None otherwise.
 std::optional<int64_t> constantUpperBound(Value v);
+
+/// Whether `loop` runs over the rows past the end of a partial tile: from min(x, C) to C,
+/// none in a full tile.
+bool isRowsPastTheEnd(scf::ForOp loop);
 
 /// Rewrites, in `body` (a mapped kernel's block), every scf.for whose body is one thread
 /// nest (marked `nestAttr`) over independent rows, and every one-thread nest whose body is
