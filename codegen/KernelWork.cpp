@@ -4,6 +4,7 @@
 #include "codegen/KernelBuilder.h"
 #include "codegen/CpuKernel.h"
 #include "codegen/Passes.h"
+#include "codegen/RowLoopNests.h"
 #include "codegen/TileKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -146,26 +147,15 @@ void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width
   c.other += times;
 }
 
-/// The constant operand of `min(x, C)` (the rows left in a tile, at most C).
-std::optional<int64_t> minBound(Value v) {
-  auto min = v.getDefiningOp<arith::MinSIOp>();
-  if (!min)
-    return std::nullopt;
-  std::optional<int64_t> c = getConstantIntValue(min.getRhs());
-  return c ? c : getConstantIntValue(min.getLhs());
-}
-
 /// The trip count of `loop`: constant bounds, or an upper bound `min(x, C)` (the rows left
-/// in a tile) taken as C; a loop from `min(x, C)` to C (the rows past the end, in the last
-/// tile only) runs 0 times in a full tile. Unknown: 1, and `exact` cleared.
+/// in a tile) taken as C; a loop over the rows past the end (from `min(x, C)` to C, in the
+/// last tile only) runs 0 times in a full tile. Unknown: 1, and `exact` cleared.
 double tripCount(scf::ForOp loop, bool &exact) {
+  if (isRowsPastTheEnd(loop))
+    return 0;
   std::optional<int64_t> lb = getConstantIntValue(loop.getLowerBound());
   std::optional<int64_t> step = getConstantIntValue(loop.getStep());
-  std::optional<int64_t> ub = getConstantIntValue(loop.getUpperBound());
-  if (!lb && ub && minBound(loop.getLowerBound()) == ub)
-    return 0;
-  if (!ub)
-    ub = minBound(loop.getUpperBound());
+  std::optional<int64_t> ub = constantUpperBound(loop.getUpperBound());
   if (!lb || !step || !ub || *step <= 0) {
     exact = false;
     return 1;

@@ -38,7 +38,8 @@
 
 namespace mlir::spectra {
 
-/// A constant bounding the index `v` from above: v itself, or min(x, C). None otherwise.
+/// A constant bounding the index `v` from above: v itself, or min(x, C) (the rows left in a
+/// tile). None otherwise. (Also the CPU work model's trip counts, KernelWork.cpp.)
 std::optional<int64_t> constantUpperBound(Value v);
 
 /// Whether `loop` runs over the rows past the end of a partial tile: from min(x, C) to C,
