@@ -392,6 +392,7 @@ Value negativeFactors(TileBuilder &tb, const Dims &s, const CausalArgs &in, Valu
 void unlessSplit(TileBuilder &tb, Value split, Value r0, Value rows, bool reversed,
                  function_ref<void(Value)> row, function_ref<void()> tile) {
   auto branch = scf::IfOp::create(tb.b, tb.loc, split, /*withElseRegion=*/true);
+  branch->setAttr(kRowByRowAttr, tb.b.getUnitAttr());
   OpBuilder::InsertionGuard guard(tb.b);
   tb.b.setInsertionPoint(branch.thenBlock()->getTerminator());
   tb.forRange(tb.idx(0), rows, [&](Value i) {

@@ -31,6 +31,7 @@
 #include "codegen/CpuKernel.h"
 #include "codegen/GpuLowering.h"
 #include "codegen/Passes.h"
+#include "codegen/MergeNests.h"
 #include "codegen/RowLoopNests.h"
 #include "codegen/TileKernels.h"
 #include "passes/Passes.h"
@@ -841,6 +842,13 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   // A partial tile's row loops (loads, stores): one nest each, not one per row.
   if (o.rowNests)
     mergeRowLoopsIntoNests(*blocks.getBody(), o.threads, kNestAttr);
+  // A recurrence down a tile's rows, column by column (the causal running maximum): the rows
+  // in order inside each thread, one nest.
+  if (o.mergeNests)
+    runRowsInThreads(*blocks.getBody(), o.threads, kNestAttr);
+  // Nests in a row that touch disjoint buffers: one nest, one barrier.
+  if (o.mergeNests)
+    mergeIndependentNests(*blocks.getBody(), o.threads, kNestAttr);
   tile.erase();
   return success();
 }
@@ -848,7 +856,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
 struct MapTilesToGpuPass : mlir::spectra::impl::SpectraMapTilesToGpuBase<MapTilesToGpuPass> {
   using SpectraMapTilesToGpuBase::SpectraMapTilesToGpuBase;
   void runOnOperation() override {
-    MapTilesOptions o{threads, chunkRows, partialChunks, sharedLimit, mmaType, warpChains, rowNests};
+    MapTilesOptions o{threads, chunkRows,  partialChunks, sharedLimit,
+                      mmaType, warpChains, rowNests,      mergeNests};
     if (!o.mmaType.empty() && o.mmaType != "bf16" && o.mmaType != "bf16x3" && o.mmaType != "f16") {
       getOperation().emitError() << "spectra-map-tiles-to-gpu: mma-type must be bf16, bf16x3, "
                                     "f16 or empty (no tensor cores), got '"
@@ -1055,40 +1064,58 @@ struct LaunchMappedKernelsPass : mlir::spectra::impl::SpectraLaunchMappedKernels
   }
 };
 
-/// The barriers a block passes per full tile of rows: the gpu.barrier ops in the kernel's
-/// tile loop (the scf.for stepping by `tileRows`), each counted as often as the loops around
-/// it in there run at most (a row loop up to its constant bound; the rows past the end, from
-/// min(x, C) to C, not at all; a loop with no constant bound once); in a kernel without a
-/// tile loop (the combines, the params kernels), in the whole kernel.
-int64_t barriersPerTile(gpu::GPUFuncOp fn, int64_t tileRows) {
-  Operation *scope = fn;
-  fn.walk<WalkOrder::PreOrder>([&](scf::ForOp loop) {
-    if (getConstantIntValue(loop.getStep()) == tileRows && tileRows > 1) {
-      scope = loop;
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
+/// The barriers a block passes per full tile of rows on the path a tile takes: the
+/// gpu.barrier ops in the kernel's tile loop (marked kTileLoopAttr by the tile layer), each
+/// counted as often as the loops around it in there run at most (a row loop up to its
+/// constant bound; the rows past the end, from min(x, C) to C, not at all; a loop with no
+/// constant bound once). Of a branch, the branch with more; of the causal row-by-row
+/// fallback (kRowByRowAttr), the tile's branch only: a tile runs row by row only where its
+/// factors' range is too wide for one reference. In a kernel without a tile loop (the
+/// combines, the params kernels), the whole kernel.
+int64_t barriersIn(Region &region);
+
+int64_t barriersIn(Operation *op) {
+  if (isa<gpu::BarrierOp>(op))
+    return 1;
+  if (auto branch = dyn_cast<scf::IfOp>(op)) {
+    int64_t otherwise = barriersIn(branch.getElseRegion());
+    if (branch->hasAttr(kRowByRowAttr))
+      return otherwise;
+    return std::max(barriersIn(branch.getThenRegion()), otherwise);
+  }
+  int64_t inside = 0;
+  for (Region &region : op->getRegions())
+    inside += barriersIn(region);
+  auto loop = dyn_cast<scf::ForOp>(op);
+  if (!loop || inside == 0)
+    return inside;
+  if (isRowsPastTheEnd(loop))
+    return 0;
+  std::optional<int64_t> last = constantUpperBound(loop.getUpperBound()),
+                         step = getConstantIntValue(loop.getStep());
+  if (loop->hasAttr(kTileLoopAttr) || !last || !step || *step <= 0)
+    return inside;
+  int64_t first = getConstantIntValue(loop.getLowerBound()).value_or(0);
+  return inside * std::max<int64_t>(0, llvm::divideCeil(*last - first, *step));
+}
+
+int64_t barriersIn(Region &region) {
   int64_t count = 0;
-  scope->walk([&](gpu::BarrierOp barrier) {
-    int64_t times = 1;
-    for (Operation *p = barrier->getParentOp(); p && p != scope; p = p->getParentOp()) {
-      auto loop = dyn_cast<scf::ForOp>(p);
-      if (!loop)
-        continue;
-      std::optional<int64_t> last = constantUpperBound(loop.getUpperBound()),
-                             step = getConstantIntValue(loop.getStep());
-      if (isRowsPastTheEnd(loop)) {
-        times = 0;
-        break;
-      }
-      int64_t first = getConstantIntValue(loop.getLowerBound()).value_or(0);
-      if (last && step && *step > 0)
-        times *= std::max<int64_t>(0, llvm::divideCeil(*last - first, *step));
-    }
-    count += times;
-  });
+  for (Block &block : region)
+    for (Operation &op : block)
+      count += barriersIn(&op);
   return count;
+}
+
+int64_t barriersPerTile(gpu::GPUFuncOp fn) {
+  scf::ForOp tiles;
+  fn.walk<WalkOrder::PreOrder>([&](scf::ForOp loop) {
+    if (!loop->hasAttr(kTileLoopAttr))
+      return WalkResult::advance();
+    tiles = loop;
+    return WalkResult::interrupt();
+  });
+  return tiles ? barriersIn(tiles) : barriersIn(fn.getBody());
 }
 
 /// After outlining: every kernel of the module in one gpu.module `@<name>` (one PTX
@@ -1177,7 +1204,7 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
       auto rows = fn->getAttrOfType<IntegerAttr>(kKernelTileRowsAttr);
       if (rows)
         description.insert({"tile_rows", rows.getInt()});
-      description.insert({"barriers_per_tile", barriersPerTile(moved, rows ? rows.getInt() : 0)});
+      description.insert({"barriers_per_tile", barriersPerTile(moved)});
       if (auto chunks = fn->getAttrOfType<StringAttr>(kKernelChunksAttr))
         description.insert({"chunks", chunks.getValue()});
       if (auto split = fn->getAttrOfType<IntegerAttr>(kKernelSliceBlocksAttr))
@@ -1267,12 +1294,13 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   if (tensorCores)
     map.mmaType = mma;
   map.warpChains = o.warpChains;
-  // The causal set's row loops stay a nest per row: its kernels' per-row recurrence keeps
-  // most of their barriers (the loads and stores one nest each took 957 to 897 per tile in
-  // posrf-mm's causal readout), and at the register cap they spilled more in their loops
-  // with it (posrf-mm's causal key backward on sm_90a: 72 spill instructions in loops
-  // against 36; the set's kv at d = 64, m = 512, 16 B).
-  map.rowNests = o.rowNests && !o.causal;
+  // The causal set's row loops too, since its nests merge (MergeNests.h) and its running
+  // maximum runs down the rows in each thread: at the register cap they spill less so than
+  // with a nest per row (bf16, d = 32, m = 128: posrf-orf's causal key backward on sm_90a
+  // 88 B against 464, TrigRF's on sm_80 48 B against 152), though at d = 64, m = 512 the
+  // set's kv spills 16 B and its key backward 32 B where they spilled none.
+  map.rowNests = o.rowNests;
+  map.mergeNests = o.mergeNests;
   pm.addPass(createSpectraMapTilesToGpu(map));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

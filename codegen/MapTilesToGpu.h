@@ -45,6 +45,9 @@ struct MapTilesOptions {
   /// A partial tile's row loops over independent rows as one thread nest each
   /// (RowLoopNests.h); false: a nest (and a barrier) per row.
   bool rowNests = true;
+  /// Consecutive thread nests that touch disjoint buffers as one nest, one barrier
+  /// (MergeNests.h); false: a barrier after every nest.
+  bool mergeNests = true;
 };
 
 /// The mark of a thread nest (an scf.forall over a block's threads) in the mapped IR.
@@ -133,8 +136,13 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
       *this, "row-nests",
       llvm::cl::desc("a partial tile's loops over independent rows (the loads of q, k, v and "
                      "the mask, the stores of output rows) as one thread nest each, where the "
-                     "bidirectional kernels took a nest and a barrier per row (RowLoopNests.h; "
-                     "the causal kernels keep theirs per row)"),
+                     "kernels took a nest and a barrier per row (RowLoopNests.h)"),
+      llvm::cl::init(true)};
+  Option<bool> mergeNests{
+      *this, "merge-nests",
+      llvm::cl::desc("consecutive thread nests that touch disjoint buffers (the loads of a "
+                     "tile's q, k and v; the row sums of two tiles) as one nest and one "
+                     "barrier (MergeNests.h)"),
       llvm::cl::init(true)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};

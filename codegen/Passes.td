@@ -382,6 +382,9 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "a partial tile's loops over its rows (the loads of q, k, v and the mask, the "
            "stores of output rows), where the rows are independent, as one thread nest over "
            "rows x elements (RowLoopNests.h); false: a thread nest and a barrier per row">,
+    Option<"mergeNests", "merge-nests", "bool", /*default=*/"true",
+           "consecutive thread nests that touch disjoint buffers as one nest, one barrier "
+           "(MergeNests.h); false: a barrier after every nest">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
@@ -391,7 +394,7 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
 def SpectraRowLoopNests : Pass<"spectra-row-loop-nests", "::mlir::ModuleOp"> {
   let summary = "a partial tile's loops over independent rows as one thread nest each";
   let description = [{
-    What spectra-map-tiles-to-gpu runs on the bidirectional kernels' mapped IR
+    What spectra-map-tiles-to-gpu runs on every kernel's mapped IR
     (RowLoopNests.h), on its own: every scf.for whose body is one thread nest
     (spectra.thread_nest) and ops free of memory effects, and every one-thread
     nest holding one such loop of scalar work, becomes one thread nest over
@@ -404,6 +407,13 @@ def SpectraRowLoopNests : Pass<"spectra-row-loop-nests", "::mlir::ModuleOp"> {
     the end of a partial tile (from min(x, C) to C) is left too: it runs in the
     last tile only.
 
+    Then (columns=true) a loop whose rows depend on each other, its body one
+    thread nest in which each thread keeps to a column of its own of every
+    buffer the loop writes (the same offset along the last dimension, the
+    thread's index, in every access), becomes one nest whose threads each run
+    the rows in order: a running maximum down a tile's rows takes one barrier,
+    not one per row.
+
     ```mlir
     // scf.for %r = %c0 to %rows step %c1 {          // %rows = min(%n, 16)
     //   scf.forall (%t) in (32) { row %r, element %t } {spectra.thread_nest}
@@ -411,6 +421,40 @@ def SpectraRowLoopNests : Pass<"spectra-row-loop-nests", "::mlir::ModuleOp"> {
     // ->
     // scf.forall (%t) in (256) {
     //   scf.for %r = %t / 32 to %rows step 8 { row %r, element %t mod 32 }
+    // } {spectra.thread_nest}
+    ```
+  }];
+  let options = [
+    Option<"threads", "threads", "int64_t", /*default=*/"256", "threads per block">,
+    Option<"columns", "columns", "bool", /*default=*/"true",
+           "also run the rows of a loop whose body is one thread nest, each thread in a "
+           "column of its own (a running maximum down the rows), inside one nest: the "
+           "rows in order in each thread (runRowsInThreads)">,
+  ];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::gpu::GPUDialect"];
+}
+
+def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
+  let summary = "consecutive independent thread nests as one nest (one barrier)";
+  let description = [{
+    What spectra-map-tiles-to-gpu runs last on a mapped kernel (MergeNests.h), on
+    its own: in every block, a run of consecutive thread nests (spectra.thread_nest,
+    over threads, not warps) with only ops free of memory effects between them
+    becomes one nest while no member writes a buffer another member reads or
+    writes. Buffers are told apart by their roots under the views (an alloca, a
+    kernel argument); a nest with an effect on anything else stays alone. The
+    merged nest has the most threads of its members; each member's body runs in
+    its own threads (a guard where it has fewer). On the GPU each nest ends with
+    a barrier: one barrier where there were as many as the members.
+
+    ```mlir
+    // scf.forall (%t) in (256) { q rows -> Qt }  {spectra.thread_nest}
+    // scf.forall (%t) in (256) { k rows -> Kt }  {spectra.thread_nest}
+    // scf.forall (%t) in (16)  { mask -> kept }  {spectra.thread_nest}
+    // ->
+    // scf.forall (%t) in (256) {
+    //   q rows -> Qt;  k rows -> Kt;  scf.if %t < 16 { mask -> kept }
     // } {spectra.thread_nest}
     ```
   }];

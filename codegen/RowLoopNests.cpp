@@ -248,6 +248,151 @@ void rewrite(Operation *replaced, scf::ForOp loop, scf::ForallOp unit, int64_t w
   replaced->erase();
 }
 
+/// Where an access of a thread nest reaches along its buffer's last dimension (its
+/// column): the offsets of the views under it summed, the one made in the nest (`inNest`)
+/// apart from the constant rest. None where a view is not a unit-stride subview keeping the
+/// last dimension, where another offset is not constant, or where the access spans more
+/// than one column.
+struct Column {
+  Value root, inNest;
+  int64_t outside = 0;
+};
+
+std::optional<Column> columnOf(Value memref, std::optional<Value> index, scf::ForallOp nest) {
+  Column c;
+  auto offset = [&](OpFoldResult o) {
+    if (std::optional<int64_t> k = getConstantIntValue(o)) {
+      c.outside += *k;
+      return true;
+    }
+    Value v = cast<Value>(o);
+    if (c.inNest || !nest.getBody()->getParentOp()->isAncestor(v.getParentBlock()->getParentOp()))
+      return false;
+    c.inNest = v;
+    return true;
+  };
+  auto type = cast<MemRefType>(memref.getType());
+  if (type.getRank() == 0)
+    return std::nullopt;
+  if (index) {
+    if (!offset(*index))
+      return std::nullopt;
+  } else if (type.getShape().back() != 1) {
+    return std::nullopt;
+  }
+  Value v = memref;
+  while (Operation *def = v.getDefiningOp()) {
+    if (isa<memref::AllocaOp, memref::AllocOp>(def))
+      break;
+    auto view = dyn_cast<memref::SubViewOp>(def);
+    if (!view)
+      return std::nullopt;
+    unsigned last = view.getSourceType().getRank() - 1;
+    if (!view.hasUnitStride() || view.getDroppedDims().test(last) ||
+        !offset(view.getMixedOffsets()[last]))
+      return std::nullopt;
+    v = view.getSource();
+  }
+  c.root = v;
+  return c;
+}
+
+/// Whether `v` tells the threads of `nest` apart: its induction variable (divided by 1, as
+/// the mapping leaves it before canonicalisation), or that modulo a constant no smaller than
+/// its count.
+bool isThreadColumn(Value v, scf::ForallOp nest, int64_t count) {
+  Value t = nest.getInductionVar(0);
+  auto thread = [&](Value x) {
+    if (auto div = x.getDefiningOp<arith::DivUIOp>(); div && isConstantIntValue(div.getRhs(), 1))
+      x = div.getLhs();
+    return x == t;
+  };
+  if (thread(v))
+    return true;
+  auto rem = v.getDefiningOp<arith::RemUIOp>();
+  std::optional<int64_t> k = rem ? getConstantIntValue(rem.getRhs()) : std::nullopt;
+  return rem && thread(rem.getLhs()) && k && *k >= count;
+}
+
+/// Whether each thread of `nest`, the one thread nest in `loop`'s body, keeps to a column
+/// of its own in every buffer the loop writes (RowLoopNests.h): then the loop's rows may
+/// run inside each thread, in order.
+bool columnsPerThread(scf::ForOp loop, scf::ForallOp nest, int64_t count) {
+  for (Operation &top : loop.getBody()->without_terminator())
+    if (&top != nest.getOperation() && !isMemoryEffectFree(&top))
+      return false;
+  SmallVector<Column> accesses;
+  SmallVector<bool> writes;
+  bool ok = true;
+  nest.getBody()->walk([&](Operation *op) {
+    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+    if (!effects) {
+      if (op->getNumRegions() != 0 || op->hasTrait<OpTrait::IsTerminator>())
+        return WalkResult::advance();
+      ok = isMemoryEffectFree(op);
+      return ok ? WalkResult::advance() : WalkResult::interrupt();
+    }
+    SmallVector<MemoryEffects::EffectInstance> list;
+    effects.getEffects(list);
+    for (const MemoryEffects::EffectInstance &e : list) {
+      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
+        continue;
+      Value v = e.getValue();
+      if (!v || !isa<MemRefType>(v.getType())) {
+        ok = false;
+        return WalkResult::interrupt();
+      }
+      Value root = v;
+      while (auto view = root.getDefiningOp<ViewLikeOpInterface>())
+        root = view.getViewSource();
+      if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
+        continue;  // a buffer of the thread's own, made in the nest
+      std::optional<Value> index;
+      if (auto load = dyn_cast<memref::LoadOp>(op))
+        index = load.getIndices().empty() ? Value() : load.getIndices().back();
+      if (auto store = dyn_cast<memref::StoreOp>(op))
+        index = store.getIndices().empty() ? Value() : store.getIndices().back();
+      std::optional<Column> c = columnOf(v, index, nest);
+      bool write = isa<MemoryEffects::Write>(e.getEffect());
+      if (!c && write) {
+        ok = false;
+        return WalkResult::interrupt();
+      }
+      if (c) {
+        accesses.push_back(*c);
+        writes.push_back(write);
+      } else {
+        accesses.push_back(Column{root, Value(), 0});
+        writes.push_back(false);
+      }
+    }
+    return WalkResult::advance();
+  });
+  if (!ok)
+    return false;
+  llvm::SmallPtrSet<Value, 4> written;
+  for (auto [a, w] : llvm::zip(accesses, writes))
+    if (w) {
+      if (!a.root || !loop.isDefinedOutsideOfLoop(a.root))
+        return false;
+      written.insert(a.root);
+    }
+  if (written.empty())
+    return false;
+  // Every access to a written buffer: the thread's own column of it, the same each time.
+  llvm::DenseMap<Value, std::pair<Value, int64_t>> columns;
+  for (const Column &a : accesses) {
+    if (!written.contains(a.root))
+      continue;
+    if (!a.inNest || !isThreadColumn(a.inNest, nest, count))
+      return false;
+    auto it = columns.try_emplace(a.root, a.inNest, a.outside).first;
+    if (it->second != std::pair(a.inNest, a.outside))
+      return false;
+  }
+  return true;
+}
+
 } // namespace
 
 int64_t mlir::spectra::mergeRowLoopsIntoNests(Block &body, int64_t threads, StringRef nestAttr) {
@@ -315,6 +460,55 @@ int64_t mlir::spectra::mergeRowLoopsIntoNests(Block &body, int64_t threads, Stri
   return found.size();
 }
 
+int64_t mlir::spectra::runRowsInThreads(Block &body, int64_t threads, StringRef nestAttr) {
+  SmallVector<std::pair<scf::ForOp, scf::ForallOp>> found;
+  body.walk([&](scf::ForOp loop) {
+    // The rows past the end of a partial tile: none in a full tile, where one nest would
+    // still take its barrier.
+    if (loop.getNumResults() != 0 || spectra::isRowsPastTheEnd(loop))
+      return;
+    scf::ForallOp unit;
+    for (Operation &inner : loop.getBody()->without_terminator()) {
+      if (!isa<scf::ForallOp>(inner))
+        continue;
+      if (unit || !threadNestSize(&inner, nestAttr))
+        return;
+      unit = cast<scf::ForallOp>(inner);
+    }
+    if (!unit)
+      return;
+    int64_t count = *threadNestSize(unit, nestAttr);
+    if (count > threads || !columnsPerThread(loop, unit, count))
+      return;
+    found.push_back({loop, unit});
+  });
+  for (auto [loop, unit] : found) {
+    OpBuilder b(loop);
+    Location loc = loop.getLoc();
+    int64_t count = *threadNestSize(unit, nestAttr);
+    auto nest = scf::ForallOp::create(
+        b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(count)}, ValueRange{},
+        b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
+    nest->setAttr(nestAttr, b.getUnitAttr());
+    b.setInsertionPointToStart(nest.getBody());
+    auto rows = scf::ForOp::create(b, loc, loop.getLowerBound(), loop.getUpperBound(), loop.getStep());
+    b.setInsertionPointToStart(rows.getBody());
+    IRMapping map;
+    map.map(loop.getInductionVar(), rows.getInductionVar());
+    map.map(unit.getInductionVar(0), nest.getInductionVar(0));
+    for (Operation &op : loop.getBody()->without_terminator()) {
+      if (&op != unit.getOperation()) {
+        b.clone(op, map);
+        continue;
+      }
+      for (Operation &inner : unit.getBody()->without_terminator())
+        b.clone(inner, map);
+    }
+    loop->erase();
+  }
+  return found.size();
+}
+
 namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAROWLOOPNESTS
 #include "codegen/Passes.h.inc"
@@ -328,6 +522,10 @@ struct RowLoopNestsPass : mlir::spectra::impl::SpectraRowLoopNestsBase<RowLoopNe
     for (Region &region : getOperation()->getRegions())
       for (Block &block : region)
         mlir::spectra::mergeRowLoopsIntoNests(block, threads, mlir::spectra::kThreadNestAttr);
+    if (columns)
+      for (Region &region : getOperation()->getRegions())
+        for (Block &block : region)
+          mlir::spectra::runRowsInThreads(block, threads, mlir::spectra::kThreadNestAttr);
   }
 };
 

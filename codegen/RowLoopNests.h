@@ -24,6 +24,14 @@
 // (from min(x, C) to C: the zeroing of those rows) is left as it is: it runs
 // in the last tile only, where one nest would take a barrier in every tile.
 //
+// Rows that depend on each other column by column (the causal kernels' running
+// maximum of the key logits down a tile's rows: row r reads row r - 1 of the
+// buffer it writes) take a barrier per row as well. Where each thread of the
+// loop's nest keeps to a column of its own in every buffer the loop writes (the
+// same offset along the last dimension, the thread's index, in every access;
+// other buffers read anyhow), the loop moves inside the nest: each thread runs
+// the rows in order on its column (runRowsInThreads).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef SPECTRA_CODEGEN_ROWLOOPNESTS_H
@@ -51,6 +59,13 @@ bool isRowsPastTheEnd(scf::ForOp loop);
 /// one such loop of scalar ops, into one thread nest over the loop's rows (at most
 /// `threads` threads, a block-stride loop past that). Returns how many loops it rewrote.
 int64_t mergeRowLoopsIntoNests(Block &body, int64_t threads, StringRef nestAttr);
+
+/// Rewrites, in `body`, every scf.for whose body is one thread nest (marked `nestAttr`, at
+/// most `threads` threads) and ops free of memory effects, where each thread keeps to a
+/// column of its own in every buffer the loop writes, into one nest whose threads run the
+/// loop's rows in order: a recurrence down the rows (a running maximum), one barrier where
+/// there was one per row. Returns how many loops it rewrote.
+int64_t runRowsInThreads(Block &body, int64_t threads, StringRef nestAttr);
 
 } // namespace mlir::spectra
 

@@ -12,6 +12,7 @@
 #define SPECTRA_CODEGEN_TILEBUILDER_H
 
 #include "codegen/KernelBuilder.h"
+#include "codegen/TileKernels.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -163,6 +164,7 @@ public:
   void forTilesReversed(Value n, function_ref<void(Value, Value)> body) {
     Value tiles = arith::CeilDivUIOp::create(b, loc, n, idx(s.T));
     auto loop = scf::ForOp::create(b, loc, idx(0), tiles, idx(1));
+    loop->setAttr(kTileLoopAttr, b.getUnitAttr());
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value t = arith::SubIOp::create(b, loc, arith::SubIOp::create(b, loc, tiles, idx(1)),
@@ -175,6 +177,7 @@ public:
   /// for (r0 = 0; r0 < n; r0 += T) body(r0, rows = min(T, n - r0)).
   void forTiles(Value n, function_ref<void(Value, Value)> body) {
     auto loop = scf::ForOp::create(b, loc, idx(0), n, idx(s.T));
+    loop->setAttr(kTileLoopAttr, b.getUnitAttr());
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value r0 = loop.getInductionVar();

@@ -734,7 +734,8 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   // kernel, or a group (the causal kernels) that shares the choice.
   const int64_t fewest =
       options.minTileRows > 0 ? std::min(options.minTileRows, s.T) : s.T;
-  auto grow = [&](function_ref<void(const Dims &, const Types &)> build) {
+  auto grow = [&](function_ref<void(const Dims &, const Types &)> build,
+                  int64_t most = std::numeric_limits<int64_t>::max()) {
     auto attempt = [&](int64_t rows) {
       llvm::SmallPtrSet<Operation *, 16> before;
       for (func::FuncOp fn : module.getOps<func::FuncOp>())
@@ -772,7 +773,7 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       for (func::FuncOp fn : added)
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
     };
-    int64_t rows = std::max(options.maxTileRows, s.T);
+    int64_t rows = std::max(std::min(options.maxTileRows, most), s.T);
     const int64_t limit = std::max(options.sharedLimit, options.dynamicSharedLimit);
     while (true) {
       auto [added, most] = attempt(rows);
@@ -827,9 +828,15 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
     // were held at 2 while 4 spilled more; with the rows from dynamic shared memory, bf16 at
     // d = 32, m = 128, PosRF-Hyp's take 8 and spill 64 B where 2 spilled 80 on sm_80, 552 where
     // 1180 on sm_90a; TrigRF's 4 on sm_80, 8 on sm_90a: 80 B where 0, 616 where 1184.)
-    grow([&](const Dims &sr, const Types &tr) {
-      buildCausalBackward(b, loc, component, *partials, sr, tr, mapName, numParams);
-    });
+    // At most 8 rows, whatever the shared memory allows: past that the backward's warp
+    // chains hold more fragments than the 128 registers of two blocks per SM (PosRF-SGQ, whose
+    // 65 features leave room for 16 rows, spilled 436 B on sm_80 in bf16 at 16, 67 spill
+    // instructions in its loops; 24 B at 8). PosRF's other five take 8 for their shared memory.
+    grow(
+        [&](const Dims &sr, const Types &tr) {
+          buildCausalBackward(b, loc, component, *partials, sr, tr, mapName, numParams);
+        },
+        /*most=*/8);
   } else {
     grow([&](const Dims &sr, const Types &tr) {
       buildQueryBackward(b, loc, component, *partials, sr, tr, names[2], numParams);

@@ -138,6 +138,14 @@ inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
 /// stores, which the caller must pass aligned to the vector's bytes (spectra.aligned_bytes).
 inline constexpr llvm::StringLiteral kKernelStreamedArgsAttr = "spectra.streamed_args";
 inline constexpr llvm::StringLiteral kKernelAlignedBytesAttr = "spectra.aligned_bytes";
+/// On the loop over a kernel's row tiles (TileBuilder::forTiles, forTilesReversed): what a
+/// GPU kernel's barriers per tile are counted in (the launch description's
+/// barriers_per_tile).
+inline constexpr llvm::StringLiteral kTileLoopAttr = "spectra.tile_loop";
+/// On the branch whose then-region runs a causal tile row by row (the exact fallback for a
+/// tile whose factors' range is too wide, CausalKernels.cpp): not the path a tile takes
+/// unless its inputs reach that range, so barriers_per_tile leaves it out.
+inline constexpr llvm::StringLiteral kRowByRowAttr = "spectra.row_by_row";
 /// With TileKernelOptions::sharedBytes: the bytes that count gave the kernel at its rows.
 /// spectra-map-tiles-to-gpu checks its own count against it and drops it.
 inline constexpr llvm::StringLiteral kKernelTileSharedBytesAttr = "spectra.tile_shared_bytes";

@@ -1,5 +1,6 @@
-// RUN: spectra-opt %s --spectra-row-loop-nests | FileCheck %s
-// RUN: spectra-opt %s --spectra-row-loop-nests=threads=64 | FileCheck %s --check-prefix=NARROW
+// RUN: spectra-opt %s --spectra-row-loop-nests=columns=false | FileCheck %s
+// RUN: spectra-opt %s "--spectra-row-loop-nests=threads=64 columns=false" | FileCheck %s --check-prefix=NARROW
+// RUN: spectra-opt %s --spectra-row-loop-nests | FileCheck %s --check-prefix=COLS
 
 // A partial tile's rows of q loaded into a workgroup tile, a nest of 32 threads per row:
 // one nest over rows x elements, each thread every eighth row.
@@ -64,7 +65,21 @@ func.func @mask_rows(%mask: memref<?xf32>, %first: index, %n: index) {
 // Left as they are: an iteration that reads the row the one before wrote (a running sum
 // down the rows), one that writes outside its row (every iteration the same row 0), and
 // the rows past the end of a partial tile (from min(n, 16) to 16: the last tile only).
+// With columns: the first two run their rows inside one nest, each thread down its own
+// column in order (the running sum; row 0 of column t, rewritten by thread t each time);
+// the rows past the end stay.
 // CHECK-LABEL: func.func @dependent_rows
+// COLS-LABEL: func.func @dependent_rows
+// COLS: scf.forall (%[[T:.*]]) in (32) {
+// COLS-NEXT: scf.for %[[R:.*]] = %c1 to %{{.*}} step %c1 {
+// COLS:   memref.load %{{.*}}[%c0, %[[T]]]
+// COLS:   memref.load %{{.*}}[%c0, %[[T]]]
+// COLS:   memref.store %{{.*}}, %{{.*}}[%c0, %[[T]]]
+// COLS: scf.forall (%[[U:.*]]) in (32) {
+// COLS-NEXT: scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
+// COLS:   memref.store %{{.*}}, %{{.*}}[%c0, %[[U]]]
+// COLS: scf.for %{{.*}} = %{{.*}} to %c16 step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (32)
 // CHECK: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
 // CHECK:   scf.forall (%{{.*}}) in (32)
 // CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
@@ -100,6 +115,79 @@ func.func @dependent_rows(%q: memref<?x32xf32>, %n: index) {
     %dst = memref.subview %tile[%r, 0] [1, 32] [1, 1] : memref<16x32xf32, #gpu.address_space<workgroup>> to memref<1x32xf32, strided<[32, 1], offset: ?>, #gpu.address_space<workgroup>>
     scf.forall (%t) in (32) {
       memref.store %zero, %dst[%c0, %t] : memref<1x32xf32, strided<[32, 1], offset: ?>, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  return
+}
+
+// Recurrences that cross columns stay a nest per row, columns or not: a thread reading its
+// neighbour's column of the row before, one reading the whole row before (a row sum), one
+// writing at a column offset from outside the nest, two threads sharing a column (t mod 16
+// of 32 threads), and a thread reading column t and writing column t + 16 (thread t + 16's
+// column a row on).
+// COLS-LABEL: func.func @crossing_columns
+// COLS: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (31)
+// COLS: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (32)
+// COLS: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (16)
+// COLS: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (32)
+// COLS: scf.for %{{.*}} = %c1 to %{{.*}} step %c1 {
+// COLS:   scf.forall (%{{.*}}) in (16)
+// COLS: return
+func.func @crossing_columns(%n: index, %shift: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %tile = memref.alloca() : memref<16x32xf32, #gpu.address_space<workgroup>>
+  %rows = arith.minsi %n, %c16 : index
+  scf.for %r = %c1 to %rows step %c1 {
+    %p = arith.subi %r, %c1 : index
+    scf.forall (%t) in (31) {
+      %u = arith.addi %t, %c1 : index
+      %a = memref.load %tile[%p, %u] : memref<16x32xf32, #gpu.address_space<workgroup>>
+      memref.store %a, %tile[%r, %t] : memref<16x32xf32, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  scf.for %r = %c1 to %rows step %c1 {
+    %p = arith.subi %r, %c1 : index
+    %prev = memref.subview %tile[%p, 0] [1, 32] [1, 1] : memref<16x32xf32, #gpu.address_space<workgroup>> to memref<32xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    scf.forall (%t) in (32) {
+      %sum = memref.alloca() : memref<f32>
+      scf.for %j = %c0 to %c16 step %c1 {
+        %x = memref.load %prev[%j] : memref<32xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+        memref.store %x, %sum[] : memref<f32>
+      }
+      %s = memref.load %sum[] : memref<f32>
+      memref.store %s, %tile[%r, %t] : memref<16x32xf32, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  scf.for %r = %c1 to %rows step %c1 {
+    %p = arith.subi %r, %c1 : index
+    %half = memref.subview %tile[0, %shift] [16, 16] [1, 1] : memref<16x32xf32, #gpu.address_space<workgroup>> to memref<16x16xf32, strided<[32, 1], offset: ?>, #gpu.address_space<workgroup>>
+    scf.forall (%t) in (16) {
+      %a = memref.load %tile[%p, %t] : memref<16x32xf32, #gpu.address_space<workgroup>>
+      memref.store %a, %half[%r, %t] : memref<16x16xf32, strided<[32, 1], offset: ?>, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  scf.for %r = %c1 to %rows step %c1 {
+    %p = arith.subi %r, %c1 : index
+    scf.forall (%t) in (32) {
+      %col = arith.remui %t, %c16 : index
+      %a = memref.load %tile[%p, %col] : memref<16x32xf32, #gpu.address_space<workgroup>>
+      %b = memref.load %tile[%r, %col] : memref<16x32xf32, #gpu.address_space<workgroup>>
+      %s = arith.addf %a, %b : f32
+      memref.store %s, %tile[%r, %col] : memref<16x32xf32, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  %right = memref.subview %tile[0, 16] [16, 16] [1, 1] : memref<16x32xf32, #gpu.address_space<workgroup>> to memref<16x16xf32, strided<[32, 1], offset: 16>, #gpu.address_space<workgroup>>
+  scf.for %r = %c1 to %rows step %c1 {
+    %p = arith.subi %r, %c1 : index
+    scf.forall (%t) in (16) {
+      %a = memref.load %tile[%p, %t] : memref<16x32xf32, #gpu.address_space<workgroup>>
+      memref.store %a, %right[%r, %t] : memref<16x16xf32, strided<[32, 1], offset: 16>, #gpu.address_space<workgroup>>
     } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   }
   return

@@ -122,8 +122,13 @@ static cl::opt<bool> rowNests(
     "row-nests",
     cl::desc("GPU: a partial tile's loops over independent rows (loads of q, k, v and the "
              "mask, stores of output rows) as one thread nest each (default; --row-nests=false: "
-             "a thread nest and a barrier per row, the kernels before; the causal kernels keep "
-             "theirs per row either way)"),
+             "a thread nest and a barrier per row, the kernels before)"),
+    cl::init(true), cl::cat(category));
+static cl::opt<bool> mergeNests(
+    "merge-nests",
+    cl::desc("GPU: consecutive thread nests that touch disjoint buffers (the loads of a tile's "
+             "q, k and v, the row sums of two tiles) as one nest and one barrier (default; "
+             "--merge-nests=false: a barrier after every nest)"),
     cl::init(true), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
@@ -379,6 +384,7 @@ int main(int argc, char **argv) {
   gpuOptions.mma = mma.getValue();
   gpuOptions.warpChains = warpChains.getValue();
   gpuOptions.rowNests = rowNests.getValue();
+  gpuOptions.mergeNests = mergeNests.getValue();
 
   if (!printLibrary) {
     PassManager pm(&context);

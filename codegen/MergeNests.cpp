@@ -1,0 +1,208 @@
+//===- MergeNests.cpp - independent thread nests as one nest, one barrier -===//
+
+#include "codegen/MergeNests.h"
+#include "codegen/MapTilesToGpu.h"
+#include "codegen/Passes.h"
+#include "codegen/WarpChains.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
+
+using namespace mlir;
+
+namespace {
+
+/// The buffers a nest reads and writes, by root; `opaque` where an effect's buffer is not
+/// known (the nest then stays alone).
+struct Footprint {
+  llvm::SmallPtrSet<Value, 8> reads, writes;
+  bool opaque = false;
+
+  bool conflictsWith(const Footprint &o) const {
+    auto meets = [](const llvm::SmallPtrSet<Value, 8> &a, const llvm::SmallPtrSet<Value, 8> &b) {
+      return llvm::any_of(a, [&](Value v) { return b.contains(v); });
+    };
+    return meets(writes, o.reads) || meets(writes, o.writes) || meets(reads, o.writes);
+  }
+  void add(const Footprint &o) {
+    reads.insert(o.reads.begin(), o.reads.end());
+    writes.insert(o.writes.begin(), o.writes.end());
+  }
+};
+
+/// The buffer under `v`'s views: an alloca or a kernel argument; none for anything else.
+Value rootOf(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (isa<memref::AllocaOp, memref::AllocOp>(def))
+      return v;
+    auto view = dyn_cast<ViewLikeOpInterface>(def);
+    if (!view)
+      return Value();
+    v = view.getViewSource();
+  }
+  auto arg = cast<BlockArgument>(v);
+  Operation *owner = arg.getOwner()->getParentOp();
+  bool kernelArgument = owner && isa<FunctionOpInterface>(owner) &&
+                        arg.getOwner()->isEntryBlock();
+  return kernelArgument ? v : Value();
+}
+
+Footprint footprintOf(scf::ForallOp nest) {
+  Footprint f;
+  nest.getBody()->walk([&](Operation *op) {
+    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+    if (!effects) {
+      // Loops and branches: their ops are visited on their own.
+      if (op->getNumRegions() == 0 && !op->hasTrait<OpTrait::IsTerminator>() &&
+          !isMemoryEffectFree(op))
+        f.opaque = true;
+      return f.opaque ? WalkResult::interrupt() : WalkResult::advance();
+    }
+    SmallVector<MemoryEffects::EffectInstance> list;
+    effects.getEffects(list);
+    for (const MemoryEffects::EffectInstance &e : list) {
+      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
+        continue;
+      Value v = e.getValue();
+      if (!v || !isa<MemRefType>(v.getType())) {
+        f.opaque = true;
+        return WalkResult::interrupt();
+      }
+      Value root = rootOf(v);
+      Operation *made = root ? root.getDefiningOp() : nullptr;
+      if (made && nest->isProperAncestor(made))
+        continue;  // a buffer of the thread's own, made in the nest
+      if (!root) {
+        f.opaque = true;
+        return WalkResult::interrupt();
+      }
+      if (isa<MemoryEffects::Write>(e.getEffect()))
+        f.writes.insert(root);
+      else
+        f.reads.insert(root);
+    }
+    return WalkResult::advance();
+  });
+  return f;
+}
+
+/// A nest over a constant count (at most `threads`) of a block's threads, with no shared
+/// outputs: its count, or none (warp nests, warp chains, anything else).
+std::optional<int64_t> threadCount(Operation *op, int64_t threads, StringRef nestAttr) {
+  auto nest = dyn_cast<scf::ForallOp>(op);
+  if (!nest || !nest->hasAttr(nestAttr) || nest.getRank() != 1 || !nest.getOutputs().empty() ||
+      spectra::isWarpChain(nest))
+    return std::nullopt;
+  std::optional<ArrayAttr> mapping = nest.getMapping();
+  if (!mapping || mapping->size() != 1 || !isa<gpu::GPUThreadMappingAttr>((*mapping)[0]))
+    return std::nullopt;
+  std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
+  if (!n || *n < 1 || *n > threads)
+    return std::nullopt;
+  return n;
+}
+
+/// One nest, at the last member's place, running each member's body in its threads.
+void merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, StringRef nestAttr) {
+  scf::ForallOp last = group.back();
+  OpBuilder b(last);
+  Location loc = last.getLoc();
+  int64_t n = *llvm::max_element(counts);
+  auto nest = scf::ForallOp::create(
+      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
+      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
+  nest->setAttr(nestAttr, b.getUnitAttr());
+  b.setInsertionPointToStart(nest.getBody());
+  Value t = nest.getInductionVar(0);
+  for (auto [i, count] : llvm::enumerate(counts)) {
+    scf::ForallOp member = group[i];
+    OpBuilder::InsertionGuard guard(b);
+    if (count < n) {
+      Value live = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t,
+                                         arith::ConstantIndexOp::create(b, loc, count));
+      auto inside = scf::IfOp::create(b, loc, live, /*withElseRegion=*/false);
+      b.setInsertionPoint(inside.thenBlock()->getTerminator());
+    }
+    IRMapping map;
+    map.map(member.getInductionVar(0), t);
+    for (Operation &op : member.getBody()->without_terminator())
+      b.clone(op, map);
+  }
+  for (scf::ForallOp member : group)
+    member->erase();
+}
+
+int64_t mergeIn(Block &block, int64_t threads, StringRef nestAttr) {
+  int64_t removed = 0;
+  SmallVector<scf::ForallOp> group;
+  SmallVector<int64_t> counts;
+  Footprint phase;
+  auto flush = [&] {
+    if (group.size() > 1) {
+      merge(group, counts, nestAttr);
+      removed += group.size() - 1;
+    }
+    group.clear();
+    counts.clear();
+    phase = Footprint();
+  };
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (std::optional<int64_t> n = threadCount(&op, threads, nestAttr)) {
+      auto nest = cast<scf::ForallOp>(op);
+      Footprint f = footprintOf(nest);
+      if (f.opaque) {
+        flush();
+        continue;
+      }
+      if (!group.empty() && f.conflictsWith(phase))
+        flush();
+      group.push_back(nest);
+      counts.push_back(*n);
+      phase.add(f);
+      continue;
+    }
+    // Index arithmetic and views between nests run in every thread alike.
+    if (op.getNumRegions() == 0 && isMemoryEffectFree(&op))
+      continue;
+    flush();
+    // Inside a nest the ops are one thread's; elsewhere (loops, branches) blocks of nests.
+    if (isa<scf::ForallOp>(op) && op.hasAttr(nestAttr))
+      continue;
+    for (Region &region : op.getRegions())
+      for (Block &inner : region)
+        removed += mergeIn(inner, threads, nestAttr);
+  }
+  flush();
+  return removed;
+}
+
+} // namespace
+
+int64_t mlir::spectra::mergeIndependentNests(Block &body, int64_t threads, StringRef nestAttr) {
+  return mergeIn(body, threads, nestAttr);
+}
+
+namespace mlir::spectra {
+#define GEN_PASS_DEF_SPECTRAMERGENESTS
+#include "codegen/Passes.h.inc"
+} // namespace mlir::spectra
+
+namespace {
+
+struct MergeNestsPass : mlir::spectra::impl::SpectraMergeNestsBase<MergeNestsPass> {
+  using SpectraMergeNestsBase::SpectraMergeNestsBase;
+  void runOnOperation() override {
+    for (Region &region : getOperation()->getRegions())
+      for (Block &block : region)
+        mlir::spectra::mergeIndependentNests(block, threads, mlir::spectra::kThreadNestAttr);
+  }
+};
+
+} // namespace
