@@ -126,15 +126,6 @@ bool isWarpNest(scf::ForallOp nest) {
   return mapping && mapping->size() == 1 && isa<gpu::GPUWarpMappingAttr>((*mapping)[0]);
 }
 
-/// `scf.forall (%t) in (n)` mapped to #gpu.thread<x>, marked as a thread nest.
-scf::ForallOp createNest(OpBuilder &b, Location loc, int64_t n) {
-  MLIRContext *ctx = b.getContext();
-  auto forall = scf::ForallOp::create(
-      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
-      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(ctx, gpu::MappingId::DimX)}));
-  forall->setAttr(kNestAttr, b.getUnitAttr());
-  return forall;
-}
 
 /// The share of a per-slice kernel's leading rows one block takes, where the kernel's blocks
 /// split them (rowsPerSliceBlock): block `block` of the slice runs each op on rows
@@ -181,7 +172,7 @@ LogicalResult distribute(linalg::LinalgOp op, int64_t threads, const RowSplit *s
   }
   int64_t n = std::min(count, threads);
   OpBuilder b(op);
-  scf::ForallOp nest = createNest(b, loc, n);
+  scf::ForallOp nest = createThreadNest(b, loc, n);
   b.setInsertionPointToStart(nest.getBody());
   Value t = nest.getInductionVar(0);
   auto idx = [&](int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); };
@@ -544,7 +535,7 @@ LogicalResult serialiseScalarWrites(Block &block) {
                             "must not have results");
     if (!open) {
       OpBuilder b(&op);
-      open = createNest(b, op.getLoc(), 1);
+      open = createThreadNest(b, op.getLoc(), 1);
     }
     op.moveBefore(open.getBody()->getTerminator());
   }
@@ -1221,6 +1212,15 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
 };
 
 } // namespace
+
+scf::ForallOp mlir::spectra::createThreadNest(OpBuilder &b, Location loc, int64_t n,
+                                              StringRef mark) {
+  auto forall = scf::ForallOp::create(
+      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
+      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
+  forall->setAttr(mark, b.getUnitAttr());
+  return forall;
+}
 
 int64_t mlir::spectra::staticSharedLimit(StringRef chip) {
   // Both targets cap a block's static shared memory at 48 KiB.

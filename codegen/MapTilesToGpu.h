@@ -21,6 +21,7 @@
 #ifndef SPECTRA_CODEGEN_MAPTILESTOGPU_H
 #define SPECTRA_CODEGEN_MAPTILESTOGPU_H
 
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -52,6 +53,11 @@ struct MapTilesOptions {
 
 /// The mark of a thread nest (an scf.forall over a block's threads) in the mapped IR.
 inline constexpr llvm::StringLiteral kThreadNestAttr = "spectra.thread_nest";
+
+/// `scf.forall (%t) in (n)` mapped to #gpu.thread<x>, marked `mark` (a thread nest), at
+/// `b`'s insertion point.
+scf::ForallOp createThreadNest(OpBuilder &b, Location loc, int64_t n,
+                               llvm::StringRef mark = kThreadNestAttr);
 
 /// Attributes a mapped kernel carries besides the ABI (TileKernels.h).
 inline constexpr llvm::StringLiteral kKernelSharedBytesAttr = "spectra.shared_bytes";

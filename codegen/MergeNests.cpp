@@ -3,6 +3,7 @@
 #include "codegen/MergeNests.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
+#include "codegen/RowLoopNests.h"
 #include "codegen/WarpChains.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -56,40 +57,16 @@ Value rootOf(Value v) {
 
 Footprint footprintOf(scf::ForallOp nest) {
   Footprint f;
-  nest.getBody()->walk([&](Operation *op) {
-    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-    if (!effects) {
-      // Loops and branches: their ops are visited on their own.
-      if (op->getNumRegions() == 0 && !op->hasTrait<OpTrait::IsTerminator>() &&
-          !isMemoryEffectFree(op))
-        f.opaque = true;
-      return f.opaque ? WalkResult::interrupt() : WalkResult::advance();
-    }
-    SmallVector<MemoryEffects::EffectInstance> list;
-    effects.getEffects(list);
-    for (const MemoryEffects::EffectInstance &e : list) {
-      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
-        continue;
-      Value v = e.getValue();
-      if (!v || !isa<MemRefType>(v.getType())) {
-        f.opaque = true;
-        return WalkResult::interrupt();
-      }
-      Value root = rootOf(v);
-      Operation *made = root ? root.getDefiningOp() : nullptr;
-      if (made && nest->isProperAncestor(made))
-        continue;  // a buffer of the thread's own, made in the nest
-      if (!root) {
-        f.opaque = true;
-        return WalkResult::interrupt();
-      }
-      if (isa<MemoryEffects::Write>(e.getEffect()))
-        f.writes.insert(root);
-      else
-        f.reads.insert(root);
-    }
-    return WalkResult::advance();
-  });
+  f.opaque = !spectra::forEachMemrefEffect(
+      nest.getRegion(), [&](Operation *, const MemoryEffects::EffectInstance &e) {
+        Value root = rootOf(e.getValue());
+        if (!root)
+          return false;
+        if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
+          return true;  // a buffer of the thread's own, made in the nest
+        (isa<MemoryEffects::Write>(e.getEffect()) ? f.writes : f.reads).insert(root);
+        return true;
+      });
   return f;
 }
 
@@ -115,10 +92,7 @@ void merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, StringRef ne
   OpBuilder b(last);
   Location loc = last.getLoc();
   int64_t n = *llvm::max_element(counts);
-  auto nest = scf::ForallOp::create(
-      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
-      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
-  nest->setAttr(nestAttr, b.getUnitAttr());
+  auto nest = spectra::createThreadNest(b, loc, n, nestAttr);
   b.setInsertionPointToStart(nest.getBody());
   Value t = nest.getInductionVar(0);
   for (auto [i, count] : llvm::enumerate(counts)) {

@@ -34,6 +34,31 @@ bool mlir::spectra::isRowsPastTheEnd(scf::ForOp loop) {
          constantUpperBound(loop.getLowerBound()) == last;
 }
 
+bool mlir::spectra::forEachMemrefEffect(
+    Region &region, function_ref<bool(Operation *, const MemoryEffects::EffectInstance &)> visit) {
+  WalkResult r = region.walk([&](Operation *op) {
+    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
+    if (!effects) {
+      // Loops, branches and nests: their ops are visited on their own.
+      if (op->getNumRegions() != 0 || op->hasTrait<OpTrait::IsTerminator>() ||
+          isMemoryEffectFree(op))
+        return WalkResult::advance();
+      return WalkResult::interrupt();
+    }
+    SmallVector<MemoryEffects::EffectInstance> list;
+    effects.getEffects(list);
+    for (const MemoryEffects::EffectInstance &e : list) {
+      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
+        continue;
+      Value v = e.getValue();
+      if (!v || !isa<MemRefType>(v.getType()) || !visit(op, e))
+        return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return !r.wasInterrupted();
+}
+
 namespace {
 
 /// Whether the index `v` is the row of iteration `iv` of `loop`: iv, or iv plus a value
@@ -97,52 +122,31 @@ Access trace(Value memref, scf::ForOp loop, Value rowsOf = Value()) {
 bool independentRows(scf::ForOp loop, Operation *nest, bool topLevelPure) {
   SmallVector<Access> accesses;
   llvm::SmallPtrSet<Value, 4> written;
-  bool ok = true;
   for (Operation &top : loop.getBody()->without_terminator())
     if (topLevelPure && &top != nest && !isMemoryEffectFree(&top))
       return false;
-  loop.getBody()->walk([&](Operation *op) {
-    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-    if (!effects) {
-      // Loops, branches and nests: their ops are visited on their own.
-      if (op->getNumRegions() != 0 || op->hasTrait<OpTrait::IsTerminator>())
-        return WalkResult::advance();
-      ok = isMemoryEffectFree(op);
-      return ok ? WalkResult::advance() : WalkResult::interrupt();
+  auto visit = [&](Operation *op, const MemoryEffects::EffectInstance &e) {
+    Value v = e.getValue();
+    // A scalar load or store indexed by the row in the leading dimension.
+    Value rowsOf;
+    auto indexed = [&](ValueRange indices) {
+      if (!indices.empty() && isRowIndex(indices[0], loop))
+        rowsOf = v;
+    };
+    if (auto store = dyn_cast<memref::StoreOp>(op))
+      indexed(store.getIndices());
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      indexed(load.getIndices());
+    Access a = trace(v, loop, rowsOf);
+    if (isa<MemoryEffects::Write>(e.getEffect())) {
+      if (!a.rowsOf || !loop.isDefinedOutsideOfLoop(a.root))
+        return false;
+      written.insert(a.root);
     }
-    SmallVector<MemoryEffects::EffectInstance> list;
-    effects.getEffects(list);
-    for (const MemoryEffects::EffectInstance &e : list) {
-      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
-        continue;
-      Value v = e.getValue();
-      if (!v || !isa<MemRefType>(v.getType())) {
-        ok = false;
-        return WalkResult::interrupt();
-      }
-      // A scalar load or store indexed by the row in the leading dimension.
-      Value rowsOf;
-      auto indexed = [&](ValueRange indices) {
-        if (!indices.empty() && isRowIndex(indices[0], loop))
-          rowsOf = v;
-      };
-      if (auto store = dyn_cast<memref::StoreOp>(op))
-        indexed(store.getIndices());
-      if (auto load = dyn_cast<memref::LoadOp>(op))
-        indexed(load.getIndices());
-      Access a = trace(v, loop, rowsOf);
-      if (isa<MemoryEffects::Write>(e.getEffect())) {
-        if (!a.rowsOf || !loop.isDefinedOutsideOfLoop(a.root)) {
-          ok = false;
-          return WalkResult::interrupt();
-        }
-        written.insert(a.root);
-      }
-      accesses.push_back(a);
-    }
-    return WalkResult::advance();
-  });
-  if (!ok || written.empty())
+    accesses.push_back(a);
+    return true;
+  };
+  if (!spectra::forEachMemrefEffect(loop.getRegion(), visit) || written.empty())
     return false;
   // Each buffer the loop writes: every access to it in one row of one view.
   llvm::DenseMap<Value, Value> rowsOfBuffer;
@@ -182,10 +186,7 @@ void rewrite(Operation *replaced, scf::ForOp loop, scf::ForallOp unit, int64_t w
     return;
   }
   int64_t n = std::min(total, threads);
-  auto nest = scf::ForallOp::create(
-      b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(n)}, ValueRange{},
-      b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
-  nest->setAttr(nestAttr, b.getUnitAttr());
+  auto nest = spectra::createThreadNest(b, loc, n, nestAttr);
   b.setInsertionPointToStart(nest.getBody());
   // Thread t takes element t mod width of rows t / width, then every (n / width)-th row on,
   // up to the loop's upper bound (n a multiple of the width; or the width past the threads:
@@ -323,52 +324,27 @@ bool columnsPerThread(scf::ForOp loop, scf::ForallOp nest, int64_t count) {
       return false;
   SmallVector<Column> accesses;
   SmallVector<bool> writes;
-  bool ok = true;
-  nest.getBody()->walk([&](Operation *op) {
-    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-    if (!effects) {
-      if (op->getNumRegions() != 0 || op->hasTrait<OpTrait::IsTerminator>())
-        return WalkResult::advance();
-      ok = isMemoryEffectFree(op);
-      return ok ? WalkResult::advance() : WalkResult::interrupt();
-    }
-    SmallVector<MemoryEffects::EffectInstance> list;
-    effects.getEffects(list);
-    for (const MemoryEffects::EffectInstance &e : list) {
-      if (isa<MemoryEffects::Allocate, MemoryEffects::Free>(e.getEffect()))
-        continue;
-      Value v = e.getValue();
-      if (!v || !isa<MemRefType>(v.getType())) {
-        ok = false;
-        return WalkResult::interrupt();
-      }
-      Value root = v;
-      while (auto view = root.getDefiningOp<ViewLikeOpInterface>())
-        root = view.getViewSource();
-      if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
-        continue;  // a buffer of the thread's own, made in the nest
-      std::optional<Value> index;
-      if (auto load = dyn_cast<memref::LoadOp>(op))
-        index = load.getIndices().empty() ? Value() : load.getIndices().back();
-      if (auto store = dyn_cast<memref::StoreOp>(op))
-        index = store.getIndices().empty() ? Value() : store.getIndices().back();
-      std::optional<Column> c = columnOf(v, index, nest);
-      bool write = isa<MemoryEffects::Write>(e.getEffect());
-      if (!c && write) {
-        ok = false;
-        return WalkResult::interrupt();
-      }
-      if (c) {
-        accesses.push_back(*c);
-        writes.push_back(write);
-      } else {
-        accesses.push_back(Column{root, Value(), 0});
-        writes.push_back(false);
-      }
-    }
-    return WalkResult::advance();
-  });
-  if (!ok)
+  auto visit = [&](Operation *op, const MemoryEffects::EffectInstance &e) {
+    Value v = e.getValue();
+    Value root = v;
+    while (auto view = root.getDefiningOp<ViewLikeOpInterface>())
+      root = view.getViewSource();
+    if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
+      return true;  // a buffer of the thread's own, made in the nest
+    std::optional<Value> index;
+    if (auto load = dyn_cast<memref::LoadOp>(op))
+      index = load.getIndices().empty() ? Value() : load.getIndices().back();
+    if (auto store = dyn_cast<memref::StoreOp>(op))
+      index = store.getIndices().empty() ? Value() : store.getIndices().back();
+    std::optional<Column> c = columnOf(v, index, nest);
+    bool write = isa<MemoryEffects::Write>(e.getEffect());
+    if (!c && write)
+      return false;
+    accesses.push_back(c ? *c : Column{root, Value(), 0});
+    writes.push_back(write);
+    return true;
+  };
+  if (!spectra::forEachMemrefEffect(nest.getRegion(), visit))
     return false;
   llvm::SmallPtrSet<Value, 4> written;
   for (auto [a, w] : llvm::zip(accesses, writes))
@@ -486,10 +462,7 @@ int64_t mlir::spectra::runRowsInThreads(Block &body, int64_t threads, StringRef 
     OpBuilder b(loop);
     Location loc = loop.getLoc();
     int64_t count = *threadNestSize(unit, nestAttr);
-    auto nest = scf::ForallOp::create(
-        b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(count)}, ValueRange{},
-        b.getArrayAttr({gpu::GPUThreadMappingAttr::get(b.getContext(), gpu::MappingId::DimX)}));
-    nest->setAttr(nestAttr, b.getUnitAttr());
+    auto nest = spectra::createThreadNest(b, loc, count, nestAttr);
     b.setInsertionPointToStart(nest.getBody());
     auto rows = scf::ForOp::create(b, loc, loop.getLowerBound(), loop.getUpperBound(), loop.getStep());
     b.setInsertionPointToStart(rows.getBody());

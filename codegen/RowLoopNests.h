@@ -40,6 +40,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Block.h"
 #include "mlir/IR/Value.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Support/LLVM.h"
 
 #include <optional>
@@ -53,6 +54,13 @@ std::optional<int64_t> constantUpperBound(Value v);
 /// Whether `loop` runs over the rows past the end of a partial tile: from min(x, C) to C,
 /// none in a full tile.
 bool isRowsPastTheEnd(scf::ForOp loop);
+
+/// Calls `visit` on each memory effect on a memref (allocations and frees aside) of the ops
+/// in `region`, with its op. False, having stopped, where an op's effects are unknown (no
+/// effect interface, no regions, not free of effects) or name no memref, or where `visit`
+/// returns false. (Also MergeNests.cpp's footprints.)
+bool forEachMemrefEffect(
+    Region &region, function_ref<bool(Operation *, const MemoryEffects::EffectInstance &)> visit);
 
 /// Rewrites, in `body` (a mapped kernel's block), every scf.for whose body is one thread
 /// nest (marked `nestAttr`) over independent rows, and every one-thread nest whose body is
