@@ -172,6 +172,20 @@ std::optional<int64_t> threadNestSize(Operation *op, StringRef nestAttr) {
   return getConstantIntValue(nest.getMixedUpperBound()[0]);
 }
 
+/// The one nest in `loop`'s body, a thread nest (threadNestSize); none where there is no
+/// nest, another kind, or more than one.
+scf::ForallOp soleThreadNest(scf::ForOp loop, StringRef nestAttr) {
+  scf::ForallOp unit;
+  for (Operation &inner : loop.getBody()->without_terminator()) {
+    if (!isa<scf::ForallOp>(inner))
+      continue;
+    if (unit || !threadNestSize(&inner, nestAttr))
+      return scf::ForallOp();
+    unit = cast<scf::ForallOp>(inner);
+  }
+  return unit;
+}
+
 /// One rewrite: `replaced` (the loop, or the one-thread nest around it) becomes a nest over
 /// rows [first, last) of `loop` x `width` elements: for each (r, c), the loop body's ops at
 /// r, the ops of `unit` (the thread nest in the loop body, or none) at element c.
@@ -396,14 +410,7 @@ int64_t mlir::spectra::mergeRowLoopsIntoNests(Block &body, int64_t threads, Stri
   body.walk([&](Operation *op) {
     if (auto loop = dyn_cast<scf::ForOp>(op)) {
       // A loop whose body is one thread nest (and ops free of memory effects).
-      scf::ForallOp unit;
-      for (Operation &inner : loop.getBody()->without_terminator()) {
-        if (!isa<scf::ForallOp>(inner))
-          continue;
-        if (unit || !threadNestSize(&inner, nestAttr))
-          return;
-        unit = cast<scf::ForallOp>(inner);
-      }
+      scf::ForallOp unit = soleThreadNest(loop, nestAttr);
       std::optional<std::pair<int64_t, int64_t>> range = rows(loop);
       if (!unit || !range || !independentRows(loop, unit, /*topLevelPure=*/true))
         return;
@@ -443,14 +450,7 @@ int64_t mlir::spectra::runRowsInThreads(Block &body, int64_t threads, StringRef 
     // still take its barrier.
     if (loop.getNumResults() != 0 || spectra::isRowsPastTheEnd(loop))
       return;
-    scf::ForallOp unit;
-    for (Operation &inner : loop.getBody()->without_terminator()) {
-      if (!isa<scf::ForallOp>(inner))
-        continue;
-      if (unit || !threadNestSize(&inner, nestAttr))
-        return;
-      unit = cast<scf::ForallOp>(inner);
-    }
+    scf::ForallOp unit = soleThreadNest(loop, nestAttr);
     if (!unit)
       return;
     int64_t count = *threadNestSize(unit, nestAttr);
