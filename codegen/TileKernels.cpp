@@ -773,6 +773,9 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       for (func::FuncOp fn : added)
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
     };
+    // Rows asked for (minTileRows = maxTileRows) are taken as is, past `most` too.
+    if (options.minTileRows > 0 && options.minTileRows >= options.maxTileRows)
+      most = std::numeric_limits<int64_t>::max();
     int64_t rows = std::max(std::min(options.maxTileRows, most), s.T);
     const int64_t limit = std::max(options.sharedLimit, options.dynamicSharedLimit);
     while (true) {
