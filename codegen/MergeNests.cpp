@@ -70,18 +70,11 @@ Footprint footprintOf(scf::ForallOp nest) {
   return f;
 }
 
-/// A nest over a constant count (at most `threads`) of a block's threads, with no shared
-/// outputs: its count, or none (warp nests, warp chains, anything else).
+/// A thread nest (threadNestSize) of at most `threads` threads, not a warp chain: its count,
+/// or none.
 std::optional<int64_t> threadCount(Operation *op, int64_t threads, StringRef nestAttr) {
-  auto nest = dyn_cast<scf::ForallOp>(op);
-  if (!nest || !nest->hasAttr(nestAttr) || nest.getRank() != 1 || !nest.getOutputs().empty() ||
-      spectra::isWarpChain(nest))
-    return std::nullopt;
-  std::optional<ArrayAttr> mapping = nest.getMapping();
-  if (!mapping || mapping->size() != 1 || !isa<gpu::GPUThreadMappingAttr>((*mapping)[0]))
-    return std::nullopt;
-  std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
-  if (!n || *n < 1 || *n > threads)
+  std::optional<int64_t> n = spectra::threadNestSize(op, nestAttr);
+  if (!n || *n < 1 || *n > threads || spectra::isWarpChain(cast<scf::ForallOp>(op)))
     return std::nullopt;
   return n;
 }
@@ -113,7 +106,9 @@ void merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, StringRef ne
     member->erase();
 }
 
-int64_t mergeIn(Block &block, int64_t threads, StringRef nestAttr) {
+} // namespace
+
+int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, StringRef nestAttr) {
   int64_t removed = 0;
   SmallVector<scf::ForallOp> group;
   SmallVector<int64_t> counts;
@@ -151,16 +146,10 @@ int64_t mergeIn(Block &block, int64_t threads, StringRef nestAttr) {
       continue;
     for (Region &region : op.getRegions())
       for (Block &inner : region)
-        removed += mergeIn(inner, threads, nestAttr);
+        removed += mergeIndependentNests(inner, threads, nestAttr);
   }
   flush();
   return removed;
-}
-
-} // namespace
-
-int64_t mlir::spectra::mergeIndependentNests(Block &body, int64_t threads, StringRef nestAttr) {
-  return mergeIn(body, threads, nestAttr);
 }
 
 namespace mlir::spectra {

@@ -34,6 +34,16 @@ bool mlir::spectra::isRowsPastTheEnd(scf::ForOp loop) {
          constantUpperBound(loop.getLowerBound()) == last;
 }
 
+std::optional<int64_t> mlir::spectra::threadNestSize(Operation *op, StringRef nestAttr) {
+  auto nest = dyn_cast<scf::ForallOp>(op);
+  if (!nest || !nest->hasAttr(nestAttr) || nest.getRank() != 1 || !nest.getOutputs().empty())
+    return std::nullopt;
+  std::optional<ArrayAttr> mapping = nest.getMapping();
+  if (!mapping || mapping->size() != 1 || !isa<gpu::GPUThreadMappingAttr>((*mapping)[0]))
+    return std::nullopt;
+  return getConstantIntValue(nest.getMixedUpperBound()[0]);
+}
+
 bool mlir::spectra::forEachMemrefEffect(
     Region &region, function_ref<bool(Operation *, const MemoryEffects::EffectInstance &)> visit) {
   WalkResult r = region.walk([&](Operation *op) {
@@ -160,18 +170,6 @@ bool independentRows(scf::ForOp loop, Operation *nest, bool topLevelPure) {
   return true;
 }
 
-/// A thread nest of `nestAttr` over a constant count of threads (not warps), with no
-/// shared outputs: its count, or none.
-std::optional<int64_t> threadNestSize(Operation *op, StringRef nestAttr) {
-  auto nest = dyn_cast<scf::ForallOp>(op);
-  if (!nest || !nest->hasAttr(nestAttr) || nest.getRank() != 1 || !nest.getOutputs().empty())
-    return std::nullopt;
-  std::optional<ArrayAttr> mapping = nest.getMapping();
-  if (!mapping || mapping->size() != 1 || !isa<gpu::GPUThreadMappingAttr>((*mapping)[0]))
-    return std::nullopt;
-  return getConstantIntValue(nest.getMixedUpperBound()[0]);
-}
-
 /// The one nest in `loop`'s body, a thread nest (threadNestSize); none where there is no
 /// nest, another kind, or more than one.
 scf::ForallOp soleThreadNest(scf::ForOp loop, StringRef nestAttr) {
@@ -179,7 +177,7 @@ scf::ForallOp soleThreadNest(scf::ForOp loop, StringRef nestAttr) {
   for (Operation &inner : loop.getBody()->without_terminator()) {
     if (!isa<scf::ForallOp>(inner))
       continue;
-    if (unit || !threadNestSize(&inner, nestAttr))
+    if (unit || !spectra::threadNestSize(&inner, nestAttr))
       return scf::ForallOp();
     unit = cast<scf::ForallOp>(inner);
   }
@@ -414,14 +412,14 @@ int64_t mlir::spectra::mergeRowLoopsIntoNests(Block &body, int64_t threads, Stri
       std::optional<std::pair<int64_t, int64_t>> range = rows(loop);
       if (!unit || !range || !independentRows(loop, unit, /*topLevelPure=*/true))
         return;
-      int64_t width = *threadNestSize(unit, nestAttr);
+      int64_t width = *spectra::threadNestSize(unit, nestAttr);
       if (width > threads)
         return;
       found.push_back({loop, loop, unit, width, range->first, range->second});
       return;
     }
     // A one-thread nest whose body is one such loop of scalar work.
-    std::optional<int64_t> size = threadNestSize(op, nestAttr);
+    std::optional<int64_t> size = spectra::threadNestSize(op, nestAttr);
     if (!size || *size != 1)
       return;
     auto nest = cast<scf::ForallOp>(op);
@@ -453,7 +451,7 @@ int64_t mlir::spectra::runRowsInThreads(Block &body, int64_t threads, StringRef 
     scf::ForallOp unit = soleThreadNest(loop, nestAttr);
     if (!unit)
       return;
-    int64_t count = *threadNestSize(unit, nestAttr);
+    int64_t count = *spectra::threadNestSize(unit, nestAttr);
     if (count > threads || !columnsPerThread(loop, unit, count))
       return;
     found.push_back({loop, unit});
@@ -461,7 +459,7 @@ int64_t mlir::spectra::runRowsInThreads(Block &body, int64_t threads, StringRef 
   for (auto [loop, unit] : found) {
     OpBuilder b(loop);
     Location loc = loop.getLoc();
-    int64_t count = *threadNestSize(unit, nestAttr);
+    int64_t count = *spectra::threadNestSize(unit, nestAttr);
     auto nest = spectra::createThreadNest(b, loc, count, nestAttr);
     b.setInsertionPointToStart(nest.getBody());
     auto rows = scf::ForOp::create(b, loc, loop.getLowerBound(), loop.getUpperBound(), loop.getStep());

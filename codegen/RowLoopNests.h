@@ -55,6 +55,10 @@ std::optional<int64_t> constantUpperBound(Value v);
 /// none in a full tile.
 bool isRowsPastTheEnd(scf::ForOp loop);
 
+/// A thread nest of `nestAttr` (over threads, not warps) with a constant count and no shared
+/// outputs: its count, or none. (Also MergeNests.cpp's members.)
+std::optional<int64_t> threadNestSize(Operation *op, StringRef nestAttr);
+
 /// Calls `visit` on each memory effect on a memref (allocations and frees aside) of the ops
 /// in `region`, with its op. False, having stopped, where an op's effects are unknown (no
 /// effect interface, no regions, not free of effects) or name no memref, or where `visit`
