@@ -837,7 +837,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   // in order inside each thread, one nest.
   if (o.mergeNests)
     runRowsInThreads(*blocks.getBody(), o.threads, kNestAttr);
-  // Nests in a row that touch disjoint buffers: one nest, one barrier.
+  // A block's nests in phases of independent nests: one barrier per phase.
   if (o.mergeNests)
     mergeIndependentNests(*blocks.getBody(), o.threads, kNestAttr);
   tile.erase();

@@ -46,8 +46,8 @@ struct MapTilesOptions {
   /// A partial tile's row loops over independent rows as one thread nest each
   /// (RowLoopNests.h); false: a nest (and a barrier) per row.
   bool rowNests = true;
-  /// Consecutive thread nests that touch disjoint buffers as one nest, one barrier
-  /// (MergeNests.h); false: a barrier after every nest.
+  /// A block's nests in phases of independent nests, a phase's thread nests as one nest,
+  /// one barrier (MergeNests.h); false: a barrier after every nest.
   bool mergeNests = true;
 };
 
@@ -146,9 +146,9 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
       llvm::cl::init(true)};
   Option<bool> mergeNests{
       *this, "merge-nests",
-      llvm::cl::desc("consecutive thread nests that touch disjoint buffers (the loads of a "
-                     "tile's q, k and v; the row sums of two tiles) as one nest and one "
-                     "barrier (MergeNests.h)"),
+      llvm::cl::desc("a block's nests in phases of independent nests, a phase's thread "
+                     "nests (the loads of a tile's q, k and v; the row sums of two tiles) as "
+                     "one nest and one barrier (MergeNests.h)"),
       llvm::cl::init(true)};
   Option<int64_t> threads{*this, "threads", llvm::cl::desc("threads per block"),
                           llvm::cl::init(256)};

@@ -7,17 +7,23 @@
 // rows write three buffers and read three others; the row sums of q's and of
 // k's logits read and write disjoint tiles. A barrier between them only waits.
 //
-// Here consecutive thread nests of a block (with only ops free of memory
-// effects between them) become one nest while none of them touches what
-// another writes: a nest joins the group unless it writes a buffer the group
-// reads or writes, or reads one the group writes. Buffers are told apart by
-// their roots under the views: an alloca (a tile in shared memory) or a kernel
-// argument (distinct tensors, taken not to overlap, as RowLoopNests.h takes
-// them); a nest with an effect on anything else, or an effect with no buffer,
-// stays alone. The merged nest has the most threads of the group; each member's
-// body runs in its threads (t < its count, a guard where that is fewer).
-// Warp nests (tensor cores) and warp chains are left as they are and end a
-// group, as do loops, branches and other ops with memory effects.
+// Here the nests of a run (consecutive nests of a block, with only ops free of
+// memory effects between them) are scheduled into phases, one barrier each. Two
+// nests conflict where one writes a buffer the other reads or writes. A nest goes
+// to the first phase after every phase holding a nest it conflicts with, so it
+// moves above the nests it is independent of: a tile's fill, its load, the next
+// tile's fill and load, which a causal kernel's prologue runs in turn, become
+// one phase of fills and one of loads. The thread nests of a phase become one
+// nest, with the most threads of the phase; each member's body runs in its
+// threads (t < its count, a guard where that is fewer). A warp nest (tensor
+// cores) moves too but keeps a phase of its own; warp chains, loops, branches
+// and other ops with memory effects end a run. A phase holds at most one nest
+// that reduces (a linalg op with a reduction loop): with two, the compilers
+// below hoist both reductions' loads above either, and the registers overflow.
+// Buffers are told apart by their roots under the views: an alloca (a tile in
+// shared memory) or a kernel argument (distinct tensors, taken not to overlap,
+// as RowLoopNests.h takes them); a nest with an effect on anything else, or an
+// effect with no buffer, ends a run.
 //
 // Emulated on the CPU, the merged nest runs each thread's share of every member
 // before the next thread's: a member reading what another member wrote in
@@ -33,9 +39,9 @@
 
 namespace mlir::spectra {
 
-/// Merges, in `body` and the blocks nested in it, every run of consecutive independent
-/// thread nests (marked `nestAttr`, at most `threads` threads each) into one nest.
-/// Returns the nests removed (the barriers saved).
+/// Schedules, in `body` and the blocks nested in it, every run of nests (marked `nestAttr`,
+/// thread nests of at most `threads` threads and warp nests) into phases, the thread nests
+/// of a phase merged into one nest. Returns the nests removed (the barriers saved).
 int64_t mergeIndependentNests(Block &body, int64_t threads, StringRef nestAttr);
 
 } // namespace mlir::spectra

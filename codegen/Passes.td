@@ -383,8 +383,8 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "stores of output rows), where the rows are independent, as one thread nest over "
            "rows x elements (RowLoopNests.h); false: a thread nest and a barrier per row">,
     Option<"mergeNests", "merge-nests", "bool", /*default=*/"true",
-           "consecutive thread nests that touch disjoint buffers as one nest, one barrier "
-           "(MergeNests.h); false: a barrier after every nest">,
+           "a block's nests in phases of independent nests, a phase's thread nests as one "
+           "nest, one barrier (MergeNests.h); false: a barrier after every nest">,
   ];
   let dependentDialects = ["::mlir::gpu::GPUDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
@@ -436,17 +436,20 @@ def SpectraRowLoopNests : Pass<"spectra-row-loop-nests", "::mlir::ModuleOp"> {
 }
 
 def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
-  let summary = "consecutive independent thread nests as one nest (one barrier)";
+  let summary = "a block's nests in phases, independent thread nests as one nest (one barrier)";
   let description = [{
     What spectra-map-tiles-to-gpu runs last on a mapped kernel (MergeNests.h), on
-    its own: in every block, a run of consecutive thread nests (spectra.thread_nest,
-    over threads, not warps) with only ops free of memory effects between them
-    becomes one nest while no member writes a buffer another member reads or
-    writes. Buffers are told apart by their roots under the views (an alloca, a
-    kernel argument); a nest with an effect on anything else stays alone. The
-    merged nest has the most threads of its members; each member's body runs in
-    its own threads (a guard where it has fewer). On the GPU each nest ends with
-    a barrier: one barrier where there were as many as the members.
+    its own: in every block, a run of nests (spectra.thread_nest, over threads or
+    warps) with only ops free of memory effects between them is scheduled into
+    phases. Two nests conflict where one writes a buffer the other reads or
+    writes; buffers are told apart by their roots under the views (an alloca, a
+    kernel argument), and a nest with an effect on anything else ends the run. A
+    nest goes to the first phase after those of the nests it conflicts with, so it
+    moves above nests it is independent of. A phase's thread nests become one nest
+    with the most threads of its members; each member's body runs in its own
+    threads (a guard where it has fewer). A warp nest keeps a phase of its own; a
+    phase holds at most one nest that reduces. On the GPU each nest ends with a
+    barrier: one barrier per phase.
 
     ```mlir
     // scf.forall (%t) in (256) { q rows -> Qt }  {spectra.thread_nest}

@@ -79,15 +79,16 @@ func.func @dependent(%q: memref<256xf32>, %out: memref<256xf32>) {
   return
 }
 
-// Inside a loop's body the nests merge as well; a warp nest (tensor cores) stays alone
-// and ends the run.
+// Inside a loop's body the nests merge as well. A warp nest (tensor cores) keeps a phase
+// of its own; independent of the rest, it takes the first. The last nest writes what the
+// second wrote: a phase after theirs.
 // CHECK-LABEL: func.func @in_a_loop
 // CHECK: scf.for
+// CHECK:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
 // CHECK:   scf.forall (%{{.*}}) in (64) {
 // CHECK:     scf.if
 // CHECK:   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
-// CHECK:   scf.forall (%{{.*}}) in (2) {
-// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
 // CHECK:   scf.forall (%{{.*}}) in (32) {
 // CHECK-NOT: scf.forall
 // CHECK: return
@@ -115,5 +116,143 @@ func.func @in_a_loop(%q: memref<64xf32>, %n: index) {
       memref.store %x, %b[%t] : memref<32xf32, #gpu.address_space<workgroup>>
     } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   }
+  return
+}
+
+// A tile's fill, its load, the next tile's fill and load, in turn (a causal kernel's
+// prologue): each load conflicts with its tile's fill only, so the fills move up into
+// one phase and the loads into the next. Two barriers where there were four.
+// CHECK-LABEL: func.func @fills_and_loads
+// CHECK: scf.forall (%[[T:.*]]) in (256) {
+// CHECK-NEXT:   memref.store %cst, %[[A:.*]][%[[T]]]
+// CHECK-NEXT:   memref.store %cst, %[[B:.*]][%[[T]]]
+// CHECK-NEXT:   memref.store %cst, %[[C:.*]][%[[T]]]
+// CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%[[U:.*]]) in (256) {
+// CHECK-NEXT:   %[[X:.*]] = memref.load %arg0[%[[U]]]
+// CHECK-NEXT:   memref.store %[[X]], %[[A]][%[[U]]]
+// CHECK-NEXT:   %[[Y:.*]] = memref.load %arg1[%[[U]]]
+// CHECK-NEXT:   memref.store %[[Y]], %[[B]][%[[U]]]
+// CHECK-NEXT:   %[[Z:.*]] = memref.load %arg2[%[[U]]]
+// CHECK-NEXT:   memref.store %[[Z]], %[[C]][%[[U]]]
+// CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @fills_and_loads(%q: memref<256xf32>, %k: memref<256xf32>, %v: memref<256xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %a = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
+  %b = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
+  %c = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (256) {
+    memref.store %zero, %a[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (256) {
+    %x = memref.load %q[%t] : memref<256xf32>
+    memref.store %x, %a[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (256) {
+    memref.store %zero, %b[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (256) {
+    %x = memref.load %k[%t] : memref<256xf32>
+    memref.store %x, %b[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (256) {
+    memref.store %zero, %c[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (256) {
+    %x = memref.load %v[%t] : memref<256xf32>
+    memref.store %x, %c[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}
+
+// A warp nest reads what the first nest wrote: a phase after it. The third nest is
+// independent of both: it joins the first. The fourth reads what the third wrote and
+// nothing of the warp nest's: it opens a phase above the warp nest's. The view the
+// fourth nest takes is made where it is used.
+// CHECK-LABEL: func.func @past_a_warp_nest
+// CHECK: scf.forall (%{{.*}}) in (64) {
+// CHECK:   memref.store %{{.*}}, %[[A:.*]][
+// CHECK:   memref.store %{{.*}}, %[[B:.*]][
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: %[[HALF:.*]] = memref.subview %[[B]][32] [32] [1]
+// CHECK-NEXT: scf.forall (%{{.*}}) in (32) {
+// CHECK:   memref.load %[[HALF]]
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK:   memref.load %[[A]]
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @past_a_warp_nest(%q: memref<64xf32>, %out: memref<32xf32>, %w: memref<2xf32>) {
+  %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  %b = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (2) {
+    %x = memref.load %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+    memref.store %x, %w[%t] : memref<2xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  %half = memref.subview %b[32] [32] [1] : memref<64xf32, #gpu.address_space<workgroup>> to memref<32xf32, strided<[1], offset: 32>, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %b[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (32) {
+    %x = memref.load %half[%t] : memref<32xf32, strided<[1], offset: 32>, #gpu.address_space<workgroup>>
+    memref.store %x, %out[%t] : memref<32xf32>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}
+
+// Two independent row sums (each a linalg op with a reduction loop) keep a phase each:
+// merged, the compilers below hoist both sums' loads above either. The second sum, with
+// nothing to wait for, opens its phase first; the copy, independent of both, joins it.
+// CHECK-LABEL: func.func @one_reduction_a_phase
+// CHECK: scf.forall (%{{.*}}) in (32) {
+// CHECK:   linalg.generic
+// CHECK-SAME: ins(%{{.*}} : memref<1x32xf32
+// CHECK:   memref.load %arg2
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (32) {
+// CHECK-NEXT:   memref.subview %arg0
+// CHECK:   linalg.generic
+// CHECK-NOT: memref.load
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+#rows = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+func.func @one_reduction_a_phase(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
+                                 %v: memref<32xf32>) {
+  %qs = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  %ks = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  %vt = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (32) {
+    %x = memref.subview %q[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %s = memref.subview %qs[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
+        outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sum = arith.addf %in, %acc : f32
+      linalg.yield %sum : f32
+    }
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (32) {
+    %x = memref.subview %k[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %s = memref.subview %ks[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
+        outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sum = arith.addf %in, %acc : f32
+      linalg.yield %sum : f32
+    }
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (32) {
+    %x = memref.load %v[%t] : memref<32xf32>
+    memref.store %x, %vt[%t] : memref<32xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }

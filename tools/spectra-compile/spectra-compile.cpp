@@ -126,9 +126,10 @@ static cl::opt<bool> rowNests(
     cl::init(true), cl::cat(category));
 static cl::opt<bool> mergeNests(
     "merge-nests",
-    cl::desc("GPU: consecutive thread nests that touch disjoint buffers (the loads of a tile's "
-             "q, k and v, the row sums of two tiles) as one nest and one barrier (default; "
-             "--merge-nests=false: a barrier after every nest)"),
+    cl::desc("GPU: a block's nests in phases, each nest moved above those it is independent "
+             "of, a phase's thread nests (the loads of a tile's q, k and v, the row sums of two "
+             "tiles) as one nest and one barrier (default; --merge-nests=false: a barrier after "
+             "every nest)"),
     cl::init(true), cl::cat(category));
 static cl::opt<int64_t> vectorWidth("vector-width",
                                     cl::desc("CPU: f32 lanes per vector (default: the host's, 8 "
