@@ -22,22 +22,39 @@ using namespace mlir;
 namespace {
 
 /// The buffers a nest reads and writes, by root; `opaque` where an effect's buffer is not
-/// known (the nest then stays alone).
+/// known (the nest then ends a run). For a thread nest, the buffers it touches only in each
+/// thread's own column (RowLoopNests.h's threadColumn), the same one each time: the column's
+/// offset from the thread's index.
 struct Footprint {
   llvm::SmallPtrSet<Value, 8> reads, writes;
+  llvm::DenseMap<Value, std::optional<int64_t>> columns;
   bool opaque = false;
-
-  bool conflictsWith(const Footprint &o) const {
-    auto meets = [](const llvm::SmallPtrSet<Value, 8> &a, const llvm::SmallPtrSet<Value, 8> &b) {
-      return llvm::any_of(a, [&](Value v) { return b.contains(v); });
-    };
-    return meets(writes, o.reads) || meets(writes, o.writes) || meets(reads, o.writes);
-  }
-  void add(const Footprint &o) {
-    reads.insert(o.reads.begin(), o.reads.end());
-    writes.insert(o.writes.begin(), o.writes.end());
-  }
 };
+
+/// How a nest must follow an earlier one: in any phase (they share no buffer one of them
+/// writes), in the same phase or a later one (where they share, each thread keeps to the
+/// same column of its own in both: a thread reads or writes what it wrote itself, merged in
+/// order), or in a later phase.
+enum class Follow { Anywhere, SamePhase, Later };
+
+Follow follow(const Footprint &earlier, const Footprint &later) {
+  Follow how = Follow::Anywhere;
+  auto shared = [&](Value root) {
+    auto a = earlier.columns.find(root), b = later.columns.find(root);
+    if (a == earlier.columns.end() || b == later.columns.end() || !a->second || !b->second ||
+        *a->second != *b->second)
+      return false;
+    how = Follow::SamePhase;
+    return true;
+  };
+  for (Value root : earlier.writes)
+    if ((later.reads.contains(root) || later.writes.contains(root)) && !shared(root))
+      return Follow::Later;
+  for (Value root : earlier.reads)
+    if (later.writes.contains(root) && !shared(root))
+      return Follow::Later;
+  return how;
+}
 
 /// The buffer under `v`'s views: an alloca or a kernel argument; none for anything else.
 Value rootOf(Value v) {
@@ -56,16 +73,23 @@ Value rootOf(Value v) {
   return kernelArgument ? v : Value();
 }
 
-Footprint footprintOf(scf::ForallOp nest) {
+/// The footprint of `nest`, a thread nest of `threads` threads or (none) a warp nest.
+Footprint footprintOf(scf::ForallOp nest, std::optional<int64_t> threads) {
   Footprint f;
   f.opaque = !spectra::forEachMemrefEffect(
-      nest.getRegion(), [&](Operation *, const MemoryEffects::EffectInstance &e) {
+      nest.getRegion(), [&](Operation *op, const MemoryEffects::EffectInstance &e) {
         Value root = rootOf(e.getValue());
         if (!root)
           return false;
         if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
           return true;  // a buffer of the thread's own, made in the nest
         (isa<MemoryEffects::Write>(e.getEffect()) ? f.writes : f.reads).insert(root);
+        std::optional<int64_t> column;
+        if (threads)
+          column = spectra::threadColumn(op, e.getValue(), nest, *threads);
+        auto [it, first] = f.columns.try_emplace(root, column);
+        if (!first && it->second != column)
+          it->second = std::nullopt;
         return true;
       });
   return f;
@@ -156,17 +180,22 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
   SmallVector<Phase> phases;
   SmallVector<unsigned> phaseOf(items.size());
   for (auto [i, item] : llvm::enumerate(items)) {
-    unsigned first = 0;
-    for (unsigned j = 0; j < i; ++j)
-      if (items[j].footprint.conflictsWith(item.footprint))
-        first = std::max(first, phaseOf[j] + 1);
-    unsigned at = first;
+    // The first phase it may join, and the first place a phase of its own may go.
+    unsigned join = 0, open = 0;
+    for (unsigned j = 0; j < i; ++j) {
+      Follow how = follow(items[j].footprint, item.footprint);
+      if (how == Follow::Anywhere)
+        continue;
+      join = std::max(join, phaseOf[j] + (how == Follow::Later ? 1 : 0));
+      open = std::max(open, phaseOf[j] + 1);
+    }
+    unsigned at = join;
     if (item.threads)
       while (at < phases.size() &&
              (!phases[at].threadNests || (item.reduces && phases[at].reduces)))
         ++at;
     if (!item.threads || at == phases.size()) {
-      at = first;
+      at = open;
       phases.insert(phases.begin() + at, Phase{{}, item.threads.has_value()});
       for (unsigned j = 0; j < i; ++j)
         if (phaseOf[j] >= at)
@@ -226,7 +255,7 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
     std::optional<int64_t> n = threadCount(&op, threads, nestAttr);
     if (n || isMovableWarpNest(&op, nestAttr)) {
       auto nest = cast<scf::ForallOp>(op);
-      Footprint f = footprintOf(nest);
+      Footprint f = footprintOf(nest, n);
       if (!f.opaque) {
         bool reduces = false;
         nest->walk([&](linalg::LinalgOp l) { reduces |= l.getNumReductionLoops() > 0; });

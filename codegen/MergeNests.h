@@ -9,9 +9,14 @@
 //
 // Here the nests of a run (consecutive nests of a block, with only ops free of
 // memory effects between them) are scheduled into phases, one barrier each. Two
-// nests conflict where one writes a buffer the other reads or writes. A nest goes
-// to the first phase after every phase holding a nest it conflicts with, so it
-// moves above the nests it is independent of: a tile's fill, its load, the next
+// nests conflict where one writes a buffer the other reads or writes, unless each
+// thread keeps to a column of its own in both (the same offset along the last
+// dimension from the thread's index, in every access: RowLoopNests.h's
+// threadColumn), so that a thread only meets what it wrote itself: then the later
+// nest may share the earlier one's phase, after it (a row's statistics set,
+// updated and stored by the same threads). A nest goes to the first phase after
+// every phase holding a nest it conflicts with, so it moves above the nests it is
+// independent of: a tile's fill, its load, the next
 // tile's fill and load, which a causal kernel's prologue runs in turn, become
 // one phase of fills and one of loads. The thread nests of a phase become one
 // nest, with the most threads of the phase; each member's body runs in its

@@ -445,7 +445,9 @@ def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
     writes; buffers are told apart by their roots under the views (an alloca, a
     kernel argument), and a nest with an effect on anything else ends the run. A
     nest goes to the first phase after those of the nests it conflicts with, so it
-    moves above nests it is independent of. A phase's thread nests become one nest
+    moves above nests it is independent of; where both keep each thread to a
+    column of its own of the buffers they share (the same offset from the thread's
+    index along the last dimension), the later may share the earlier's phase. A phase's thread nests become one nest
     with the most threads of its members; each member's body runs in its own
     threads (a guard where it has fewer). A warp nest keeps a phase of its own; a
     phase holds at most one nest that reduces. On the GPU each nest ends with a

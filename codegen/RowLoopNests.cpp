@@ -327,6 +327,23 @@ bool isThreadColumn(Value v, scf::ForallOp nest, int64_t count) {
   return rem && thread(rem.getLhs()) && k && *k >= count;
 }
 
+} // namespace
+
+std::optional<int64_t> mlir::spectra::threadColumn(Operation *op, Value memref,
+                                                   scf::ForallOp nest, int64_t count) {
+  std::optional<Value> index;
+  if (auto load = dyn_cast<memref::LoadOp>(op))
+    index = load.getIndices().empty() ? Value() : load.getIndices().back();
+  if (auto store = dyn_cast<memref::StoreOp>(op))
+    index = store.getIndices().empty() ? Value() : store.getIndices().back();
+  std::optional<Column> c = columnOf(memref, index, nest);
+  if (!c || !c->inNest || !isThreadColumn(c->inNest, nest, count))
+    return std::nullopt;
+  return c->outside;
+}
+
+namespace {
+
 /// Whether each thread of `nest`, the one thread nest in `loop`'s body, keeps to a column
 /// of its own in every buffer the loop writes (RowLoopNests.h): then the loop's rows may
 /// run inside each thread, in order.
@@ -334,8 +351,12 @@ bool columnsPerThread(scf::ForOp loop, scf::ForallOp nest, int64_t count) {
   for (Operation &top : loop.getBody()->without_terminator())
     if (&top != nest.getOperation() && !isMemoryEffectFree(&top))
       return false;
-  SmallVector<Column> accesses;
-  SmallVector<bool> writes;
+  struct Access {
+    Value root;
+    std::optional<int64_t> column;
+    bool write;
+  };
+  SmallVector<Access> accesses;
   auto visit = [&](Operation *op, const MemoryEffects::EffectInstance &e) {
     Value v = e.getValue();
     Value root = v;
@@ -343,39 +364,29 @@ bool columnsPerThread(scf::ForOp loop, scf::ForallOp nest, int64_t count) {
       root = view.getViewSource();
     if (Operation *made = root.getDefiningOp(); made && nest->isProperAncestor(made))
       return true;  // a buffer of the thread's own, made in the nest
-    std::optional<Value> index;
-    if (auto load = dyn_cast<memref::LoadOp>(op))
-      index = load.getIndices().empty() ? Value() : load.getIndices().back();
-    if (auto store = dyn_cast<memref::StoreOp>(op))
-      index = store.getIndices().empty() ? Value() : store.getIndices().back();
-    std::optional<Column> c = columnOf(v, index, nest);
-    bool write = isa<MemoryEffects::Write>(e.getEffect());
-    if (!c && write)
-      return false;
-    accesses.push_back(c ? *c : Column{root, Value(), 0});
-    writes.push_back(write);
+    accesses.push_back(Access{root, spectra::threadColumn(op, v, nest, count),
+                              isa<MemoryEffects::Write>(e.getEffect())});
     return true;
   };
   if (!spectra::forEachMemrefEffect(nest.getRegion(), visit))
     return false;
   llvm::SmallPtrSet<Value, 4> written;
-  for (auto [a, w] : llvm::zip(accesses, writes))
-    if (w) {
-      if (!a.root || !loop.isDefinedOutsideOfLoop(a.root))
+  for (const Access &a : accesses)
+    if (a.write) {
+      if (!loop.isDefinedOutsideOfLoop(a.root))
         return false;
       written.insert(a.root);
     }
   if (written.empty())
     return false;
   // Every access to a written buffer: the thread's own column of it, the same each time.
-  llvm::DenseMap<Value, std::pair<Value, int64_t>> columns;
-  for (const Column &a : accesses) {
+  llvm::DenseMap<Value, int64_t> columns;
+  for (const Access &a : accesses) {
     if (!written.contains(a.root))
       continue;
-    if (!a.inNest || !isThreadColumn(a.inNest, nest, count))
+    if (!a.column)
       return false;
-    auto it = columns.try_emplace(a.root, a.inNest, a.outside).first;
-    if (it->second != std::pair(a.inNest, a.outside))
+    if (columns.try_emplace(a.root, *a.column).first->second != *a.column)
       return false;
   }
   return true;

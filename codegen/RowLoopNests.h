@@ -66,6 +66,15 @@ std::optional<int64_t> threadNestSize(Operation *op, StringRef nestAttr);
 bool forEachMemrefEffect(
     Region &region, function_ref<bool(Operation *, const MemoryEffects::EffectInstance &)> visit);
 
+/// Where `op`'s access to `memref` (a view of a buffer), in thread nest `nest` of `count`
+/// threads, reaches along the buffer's last dimension, where that is the thread's own
+/// column: the thread's index (or that modulo a bound no smaller than `count`) plus the
+/// constant returned. None where it is not (another index, an offset from outside the nest,
+/// a view other than a unit-stride subview keeping the last dimension, more than one
+/// column). (Also MergeNests.cpp's footprints.)
+std::optional<int64_t> threadColumn(Operation *op, Value memref, scf::ForallOp nest,
+                                    int64_t count);
+
 /// Rewrites, in `body` (a mapped kernel's block), every scf.for whose body is one thread
 /// nest (marked `nestAttr`) over independent rows, and every one-thread nest whose body is
 /// one such loop of scalar ops, into one thread nest over the loop's rows (at most

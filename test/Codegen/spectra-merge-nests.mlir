@@ -81,7 +81,7 @@ func.func @dependent(%q: memref<256xf32>, %out: memref<256xf32>) {
 
 // Inside a loop's body the nests merge as well. A warp nest (tensor cores) keeps a phase
 // of its own; independent of the rest, it takes the first. The last nest writes what the
-// second wrote: a phase after theirs.
+// second wrote, in other threads (the columns reversed): a phase after theirs.
 // CHECK-LABEL: func.func @in_a_loop
 // CHECK: scf.for
 // CHECK:   scf.forall (%{{.*}}) in (2) {
@@ -113,15 +113,18 @@ func.func @in_a_loop(%q: memref<64xf32>, %n: index) {
     } {mapping = [#gpu.warp<x>], spectra.thread_nest}
     scf.forall (%t) in (32) {
       %x = memref.load %q[%t] : memref<64xf32>
-      memref.store %x, %b[%t] : memref<32xf32, #gpu.address_space<workgroup>>
+      %c31 = arith.constant 31 : index
+      %r = arith.subi %c31, %t : index
+      memref.store %x, %b[%r] : memref<32xf32, #gpu.address_space<workgroup>>
     } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   }
   return
 }
 
 // A tile's fill, its load, the next tile's fill and load, in turn (a causal kernel's
-// prologue): each load conflicts with its tile's fill only, so the fills move up into
-// one phase and the loads into the next. Two barriers where there were four.
+// prologue): each load writes its tile's elements in other threads than the fill did (here
+// reversed), so it conflicts with that fill only; the fills move up into one phase and the
+// loads into the next. Two barriers where there were four.
 // CHECK-LABEL: func.func @fills_and_loads
 // CHECK: scf.forall (%[[T:.*]]) in (256) {
 // CHECK-NEXT:   memref.store %cst, %[[A:.*]][%[[T]]]
@@ -130,15 +133,19 @@ func.func @in_a_loop(%q: memref<64xf32>, %n: index) {
 // CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
 // CHECK-NEXT: scf.forall (%[[U:.*]]) in (256) {
 // CHECK-NEXT:   %[[X:.*]] = memref.load %arg0[%[[U]]]
-// CHECK-NEXT:   memref.store %[[X]], %[[A]][%[[U]]]
+// CHECK-NEXT:   %[[R:.*]] = arith.subi %c255, %[[U]]
+// CHECK-NEXT:   memref.store %[[X]], %[[A]][%[[R]]]
 // CHECK-NEXT:   %[[Y:.*]] = memref.load %arg1[%[[U]]]
-// CHECK-NEXT:   memref.store %[[Y]], %[[B]][%[[U]]]
+// CHECK-NEXT:   %[[R:.*]] = arith.subi %c255, %[[U]]
+// CHECK-NEXT:   memref.store %[[Y]], %[[B]][%[[R]]]
 // CHECK-NEXT:   %[[Z:.*]] = memref.load %arg2[%[[U]]]
-// CHECK-NEXT:   memref.store %[[Z]], %[[C]][%[[U]]]
+// CHECK-NEXT:   %[[R:.*]] = arith.subi %c255, %[[U]]
+// CHECK-NEXT:   memref.store %[[Z]], %[[C]][%[[R]]]
 // CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
 // CHECK-NEXT: return
 func.func @fills_and_loads(%q: memref<256xf32>, %k: memref<256xf32>, %v: memref<256xf32>) {
   %zero = arith.constant 0.0 : f32
+  %last = arith.constant 255 : index
   %a = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
   %b = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
   %c = memref.alloca() : memref<256xf32, #gpu.address_space<workgroup>>
@@ -147,21 +154,24 @@ func.func @fills_and_loads(%q: memref<256xf32>, %k: memref<256xf32>, %v: memref<
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   scf.forall (%t) in (256) {
     %x = memref.load %q[%t] : memref<256xf32>
-    memref.store %x, %a[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+    %r = arith.subi %last, %t : index
+    memref.store %x, %a[%r] : memref<256xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   scf.forall (%t) in (256) {
     memref.store %zero, %b[%t] : memref<256xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   scf.forall (%t) in (256) {
     %x = memref.load %k[%t] : memref<256xf32>
-    memref.store %x, %b[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+    %r = arith.subi %last, %t : index
+    memref.store %x, %b[%r] : memref<256xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   scf.forall (%t) in (256) {
     memref.store %zero, %c[%t] : memref<256xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   scf.forall (%t) in (256) {
     %x = memref.load %v[%t] : memref<256xf32>
-    memref.store %x, %c[%t] : memref<256xf32, #gpu.address_space<workgroup>>
+    %r = arith.subi %last, %t : index
+    memref.store %x, %c[%r] : memref<256xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
@@ -253,6 +263,94 @@ func.func @one_reduction_a_phase(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
   scf.forall (%t) in (32) {
     %x = memref.load %v[%t] : memref<32xf32>
     memref.store %x, %vt[%t] : memref<32xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}
+
+// A buffer each thread touches only in its own column (its index, plus the same constant
+// in every access) orders no two threads: a nest reading or writing what the same thread
+// wrote in an earlier nest joins that nest's phase, after it. Row statistics set, updated
+// and stored by 16 threads are one nest. A nest reading a neighbour's column (offset 1)
+// waits for the barrier.
+// CHECK-LABEL: func.func @own_columns
+// CHECK: scf.forall (%[[T:.*]]) in (16) {
+// CHECK-NEXT:   memref.store %cst, %[[S:.*]][%[[T]]]
+// CHECK-NEXT:   %[[X:.*]] = memref.load %[[S]][%[[T]]]
+// CHECK-NEXT:   %[[Y:.*]] = memref.load %arg0[%[[T]]]
+// CHECK-NEXT:   %[[Z:.*]] = arith.addf %[[X]], %[[Y]]
+// CHECK-NEXT:   memref.store %[[Z]], %[[S]][%[[T]]]
+// CHECK-NEXT:   %[[W:.*]] = memref.load %[[S]][%[[T]]]
+// CHECK-NEXT:   memref.store %[[W]], %arg1[%[[T]]]
+// CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: %[[NEXT:.*]] = memref.subview %[[S]][1] [15] [1]
+// CHECK-NEXT: scf.forall (%[[U:.*]]) in (15) {
+// CHECK-NEXT:   memref.load %[[NEXT]][%[[U]]]
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @own_columns(%q: memref<16xf32>, %out: memref<16xf32>, %shifted: memref<15xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %s = memref.alloca() : memref<16xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (16) {
+    memref.store %zero, %s[%t] : memref<16xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (16) {
+    %x = memref.load %s[%t] : memref<16xf32, #gpu.address_space<workgroup>>
+    %y = memref.load %q[%t] : memref<16xf32>
+    %z = arith.addf %x, %y : f32
+    memref.store %z, %s[%t] : memref<16xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (16) {
+    %x = memref.load %s[%t] : memref<16xf32, #gpu.address_space<workgroup>>
+    memref.store %x, %out[%t] : memref<16xf32>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  %next = memref.subview %s[1] [15] [1] : memref<16xf32, #gpu.address_space<workgroup>> to memref<15xf32, strided<[1], offset: 1>, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (15) {
+    %x = memref.load %next[%t] : memref<15xf32, strided<[1], offset: 1>, #gpu.address_space<workgroup>>
+    memref.store %x, %shifted[%t] : memref<15xf32>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}
+
+// A nest that may share its column-wise predecessor's phase but cannot (both reduce)
+// opens a phase after it, never before.
+// CHECK-LABEL: func.func @own_column_after_a_reduction
+// CHECK: scf.forall (%{{.*}}) in (32) {
+// CHECK:   linalg.generic
+// CHECK-SAME: ins(%{{.*}} : memref<1x32xf32
+// CHECK-NOT: memref.load
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (32) {
+// CHECK:   memref.load %[[SUMS:.*]][%{{.*}}] : memref<32xf32, #gpu.address_space<workgroup>>
+// CHECK:   linalg.generic
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @own_column_after_a_reduction(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
+                                        %out: memref<32xf32>) {
+  %qs = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  %ks = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (32) {
+    %x = memref.subview %q[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %s = memref.subview %qs[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
+        outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sum = arith.addf %in, %acc : f32
+      linalg.yield %sum : f32
+    }
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (32) {
+    %before = memref.load %qs[%t] : memref<32xf32, #gpu.address_space<workgroup>>
+    memref.store %before, %out[%t] : memref<32xf32>
+    %x = memref.subview %k[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %s = memref.subview %ks[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
+        outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sum = arith.addf %in, %acc : f32
+      linalg.yield %sum : f32
+    }
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
