@@ -1028,7 +1028,9 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
       Block *then = guard.thenBlock();
       then->getOperations().splice(then->getTerminator()->getIterator(), inner->getOperations());
     }
-    gpu::BarrierOp::create(nb, nest.getLoc());
+    // The next nest of its phase is independent of it (MergeNests.h): no barrier between.
+    if (!nest->hasAttr(kNoBarrierAttr))
+      gpu::BarrierOp::create(nb, nest.getLoc());
     nest.erase();
   }
   return success();

@@ -18,6 +18,7 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 
 using namespace mlir;
+using mlir::spectra::kNoBarrierAttr;
 
 namespace {
 
@@ -104,8 +105,8 @@ std::optional<int64_t> threadCount(Operation *op, int64_t threads, StringRef nes
   return n;
 }
 
-/// A nest over warps (tensor-core tiles, marked `nestAttr`), not a warp chain: it keeps its
-/// own barrier, but moves past nests it is independent of.
+/// A nest over warps (tensor-core tiles, marked `nestAttr`), not a warp chain: not merged,
+/// but scheduled as the thread nests are.
 bool isMovableWarpNest(Operation *op, StringRef nestAttr) {
   auto nest = dyn_cast<scf::ForallOp>(op);
   if (!nest || !nest->hasAttr(nestAttr) || nest.getRank() != 1 || !nest.getOutputs().empty() ||
@@ -116,8 +117,8 @@ bool isMovableWarpNest(Operation *op, StringRef nestAttr) {
 }
 
 /// One nest at `where` in `block`, running each member's body in its threads.
-void merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block &block,
-           Block::iterator where, StringRef nestAttr) {
+Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block &block,
+                 Block::iterator where, StringRef nestAttr) {
   OpBuilder b(&block, where);
   Location loc = group.back()->getLoc();
   int64_t n = *llvm::max_element(counts);
@@ -140,10 +141,11 @@ void merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block &block
   }
   for (scf::ForallOp member : group)
     member->erase();
+  return nest;
 }
 
 /// A nest of a run: its footprint, its thread count where it may merge (none for a warp
-/// nest, which only moves), and whether it reduces (a contraction or a row sum: a linalg
+/// nest, which joins a phase but is not merged), and whether it reduces (a contraction or a row sum: a linalg
 /// op with a reduction loop).
 struct Item {
   scf::ForallOp nest;
@@ -152,18 +154,19 @@ struct Item {
   bool reduces = false;
 };
 
-/// A phase of a run: the nests that run between two barriers, thread nests (merged into
-/// one) or a warp nest; whether one of them reduces.
+/// A phase of a run: the nests that run between two barriers (its thread nests merged into
+/// one, its warp nests one after another with no barrier between); whether one of them
+/// reduces.
 struct Phase {
   SmallVector<unsigned> members;
-  bool threadNests = true;
   bool reduces = false;
 };
 
 /// Schedules a run's nests into phases and puts them, phase by phase, at `where` in `block`
 /// (the run's end). A nest goes to the first phase after every phase holding a nest it
-/// conflicts with: a thread nest joins the first phase of thread nests from there, a warp
-/// nest (or a thread nest with none to join) opens a phase of its own there. The phases'
+/// conflicts with: it joins the first phase it may from there, or opens one of its own
+/// there where it may join none. Only the last op of a phase keeps its barrier (the others
+/// are marked kNoBarrierAttr): its nests are independent of one another. The phases'
 /// order keeps every conflicting pair in its order; a nest moves above only nests it is
 /// independent of. The ops between the nests of a run have no effects and no results the
 /// nests define (a nest has none), so they stay where they are, above the phases. Returns
@@ -190,13 +193,11 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
       open = std::max(open, phaseOf[j] + 1);
     }
     unsigned at = join;
-    if (item.threads)
-      while (at < phases.size() &&
-             (!phases[at].threadNests || (item.reduces && phases[at].reduces)))
-        ++at;
-    if (!item.threads || at == phases.size()) {
+    while (at < phases.size() && item.reduces && phases[at].reduces)
+      ++at;
+    if (at == phases.size()) {
       at = open;
-      phases.insert(phases.begin() + at, Phase{{}, item.threads.has_value()});
+      phases.insert(phases.begin() + at, Phase());
       for (unsigned j = 0; j < i; ++j)
         if (phaseOf[j] >= at)
           ++phaseOf[j];
@@ -206,17 +207,34 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
     phaseOf[i] = at;
   }
   for (const Phase &phase : phases) {
-    if (phase.members.size() == 1) {
-      items[phase.members.front()].nest->moveBefore(&block, where);
-      continue;
-    }
+    // Its warp nests in order, its thread nests as one where the first of them stood.
     SmallVector<scf::ForallOp> group;
     SmallVector<int64_t> counts;
+    for (unsigned m : phase.members)
+      if (items[m].threads) {
+        group.push_back(items[m].nest);
+        counts.push_back(*items[m].threads);
+      }
+    Operation *last = nullptr;
     for (unsigned m : phase.members) {
-      group.push_back(items[m].nest);
-      counts.push_back(*items[m].threads);
+      if (!items[m].threads) {
+        if (last)
+          last->setAttr(kNoBarrierAttr, UnitAttr::get(last->getContext()));
+        items[m].nest->moveBefore(&block, where);
+        last = items[m].nest;
+        continue;
+      }
+      if (items[m].nest != group.front())
+        continue;
+      if (last)
+        last->setAttr(kNoBarrierAttr, UnitAttr::get(last->getContext()));
+      if (group.size() == 1) {
+        group.front()->moveBefore(&block, where);
+        last = group.front();
+      } else {
+        last = merge(group, counts, block, where, nestAttr);
+      }
     }
-    merge(group, counts, block, where, nestAttr);
   }
   return static_cast<int64_t>(items.size() - phases.size());
 }

@@ -21,8 +21,9 @@
 // one phase of fills and one of loads. The thread nests of a phase become one
 // nest, with the most threads of the phase; each member's body runs in its
 // threads (t < its count, a guard where that is fewer). A warp nest (tensor
-// cores) moves too but keeps a phase of its own; warp chains, loops, branches
-// and other ops with memory effects end a run. A phase holds at most one nest
+// cores) moves too and joins a phase as well, as a nest of its own with no
+// barrier between it and the next nest of its phase (kNoBarrierAttr); warp
+// chains, loops, branches and other ops with memory effects end a run. A phase holds at most one nest
 // that reduces (a linalg op with a reduction loop): with two, the compilers
 // below hoist both reductions' loads above either, and the registers overflow.
 // Buffers are told apart by their roots under the views: an alloca (a tile in
@@ -41,8 +42,13 @@
 
 #include "mlir/IR/Block.h"
 #include "mlir/Support/LLVM.h"
+#include "llvm/ADT/StringRef.h"
 
 namespace mlir::spectra {
+
+/// Marks a nest that needs no barrier after it: the next nest of its phase is independent
+/// of it (spectra-launch-mapped-kernels leaves the barrier out).
+inline constexpr llvm::StringLiteral kNoBarrierAttr = "spectra.no_barrier";
 
 /// Schedules, in `body` and the blocks nested in it, every run of nests (marked `nestAttr`,
 /// thread nests of at most `threads` threads and warp nests) into phases, the thread nests

@@ -79,17 +79,19 @@ func.func @dependent(%q: memref<256xf32>, %out: memref<256xf32>) {
   return
 }
 
-// Inside a loop's body the nests merge as well. A warp nest (tensor cores) keeps a phase
-// of its own; independent of the rest, it takes the first. The last nest writes what the
+// Inside a loop's body the nests merge as well. A warp nest (tensor cores) is not merged
+// but joins a phase: independent of the rest, the first, after its thread nests, which
+// then need no barrier before it (spectra.no_barrier). The last nest writes what the
 // second wrote, in other threads (the columns reversed): a phase after theirs.
 // CHECK-LABEL: func.func @in_a_loop
 // CHECK: scf.for
-// CHECK:   scf.forall (%{{.*}}) in (2) {
-// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
 // CHECK:   scf.forall (%{{.*}}) in (64) {
 // CHECK:     scf.if
+// CHECK:   } {mapping = [#gpu.thread<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (32) {
 // CHECK:   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
-// CHECK:   scf.forall (%{{.*}}) in (32) {
 // CHECK-NOT: scf.forall
 // CHECK: return
 func.func @in_a_loop(%q: memref<64xf32>, %n: index) {
@@ -178,20 +180,20 @@ func.func @fills_and_loads(%q: memref<256xf32>, %k: memref<256xf32>, %v: memref<
 
 // A warp nest reads what the first nest wrote: a phase after it. The third nest is
 // independent of both: it joins the first. The fourth reads what the third wrote and
-// nothing of the warp nest's: it opens a phase above the warp nest's. The view the
-// fourth nest takes is made where it is used.
+// nothing of the warp nest's: it joins the warp nest's phase, no barrier between them.
+// The view the fourth nest takes is made where it is used.
 // CHECK-LABEL: func.func @past_a_warp_nest
 // CHECK: scf.forall (%{{.*}}) in (64) {
 // CHECK:   memref.store %{{.*}}, %[[A:.*]][
 // CHECK:   memref.store %{{.*}}, %[[B:.*]][
 // CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK:   memref.load %[[A]]
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
 // CHECK-NEXT: %[[HALF:.*]] = memref.subview %[[B]][32] [32] [1]
 // CHECK-NEXT: scf.forall (%{{.*}}) in (32) {
 // CHECK:   memref.load %[[HALF]]
 // CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
-// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
-// CHECK:   memref.load %[[A]]
-// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
 // CHECK-NEXT: return
 func.func @past_a_warp_nest(%q: memref<64xf32>, %out: memref<32xf32>, %w: memref<2xf32>) {
   %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>

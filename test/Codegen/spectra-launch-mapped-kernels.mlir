@@ -1,0 +1,38 @@
+// RUN: spectra-opt %s --spectra-launch-mapped-kernels | FileCheck %s
+
+// Each nest of a mapped kernel ends with a barrier, except one marked spectra.no_barrier
+// (MergeNests.h: the next nest of its phase is independent of it). Here the warp nest and
+// the nest after it: one barrier after the first nest, none after the warp nest, one after
+// the last.
+// CHECK-LABEL: func.func @launched
+// CHECK: gpu.launch
+// CHECK: memref.store %{{.*}}, %[[TILE:.*]][%{{.*}}] : memref<64xf32, #gpu.address_space<workgroup>>
+// CHECK-NEXT: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK: memref.store %{{.*}}, %arg2
+// CHECK-NOT: gpu.barrier
+// CHECK: memref.load %[[TILE]]
+// CHECK-NEXT: memref.store %{{.*}}, %arg1
+// CHECK-NEXT: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.terminator
+func.func @launched(%q: memref<64xf32>, %out: memref<64xf32>, %w: memref<2xf32>) attributes {spectra.threads = 64 : i64} {
+  scf.forall (%b) in (1) {
+    %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+    scf.forall (%t) in (64) {
+      %x = memref.load %q[%t] : memref<64xf32>
+      memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+    scf.forall (%v) in (2) {
+      %x = memref.load %q[%v] : memref<64xf32>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+    scf.forall (%t) in (64) {
+      %c63 = arith.constant 63 : index
+      %r = arith.subi %c63, %t : index
+      %x = memref.load %a[%r] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %out[%t] : memref<64xf32>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  } {mapping = [#gpu.block<x>]}
+  return
+}
