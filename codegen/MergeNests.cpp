@@ -145,8 +145,8 @@ Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block 
 }
 
 /// A nest of a run: its footprint, its thread count where it may merge (none for a warp
-/// nest, which joins a phase but is not merged), and whether it reduces (a contraction or a row sum: a linalg
-/// op with a reduction loop).
+/// nest, which joins a phase but is not merged), and whether it reduces (a contraction or a
+/// row sum: a linalg op with a reduction loop).
 struct Item {
   scf::ForallOp nest;
   Footprint footprint;
@@ -169,8 +169,8 @@ struct Phase {
 /// are marked kNoBarrierAttr): its nests are independent of one another. The phases'
 /// order keeps every conflicting pair in its order; a nest moves above only nests it is
 /// independent of. The ops between the nests of a run have no effects and no results the
-/// nests define (a nest has none), so they stay where they are, above the phases. Returns
-/// the barriers saved.
+/// nests define (a nest has none), so the phases go below them, at the run's end (where
+/// sinkToFirstUse then moves each down to its first user). Returns the barriers saved.
 ///
 /// One phase holds at most one nest that reduces. Two such nests in one body let the
 /// compilers below hoist the loads of both reductions above either (nothing orders them
@@ -275,6 +275,8 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
       auto nest = cast<scf::ForallOp>(op);
       Footprint f = footprintOf(nest, n);
       if (!f.opaque) {
+        // A mark from an earlier schedule no longer holds: this one sets its own.
+        nest->removeAttr(kNoBarrierAttr);
         bool reduces = false;
         nest->walk([&](linalg::LinalgOp l) { reduces |= l.getNumReductionLoops() > 0; });
         run.push_back(Item{nest, std::move(f), n, reduces});

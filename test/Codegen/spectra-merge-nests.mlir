@@ -356,3 +356,25 @@ func.func @own_column_after_a_reduction(%q: memref<32x32xf32>, %k: memref<32x32x
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
+
+// A mark from an earlier run of the pass (spectra.no_barrier) is dropped and set afresh:
+// here the marked nest reads what the nest before it wrote and ends the run, so it keeps
+// its barrier.
+// CHECK-LABEL: func.func @stale_mark
+// CHECK: scf.forall (%{{.*}}) in (2) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @stale_mark(%q: memref<64xf32>, %w: memref<2xf32>) {
+  %a = memref.alloca() : memref<2xf32, #gpu.address_space<workgroup>>
+  scf.forall (%v) in (2) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %a[%v] : memref<2xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  scf.forall (%v) in (2) {
+    %x = memref.load %a[%v] : memref<2xf32, #gpu.address_space<workgroup>>
+    memref.store %x, %w[%v] : memref<2xf32>
+  } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+  return
+}
