@@ -145,21 +145,21 @@ Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block 
 }
 
 /// A nest of a run: its footprint, its thread count where it may merge (none for a warp
-/// nest, which joins a phase but is not merged), and whether it reduces (a contraction or a
-/// row sum: a linalg op with a reduction loop).
+/// nest, which joins a phase but is not merged), and the buffers its reductions read (of a
+/// contraction or a row sum: a linalg op with a reduction loop), by root.
 struct Item {
   scf::ForallOp nest;
   Footprint footprint;
   std::optional<int64_t> threads;
-  bool reduces = false;
+  llvm::SmallPtrSet<Value, 4> reduced;
 };
 
 /// A phase of a run: the nests that run between two barriers (its thread nests merged into
-/// one, its warp nests one after another with no barrier between); whether one of them
-/// reduces.
+/// one, its warp nests one after another with no barrier between); the buffers their
+/// reductions read.
 struct Phase {
   SmallVector<unsigned> members;
-  bool reduces = false;
+  llvm::SmallPtrSet<Value, 8> reduced;
 };
 
 /// Schedules a run's nests into phases and puts them, phase by phase, at `where` in `block`
@@ -172,15 +172,15 @@ struct Phase {
 /// nests define (a nest has none), so the phases go below them, at the run's end (where
 /// sinkToFirstUse then moves each down to its first user). Returns the barriers saved.
 ///
-/// One phase holds at most one nest that reduces. Two such nests in one body let the
-/// compilers below hoist the loads of both reductions above either (nothing orders them
-/// once the barrier between them is gone): merged, a causal readout's two one-row logits
-/// (k = 32 each, from global memory) took 192 registers where they had taken 128, and the
-/// causal kernels' spills at the 128-register cap grew 1.5-8x (posrf-orf f32 on sm_90a: 128
-/// to 900 bytes).
+/// No two nests of a phase reduce over a common buffer. Two such reductions in one body
+/// let the compilers below load the common operand once for both and hoist the loads above
+/// either (nothing orders them once the barrier between them is gone): merged, a causal
+/// readout's two one-row logits (k = 32 each, both over W in global memory) took 192
+/// registers where they had taken 128, and the causal kernels' spills at the 128-register
+/// cap grew 1.5-8x (posrf-orf f32 on sm_90a: 128 to 900 bytes).
 int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator where,
                  StringRef nestAttr) {
-  SmallVector<Phase> phases;
+  SmallVector<Phase, 4> phases;
   SmallVector<unsigned> phaseOf(items.size());
   for (auto [i, item] : llvm::enumerate(items)) {
     // The first phase it may join, and the first place a phase of its own may go.
@@ -193,7 +193,10 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
       open = std::max(open, phaseOf[j] + 1);
     }
     unsigned at = join;
-    while (at < phases.size() && item.reduces && phases[at].reduces)
+    auto clash = [&](const Phase &p) {
+      return llvm::any_of(item.reduced, [&](Value v) { return p.reduced.contains(v); });
+    };
+    while (at < phases.size() && clash(phases[at]))
       ++at;
     if (at == phases.size()) {
       at = open;
@@ -203,7 +206,7 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
           ++phaseOf[j];
     }
     phases[at].members.push_back(i);
-    phases[at].reduces |= item.reduces;
+    phases[at].reduced.insert(item.reduced.begin(), item.reduced.end());
     phaseOf[i] = at;
   }
   for (const Phase &phase : phases) {
@@ -259,7 +262,7 @@ void sinkToFirstUse(ArrayRef<Operation *> ops) {
 
 int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, StringRef nestAttr) {
   int64_t removed = 0;
-  SmallVector<Item> run;
+  SmallVector<Item, 4> run;
   SmallVector<Operation *> between;
   auto flush = [&](Block::iterator where) {
     if (run.size() > 1) {
@@ -277,9 +280,14 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
       if (!f.opaque) {
         // A mark from an earlier schedule no longer holds: this one sets its own.
         nest->removeAttr(kNoBarrierAttr);
-        bool reduces = false;
-        nest->walk([&](linalg::LinalgOp l) { reduces |= l.getNumReductionLoops() > 0; });
-        run.push_back(Item{nest, std::move(f), n, reduces});
+        llvm::SmallPtrSet<Value, 4> reduced;
+        nest->walk([&](linalg::LinalgOp l) {
+          if (l.getNumReductionLoops() != 0)
+            for (Value in : l.getDpsInputs())
+              if (Value root = rootOf(in))
+                reduced.insert(root);
+        });
+        run.push_back(Item{nest, std::move(f), n, std::move(reduced)});
         continue;
       }
     }

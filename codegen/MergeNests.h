@@ -16,16 +16,17 @@
 // nest may share the earlier one's phase, after it (a row's statistics set,
 // updated and stored by the same threads). A nest goes to the first phase after
 // every phase holding a nest it conflicts with, so it moves above the nests it is
-// independent of: a tile's fill, its load, the next
-// tile's fill and load, which a causal kernel's prologue runs in turn, become
-// one phase of fills and one of loads. The thread nests of a phase become one
+// independent of: a tile's fill, its load, the next tile's fill and load, which
+// a causal kernel's prologue runs in turn, become one phase of fills and one of
+// loads. The thread nests of a phase become one
 // nest, with the most threads of the phase; each member's body runs in its
 // threads (t < its count, a guard where that is fewer). A warp nest (tensor
 // cores) moves too and joins a phase as well, as a nest of its own with no
 // barrier between it and the next nest of its phase (kNoBarrierAttr); warp
-// chains, loops, branches and other ops with memory effects end a run. A phase holds at most one nest
-// that reduces (a linalg op with a reduction loop): with two, the compilers
-// below hoist both reductions' loads above either, and the registers overflow.
+// chains, loops, branches and other ops with memory effects end a run. No two
+// nests of a phase reduce (a linalg op with a reduction loop) over a common
+// buffer: with two, the compilers below load the common operand once for both,
+// hoisted above either, and the registers overflow.
 // Buffers are told apart by their roots under the views: an alloca (a tile in
 // shared memory) or a kernel argument (distinct tensors, taken not to overlap,
 // as RowLoopNests.h takes them); a nest with an effect on anything else, or an

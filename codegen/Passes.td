@@ -447,11 +447,12 @@ def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
     nest goes to the first phase after those of the nests it conflicts with, so it
     moves above nests it is independent of; where both keep each thread to a
     column of its own of the buffers they share (the same offset from the thread's
-    index along the last dimension), the later may share the earlier's phase. A phase's thread nests become one nest
-    with the most threads of its members; each member's body runs in its own
-    threads (a guard where it has fewer). A warp nest keeps a phase of its own; a
-    phase holds at most one nest that reduces. On the GPU each nest ends with a
-    barrier: one barrier per phase.
+    index along the last dimension), the later may share the earlier's phase. A
+    phase's thread nests become one nest with the most threads of its members;
+    each member's body runs in its own threads (a guard where it has fewer). A warp nest joins a phase unmerged,
+    with no barrier before the next nest of its phase (spectra.no_barrier); no two
+    nests of a phase reduce over a common buffer. On the GPU each nest ends with a
+    barrier (unless marked): one barrier per phase.
 
     ```mlir
     // scf.forall (%t) in (256) { q rows -> Qt }  {spectra.thread_nest}

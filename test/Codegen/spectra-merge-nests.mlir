@@ -218,28 +218,30 @@ func.func @past_a_warp_nest(%q: memref<64xf32>, %out: memref<32xf32>, %w: memref
   return
 }
 
-// Two independent row sums (each a linalg op with a reduction loop) keep a phase each:
-// merged, the compilers below hoist both sums' loads above either. The second sum, with
-// nothing to wait for, opens its phase first; the copy, independent of both, joins it.
-// CHECK-LABEL: func.func @one_reduction_a_phase
+// Two independent row sums over one buffer (each a linalg op with a reduction loop) keep
+// a phase each: merged, the compilers below load the common rows once for both and hoist
+// the loads above either sum. The second sum, with nothing to wait for, opens its phase
+// first; a sum over another buffer, independent of both, joins it.
+// CHECK-LABEL: func.func @reductions_over_one_buffer
 // CHECK: scf.forall (%{{.*}}) in (32) {
+// CHECK-NEXT:   memref.subview %arg0
+// CHECK-NEXT:   %[[KS:.*]] = memref.subview %alloca_0
+// CHECK-NEXT:   linalg.generic
+// CHECK:   memref.subview %arg1
 // CHECK:   linalg.generic
-// CHECK-SAME: ins(%{{.*}} : memref<1x32xf32
-// CHECK:   memref.load %arg2
 // CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
 // CHECK-NEXT: scf.forall (%{{.*}}) in (32) {
 // CHECK-NEXT:   memref.subview %arg0
-// CHECK:   linalg.generic
-// CHECK-NOT: memref.load
+// CHECK-NEXT:   memref.subview %alloca[
+// CHECK-NEXT:   linalg.generic
 // CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
 // CHECK-NEXT: return
 #rows = affine_map<(i, j) -> (i, j)>
 #row = affine_map<(i, j) -> (i)>
-func.func @one_reduction_a_phase(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
-                                 %v: memref<32xf32>) {
+func.func @reductions_over_one_buffer(%q: memref<32x32xf32>, %k: memref<32x32xf32>) {
   %qs = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
+  %qs2 = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
   %ks = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
-  %vt = memref.alloca() : memref<32xf32, #gpu.address_space<workgroup>>
   scf.forall (%t) in (32) {
     %x = memref.subview %q[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
     %s = memref.subview %qs[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
@@ -248,6 +250,17 @@ func.func @one_reduction_a_phase(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
         outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
     ^bb0(%in: f32, %acc: f32):
       %sum = arith.addf %in, %acc : f32
+      linalg.yield %sum : f32
+    }
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (32) {
+    %x = memref.subview %q[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %s = memref.subview %qs2[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
+    linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
+        ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
+        outs(%s : memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>) {
+    ^bb0(%in: f32, %acc: f32):
+      %sum = arith.maximumf %in, %acc : f32
       linalg.yield %sum : f32
     }
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
@@ -261,10 +274,6 @@ func.func @one_reduction_a_phase(%q: memref<32x32xf32>, %k: memref<32x32xf32>,
       %sum = arith.addf %in, %acc : f32
       linalg.yield %sum : f32
     }
-  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
-  scf.forall (%t) in (32) {
-    %x = memref.load %v[%t] : memref<32xf32>
-    memref.store %x, %vt[%t] : memref<32xf32, #gpu.address_space<workgroup>>
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
@@ -313,8 +322,8 @@ func.func @own_columns(%q: memref<16xf32>, %out: memref<16xf32>, %shifted: memre
   return
 }
 
-// A nest that may share its column-wise predecessor's phase but cannot (both reduce)
-// opens a phase after it, never before.
+// A nest that may share its column-wise predecessor's phase but cannot (both reduce over
+// the rows of q) opens a phase after it, never before.
 // CHECK-LABEL: func.func @own_column_after_a_reduction
 // CHECK: scf.forall (%{{.*}}) in (32) {
 // CHECK:   linalg.generic
@@ -344,7 +353,7 @@ func.func @own_column_after_a_reduction(%q: memref<32x32xf32>, %k: memref<32x32x
   scf.forall (%t) in (32) {
     %before = memref.load %qs[%t] : memref<32xf32, #gpu.address_space<workgroup>>
     memref.store %before, %out[%t] : memref<32xf32>
-    %x = memref.subview %k[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %x = memref.subview %q[%t, 0] [1, 32] [1, 1] : memref<32x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
     %s = memref.subview %ks[%t] [1] [1] : memref<32xf32, #gpu.address_space<workgroup>> to memref<1xf32, strided<[1], offset: ?>, #gpu.address_space<workgroup>>
     linalg.generic {indexing_maps = [#rows, #row], iterator_types = ["parallel", "reduction"]}
         ins(%x : memref<1x32xf32, strided<[32, 1], offset: ?>>)
