@@ -116,9 +116,14 @@ bool isMovableWarpNest(Operation *op, StringRef nestAttr) {
   return mapping && mapping->size() == 1 && isa<gpu::GPUWarpMappingAttr>((*mapping)[0]);
 }
 
-/// One nest at `where` in `block`, running each member's body in its threads.
+/// One nest at `where` in `block`, running each member's body in its threads (a sole
+/// member moves there as it is).
 Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block &block,
                  Block::iterator where, StringRef nestAttr) {
+  if (group.size() == 1) {
+    group.front()->moveBefore(&block, where);
+    return group.front();
+  }
   OpBuilder b(&block, where);
   Location loc = group.back()->getLoc();
   int64_t n = *llvm::max_element(counts);
@@ -218,26 +223,18 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
         group.push_back(items[m].nest);
         counts.push_back(*items[m].threads);
       }
-    Operation *last = nullptr;
+    SmallVector<Operation *> placed;
     for (unsigned m : phase.members) {
       if (!items[m].threads) {
-        if (last)
-          last->setAttr(kNoBarrierAttr, UnitAttr::get(last->getContext()));
         items[m].nest->moveBefore(&block, where);
-        last = items[m].nest;
-        continue;
-      }
-      if (items[m].nest != group.front())
-        continue;
-      if (last)
-        last->setAttr(kNoBarrierAttr, UnitAttr::get(last->getContext()));
-      if (group.size() == 1) {
-        group.front()->moveBefore(&block, where);
-        last = group.front();
-      } else {
-        last = merge(group, counts, block, where, nestAttr);
+        placed.push_back(items[m].nest);
+      } else if (items[m].nest == group.front()) {
+        placed.push_back(merge(group, counts, block, where, nestAttr));
       }
     }
+    // Only the phase's last op keeps its barrier.
+    for (Operation *op : ArrayRef(placed).drop_back())
+      op->setAttr(kNoBarrierAttr, UnitAttr::get(op->getContext()));
   }
   return static_cast<int64_t>(items.size() - phases.size());
 }
