@@ -116,6 +116,30 @@ bool isMovableWarpNest(Operation *op, StringRef nestAttr) {
   return mapping && mapping->size() == 1 && isa<gpu::GPUWarpMappingAttr>((*mapping)[0]);
 }
 
+/// The nest of a guarded nest: an scf.if with no results and no else whose then-block holds
+/// one nest (a thread nest of at most `threads` threads or a warp nest, not a chain) and
+/// otherwise only ops free of memory effects and regions (the nest's indices). A guard is
+/// uniform over the block (a kernel argument's flag, as the learnable-W switch that guards
+/// dW), so it is scheduled as the nest would be, all of it moving as one op; the barrier
+/// after the nest, inside the guard, is the nest's own (left out where its phase goes on).
+scf::ForallOp guardedNest(Operation *op, int64_t threads, StringRef nestAttr) {
+  auto guard = dyn_cast<scf::IfOp>(op);
+  if (!guard || guard->getNumResults() != 0 || !guard.getElseRegion().empty())
+    return nullptr;
+  scf::ForallOp nest;
+  for (Operation &inner : guard.thenBlock()->without_terminator()) {
+    auto candidate = dyn_cast<scf::ForallOp>(inner);
+    if (candidate && !nest &&
+        (threadCount(candidate, threads, nestAttr) || isMovableWarpNest(candidate, nestAttr))) {
+      nest = candidate;
+      continue;
+    }
+    if (inner.getNumRegions() != 0 || !isMemoryEffectFree(&inner))
+      return nullptr;
+  }
+  return nest;
+}
+
 /// One nest at `where` in `block`, running each member's body in its threads (a sole
 /// member moves there as it is).
 Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block &block,
@@ -149,10 +173,12 @@ Operation *merge(ArrayRef<scf::ForallOp> group, ArrayRef<int64_t> counts, Block 
   return nest;
 }
 
-/// A nest of a run: its footprint, its thread count where it may merge (none for a warp
-/// nest, which joins a phase but is not merged), and the buffers its reductions read (of a
-/// contraction or a row sum: a linalg op with a reduction loop), by root.
+/// A nest of a run: the op that moves (the nest, or the guard around it), its footprint, its
+/// thread count where it may merge (none for a warp nest or a guarded nest, which join a
+/// phase but are not merged), and the buffers its reductions read (of a contraction or a
+/// row sum: a linalg op with a reduction loop), by root.
 struct Item {
+  Operation *op;
   scf::ForallOp nest;
   Footprint footprint;
   std::optional<int64_t> threads;
@@ -223,10 +249,10 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
         group.push_back(items[m].nest);
         counts.push_back(*items[m].threads);
       }
-    SmallVector<Operation *> placed;
+    SmallVector<Operation *> placed;  // the nests, in their order
     for (unsigned m : phase.members) {
       if (!items[m].threads) {
-        items[m].nest->moveBefore(&block, where);
+        items[m].op->moveBefore(&block, where);
         placed.push_back(items[m].nest);
       } else if (items[m].nest == group.front()) {
         placed.push_back(merge(group, counts, block, where, nestAttr));
@@ -271,8 +297,10 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
   };
   for (Operation &op : llvm::make_early_inc_range(block)) {
     std::optional<int64_t> n = threadCount(&op, threads, nestAttr);
-    if (n || isMovableWarpNest(&op, nestAttr)) {
-      auto nest = cast<scf::ForallOp>(op);
+    scf::ForallOp guarded = guardedNest(&op, threads, nestAttr);
+    if (n || isMovableWarpNest(&op, nestAttr) || guarded) {
+      auto nest = guarded ? guarded : cast<scf::ForallOp>(op);
+      // A guarded nest is not merged: it keeps no column of its own.
       Footprint f = footprintOf(nest, n);
       if (!f.opaque) {
         // A mark from an earlier schedule no longer holds: this one sets its own.
@@ -284,7 +312,7 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
               if (Value root = rootOf(in))
                 reduced.insert(root);
         });
-        run.push_back(Item{nest, std::move(f), n, std::move(reduced)});
+        run.push_back(Item{&op, nest, std::move(f), n, std::move(reduced)});
         continue;
       }
     }

@@ -22,8 +22,12 @@
 // nest, with the most threads of the phase; each member's body runs in its
 // threads (t < its count, a guard where that is fewer). A warp nest (tensor
 // cores) moves too and joins a phase as well, as a nest of its own with no
-// barrier between it and the next nest of its phase (kNoBarrierAttr); warp
-// chains, loops, branches and other ops with memory effects end a run. No two
+// barrier between it and the next nest of its phase (kNoBarrierAttr). A guarded
+// nest (an scf.if on a flag uniform over the block, as the learnable-W switch
+// around dW, holding one nest and its indices) is scheduled as its nest, the guard
+// moving with it, never merged; the barrier left out is the nest's, inside the
+// guard. Warp chains, loops, other branches and other ops with memory effects end a
+// run. No two
 // nests of a phase reduce (a linalg op with a reduction loop) over a common
 // buffer: with two, the compilers below load the common operand once for both,
 // hoisted above either, and the registers overflow.

@@ -450,7 +450,9 @@ def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
     index along the last dimension), the later may share the earlier's phase. A
     phase's thread nests become one nest with the most threads of its members;
     each member's body runs in its own threads (a guard where it has fewer). A warp nest joins a phase unmerged,
-    with no barrier before the next nest of its phase (spectra.no_barrier); no two
+    with no barrier before the next nest of its phase (spectra.no_barrier), and so
+    does a guarded nest (an scf.if holding one nest, as the learnable-W switch
+    around dW), the guard moving with it; no two
     nests of a phase reduce over a common buffer. On the GPU each nest ends with a
     barrier (unless marked): one barrier per phase.
 

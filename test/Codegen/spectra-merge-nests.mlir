@@ -387,3 +387,85 @@ func.func @stale_mark(%q: memref<64xf32>, %w: memref<2xf32>) {
   } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
   return
 }
+
+// A guarded nest (the learnable-W switch around dW: an scf.if with one nest in it) is
+// scheduled as its nest would be, the guard moving with it: it reads what the first nest
+// wrote, so it goes a phase after it; the third nest, independent of it, moves above it and
+// joins the first; the fourth reads what the third wrote and joins the guarded nest's phase,
+// whose barrier (inside the guard) is left out.
+// CHECK-LABEL: func.func @guarded_nest
+// CHECK: scf.forall (%{{.*}}) in (64) {
+// CHECK:   memref.store %{{.*}}, %[[A:.*]][
+// CHECK:   memref.store %{{.*}}, %[[B:.*]][
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.if %arg3 {
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:     memref.load %[[A]]
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK:   memref.load %[[B]]
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @guarded_nest(%q: memref<64xf32>, %out: memref<2xf32>, %w: memref<2xf32>, %learn: i1) {
+  %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  %b = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.if %learn {
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  }
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %b[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%v) in (2) {
+    %x = memref.load %b[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+    memref.store %x, %out[%v] : memref<2xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  return
+}
+
+// A branch that is not one guarded nest (here: two nests) ends the run: the nest
+// after it stays after it, and is not merged with the first, though independent of both;
+// the two nests inside the branch are scheduled there (independent: one phase).
+// CHECK-LABEL: func.func @branch_of_two_nests
+// CHECK: scf.forall (%{{.*}}) in (64) {
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.if %arg3 {
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.forall (%{{.*}}) in (64) {
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @branch_of_two_nests(%q: memref<64xf32>, %out: memref<2xf32>, %w: memref<2xf32>, %learn: i1) {
+  %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  %b = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.if %learn {
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %out[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  }
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %b[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}
