@@ -999,7 +999,11 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     // fragments and mma.sync on each warp's lanes.
     bool warps = isWarpNest(nest);
     int64_t width = warps ? 32 : 1;
-    if (!n || *n * width > threads)
+    // A warp nest beside others of its phase starts past their warps (MergeNests.h).
+    int64_t first = 0;
+    if (auto attr = nest->getAttrOfType<IntegerAttr>(kFirstWarpAttr); attr && warps)
+      first = attr.getInt();
+    if (!n || first < 0 || (first + *n) * width > threads)
       return nest.emitOpError("spectra-launch-mapped-kernels: a thread nest needs at most ")
              << threads << " threads";
     Block *inner = nest.getBody();
@@ -1008,6 +1012,10 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     if (warps) {
       Value w = arith::ConstantIndexOp::create(nb, nest.getLoc(), 32);
       unit = arith::DivUIOp::create(nb, nest.getLoc(), tid, w);
+      // Below `first` the difference wraps past every count: those warps take no tile.
+      if (first)
+        unit = arith::SubIOp::create(nb, nest.getLoc(), unit,
+                                     arith::ConstantIndexOp::create(nb, nest.getLoc(), first));
       Value lane = arith::RemUIOp::create(nb, nest.getLoc(), tid, w);
       SmallVector<linalg::GenericOp> tiles;
       inner->walk([&](linalg::GenericOp g) {
@@ -1019,7 +1027,7 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
           return failure();
     }
     nest.getInductionVar(0).replaceAllUsesWith(unit);
-    if (*n * width == threads) {
+    if (first == 0 && *n * width == threads) {
       nb.getInsertionBlock()->getOperations().splice(nest->getIterator(), inner->getOperations());
     } else {
       Value live = arith::CmpIOp::create(nb, nest.getLoc(), arith::CmpIPredicate::ult, unit,

@@ -18,6 +18,7 @@
 #include "mlir/Interfaces/ViewLikeInterface.h"
 
 using namespace mlir;
+using mlir::spectra::kFirstWarpAttr;
 using mlir::spectra::kNoBarrierAttr;
 
 namespace {
@@ -210,7 +211,7 @@ struct Phase {
 /// registers where they had taken 128, and the causal kernels' spills at the 128-register
 /// cap grew 1.5-8x (posrf-orf f32 on sm_90a: 128 to 900 bytes).
 int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator where,
-                 StringRef nestAttr) {
+                 int64_t threads, StringRef nestAttr) {
   SmallVector<Phase, 4> phases;
   SmallVector<unsigned> phaseOf(items.size());
   for (auto [i, item] : llvm::enumerate(items)) {
@@ -261,6 +262,23 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
     // Only the phase's last op keeps its barrier.
     for (Operation *op : ArrayRef(placed).drop_back())
       op->setAttr(kNoBarrierAttr, UnitAttr::get(op->getContext()));
+    // Its warp nests of half the block's warps or more side by side while they fit, from
+    // warp 0 again where the next does not: independent, they need no order among them.
+    // (Narrower ones stay on warp 0: side by side, the causal key backward's two 2-warp
+    // nests raised its spills at the 128-register cap by 16-32 bytes.)
+    const int64_t warps = threads / 32;
+    int64_t used = 0;
+    for (Operation *op : placed) {
+      auto nest = cast<scf::ForallOp>(op);
+      std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
+      if (!isMovableWarpNest(nest, nestAttr) || !n || 2 * *n < warps)
+        continue;
+      if (used + *n > warps)
+        used = 0;
+      if (used)
+        nest->setAttr(kFirstWarpAttr, IntegerAttr::get(IndexType::get(nest.getContext()), used));
+      used += *n;
+    }
   }
   return static_cast<int64_t>(items.size() - phases.size());
 }
@@ -289,7 +307,7 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
   SmallVector<Operation *> between;
   auto flush = [&](Block::iterator where) {
     if (run.size() > 1) {
-      removed += schedule(run, block, where, nestAttr);
+      removed += schedule(run, block, where, threads, nestAttr);
       sinkToFirstUse(between);
     }
     run.clear();
@@ -303,8 +321,9 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
       // A guarded nest is not merged: it keeps no column of its own.
       Footprint f = footprintOf(nest, n);
       if (!f.opaque) {
-        // A mark from an earlier schedule no longer holds: this one sets its own.
+        // Marks from an earlier schedule no longer hold: this one sets its own.
         nest->removeAttr(kNoBarrierAttr);
+        nest->removeAttr(kFirstWarpAttr);
         llvm::SmallPtrSet<Value, 4> reduced;
         nest->walk([&](linalg::LinalgOp l) {
           if (l.getNumReductionLoops() != 0)

@@ -55,6 +55,11 @@ namespace mlir::spectra {
 /// of it (spectra-launch-mapped-kernels leaves the barrier out).
 inline constexpr llvm::StringLiteral kNoBarrierAttr = "spectra.no_barrier";
 
+/// The first warp of a warp nest that runs beside the warp nests before it in its phase, on
+/// the warps they leave (an index attribute; absent: warp 0). Two dW-sized contractions of 4
+/// warps each run side by side on a block of 8, not one after the other on warps 0-3.
+inline constexpr llvm::StringLiteral kFirstWarpAttr = "spectra.first_warp";
+
 /// Schedules, in `body` and the blocks nested in it, every run of nests (marked `nestAttr`,
 /// thread nests of at most `threads` threads and warp nests) into phases, the thread nests
 /// of a phase merged into one nest. Returns the nests removed (the barriers saved).

@@ -36,3 +36,36 @@ func.func @launched(%q: memref<64xf32>, %out: memref<64xf32>, %w: memref<2xf32>)
   } {mapping = [#gpu.block<x>]}
   return
 }
+
+// A warp nest marked spectra.first_warp (MergeNests.h: beside the warp nests before it in
+// its phase) takes warps from there: its warp index is tid / 32 - 2, and warps 0 and 1,
+// whose index wraps past its count, take no tile. The unmarked nest before it keeps warps
+// 0 and 1.
+// CHECK-LABEL: func.func @side_by_side
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}}) threads(%[[TX:[^,]*]], {{.*}}) in
+// CHECK: %[[W0:.*]] = arith.divui %[[TX]], %c32{{.*}} : index
+// CHECK: %[[LIVE0:.*]] = arith.cmpi ult, %[[W0]], %c2{{.*}} : index
+// CHECK: scf.if %[[LIVE0]] {
+// CHECK:   memref.store %{{.*}}, %arg1[%[[W0]]]
+// CHECK-NOT: gpu.barrier
+// CHECK: %[[W:.*]] = arith.divui %[[TX]], %c32{{.*}} : index
+// CHECK: %[[U:.*]] = arith.subi %[[W]], %c2{{.*}} : index
+// CHECK: %[[LIVE:.*]] = arith.cmpi ult, %[[U]], %c2{{.*}} : index
+// CHECK: scf.if %[[LIVE]] {
+// CHECK:   memref.store %{{.*}}, %arg2[%[[U]]]
+// CHECK: gpu.barrier
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.terminator
+func.func @side_by_side(%q: memref<64xf32>, %w: memref<2xf32>, %u: memref<2xf32>) attributes {spectra.threads = 128 : i64} {
+  scf.forall (%b) in (1) {
+    scf.forall (%v) in (2) {
+      %x = memref.load %q[%v] : memref<64xf32>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+    scf.forall (%v) in (2) {
+      %x = memref.load %q[%v] : memref<64xf32>
+      memref.store %x, %u[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.first_warp = 2 : index, spectra.thread_nest}
+  } {mapping = [#gpu.block<x>]}
+  return
+}

@@ -469,3 +469,44 @@ func.func @branch_of_two_nests(%q: memref<64xf32>, %out: memref<2xf32>, %w: memr
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
+
+// Independent warp nests of one phase of a 256-thread block (8 warps): those of half the
+// warps or more go side by side while they fit (spectra.first_warp), from warp 0 again where
+// the next does not fit; a narrower one (the second) stays on warp 0 and leaves the warps
+// the first left to the third. The stale mark on the first is dropped.
+// CHECK-LABEL: func.func @warps_side_by_side
+// CHECK: scf.forall (%{{.*}}) in (4) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (4) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.first_warp = 4 : index, spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (8) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%{{.*}}) in (4) {
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @warps_side_by_side(%q: memref<64xf32>, %a: memref<8xf32>, %b: memref<8xf32>,
+                              %c: memref<8xf32>, %d: memref<8xf32>, %e: memref<8xf32>) {
+  scf.forall (%v) in (4) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %a[%v] : memref<8xf32>
+  } {mapping = [#gpu.warp<x>], spectra.first_warp = 6 : index, spectra.thread_nest}
+  scf.forall (%v) in (2) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %c[%v] : memref<8xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  scf.forall (%v) in (4) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %b[%v] : memref<8xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  scf.forall (%v) in (8) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %d[%v] : memref<8xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  scf.forall (%v) in (4) {
+    %x = memref.load %q[%v] : memref<64xf32>
+    memref.store %x, %e[%v] : memref<8xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  return
+}
