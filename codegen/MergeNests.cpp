@@ -184,7 +184,15 @@ struct Item {
   Footprint footprint;
   std::optional<int64_t> threads;
   llvm::SmallPtrSet<Value, 4> reduced;
+
+  bool guarded() const { return op != nest; }
 };
+
+/// Drops the marks an earlier schedule set on `nest`: this one sets its own.
+void dropMarks(Operation *nest) {
+  nest->removeAttr(kNoBarrierAttr);
+  nest->removeAttr(kFirstWarpAttr);
+}
 
 /// A phase of a run: the nests that run between two barriers (its thread nests merged into
 /// one, its warp nests one after another with no barrier between); the buffers their
@@ -250,8 +258,19 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
         group.push_back(items[m].nest);
         counts.push_back(*items[m].threads);
       }
+    // Its guarded nests first: a barrier inside a guard is passed only where the guard
+    // holds, so the phase's barrier goes after a nest that always runs. A guarded nest keeps
+    // no column, so it is independent of every other member and its place among them is
+    // free.
+    SmallVector<unsigned> order;
+    for (bool guarded : {true, false})
+      for (unsigned m : phase.members)
+        if (items[m].guarded() == guarded)
+          order.push_back(m);
     SmallVector<Operation *> placed;  // the nests, in their order
-    for (unsigned m : phase.members) {
+    bool unguarded = false;
+    for (unsigned m : order) {
+      unguarded |= !items[m].guarded();
       if (!items[m].threads) {
         items[m].op->moveBefore(&block, where);
         placed.push_back(items[m].nest);
@@ -259,9 +278,11 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
         placed.push_back(merge(group, counts, block, where, nestAttr));
       }
     }
-    // Only the phase's last op keeps its barrier.
-    for (Operation *op : ArrayRef(placed).drop_back())
-      op->setAttr(kNoBarrierAttr, UnitAttr::get(op->getContext()));
+    // Only the phase's last op keeps its barrier; where every member is guarded, each keeps
+    // its own (one guard may hold where another does not).
+    if (unguarded)
+      for (Operation *op : ArrayRef(placed).drop_back())
+        op->setAttr(kNoBarrierAttr, UnitAttr::get(op->getContext()));
     // Its warp nests of half the block's warps or more side by side while they fit, from
     // warp 0 again where the next does not: independent, they need no order among them.
     // (Narrower ones stay on warp 0: side by side, the causal key backward's two 2-warp
@@ -314,16 +335,18 @@ int64_t mlir::spectra::mergeIndependentNests(Block &block, int64_t threads, Stri
     between.clear();
   };
   for (Operation &op : llvm::make_early_inc_range(block)) {
+    // Marks from an earlier schedule no longer hold (nor where a nest is not scheduled).
+    if (isa<scf::ForallOp>(op) && op.hasAttr(nestAttr))
+      dropMarks(&op);
     std::optional<int64_t> n = threadCount(&op, threads, nestAttr);
     scf::ForallOp guarded = guardedNest(&op, threads, nestAttr);
     if (n || isMovableWarpNest(&op, nestAttr) || guarded) {
       auto nest = guarded ? guarded : cast<scf::ForallOp>(op);
+      if (guarded)
+        dropMarks(nest);
       // A guarded nest is not merged: it keeps no column of its own.
       Footprint f = footprintOf(nest, n);
       if (!f.opaque) {
-        // Marks from an earlier schedule no longer hold: this one sets its own.
-        nest->removeAttr(kNoBarrierAttr);
-        nest->removeAttr(kFirstWarpAttr);
         llvm::SmallPtrSet<Value, 4> reduced;
         nest->walk([&](linalg::LinalgOp l) {
           if (l.getNumReductionLoops() != 0)

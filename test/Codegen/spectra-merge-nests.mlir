@@ -400,11 +400,11 @@ func.func @stale_mark(%q: memref<64xf32>, %w: memref<2xf32>) {
 // CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
 // CHECK-NEXT: scf.if %arg3 {
 // CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
-// CHECK:     memref.load %[[A]]
+// CHECK:     memref.load %[[A]][
 // CHECK:   } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
 // CHECK-NEXT: }
 // CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
-// CHECK:   memref.load %[[B]]
+// CHECK:   memref.load %[[B]][
 // CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
 // CHECK-NEXT: return
 func.func @guarded_nest(%q: memref<64xf32>, %out: memref<2xf32>, %w: memref<2xf32>, %learn: i1) {
@@ -508,5 +508,73 @@ func.func @warps_side_by_side(%q: memref<64xf32>, %a: memref<8xf32>, %b: memref<
     %x = memref.load %q[%v] : memref<64xf32>
     memref.store %x, %e[%v] : memref<8xf32>
   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  return
+}
+
+// The phase's barrier is never one inside a guard, which is passed only where the guard
+// holds: a guarded nest goes ahead of the nests of its phase that always run (here the warp
+// nest before it, reading the same tile), and keeps no barrier of its own. A phase of guarded
+// nests alone keeps the barrier of each (one guard may hold where the other does not).
+// CHECK-LABEL: func.func @guard_not_last
+// CHECK: scf.forall (%{{.*}}) in (64) {
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.if %arg3 {
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:     memref.store %{{.*}}, %arg2[
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.no_barrier, spectra.thread_nest}
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.forall (%{{.*}}) in (2) {
+// CHECK:   memref.store %{{.*}}, %arg1[
+// CHECK: } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @guard_not_last(%q: memref<64xf32>, %out: memref<2xf32>, %w: memref<2xf32>, %learn: i1) {
+  %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%v) in (2) {
+    %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+    memref.store %x, %out[%v] : memref<2xf32>
+  } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  scf.if %learn {
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  }
+  return
+}
+
+// CHECK-LABEL: func.func @only_guards
+// CHECK: scf.forall (%{{.*}}) in (64) {
+// CHECK: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.if %arg3 {
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.if %arg4 {
+// CHECK-NEXT:   scf.forall (%{{.*}}) in (2) {
+// CHECK:   } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+// CHECK-NEXT: }
+// CHECK-NEXT: return
+func.func @only_guards(%q: memref<64xf32>, %out: memref<2xf32>, %w: memref<2xf32>, %learn: i1, %other: i1) {
+  %a = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    %x = memref.load %q[%t] : memref<64xf32>
+    memref.store %x, %a[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.if %learn {
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %w[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  }
+  scf.if %other {
+    scf.forall (%v) in (2) {
+      %x = memref.load %a[%v] : memref<64xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %out[%v] : memref<2xf32>
+    } {mapping = [#gpu.warp<x>], spectra.thread_nest}
+  }
   return
 }
