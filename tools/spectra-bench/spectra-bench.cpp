@@ -496,12 +496,16 @@ double timeMethod(Method method, Setup &s, SpectralAttention &fused, SpectralAtt
 /// the FMA peak measured on as many threads: whether the kernels or the machine lose what
 /// the threads do not gain (on a virtual machine two vCPUs may share a core's FMA units
 /// with other guests for a while, which a register-only peak of a fraction of a second
-/// misses and a run of seconds does not).
+/// misses and a run of seconds does not). Then each of the four kernels' mean time on one
+/// thread and on `threads` (`timed`, the breakdown's passes): the kernel that gains least is
+/// where the threads lose.
 void printThreadScaling(Setup &s, SpectralAttention &fused, SpectralAttention &reference,
-                        int64_t m, int64_t features, double both, double peak, int threads) {
+                        int64_t m, int64_t features, double both, double peak, int threads,
+                        const TimedPasses &timed) {
   at::set_num_threads(1);
   double peak1 = bench::measureFmaPeak(1).gflops;
   double one = timeMethod(Method::Fused, s, fused, reference, true);
+  const TimedPasses single = timeKernelPasses(s.repeats, [&] { forwardBackward(fused, s); });
   at::set_num_threads(threads);
   if (peak1 <= 0 || one <= 0)
     return;
@@ -512,6 +516,20 @@ void printThreadScaling(Setup &s, SpectralAttention &fused, SpectralAttention &r
             << threads << " threads " << 100 * f / both / peak << "% of theirs: " << std::setprecision(2)
             << one / both << "x faster on " << threads << " threads, the peak " << peak / peak1
             << "x" << std::setprecision(4) << "\n";
+  if (single.passes == 0 || timed.passes == 0)
+    return;
+  std::cout << "per kernel        mean ms of a pass on 1 -> " << threads << " threads:";
+  const char *sep = " ";
+  for (const char *kind : kBidirectionalKinds) {
+    auto a = single.perKernel.find(kind), b = timed.perKernel.find(kind);
+    if (a == single.perKernel.end() || b == timed.perKernel.end() || b->second.seconds <= 0)
+      continue;
+    double t1 = a->second.seconds / single.passes, tn = b->second.seconds / timed.passes;
+    std::cout << sep << kind << " " << std::setprecision(2) << 1e3 * t1 << " -> " << 1e3 * tn
+              << " (" << t1 / tn << "x)";
+    sep = ", ";
+  }
+  std::cout << std::setprecision(4) << "\n";
 }
 
 /// `text` as a whole positive integer, or an error that names the option and what it got.
@@ -1194,7 +1212,8 @@ int main(int argc, char **argv) {
       if (peak.gflops > 0)
         printAmxShare(timed, s, desc.m, features, peak.gflops, threads, amxBefore);
       if (threads > 1 && peak.gflops > 0)
-        printThreadScaling(s, fused, reference, desc.m, features, tbF, peak.gflops, threads);
+        printThreadScaling(s, fused, reference, desc.m, features, tbF, peak.gflops, threads,
+                           timed);
     }
     std::cout << "peak memory (forward+backward)  fused " << mib(memF) << "   reference "
               << mib(memR);
