@@ -202,11 +202,34 @@ struct Phase {
   llvm::SmallPtrSet<Value, 8> reduced;
 };
 
+/// Puts a phase's warp nests (`placed`, its nests in their order) of half the block's `warps`
+/// or more side by side while they fit (kFirstWarpAttr), from warp 0 again where the next
+/// does not: independent, they need no order among them. Narrower ones stay on warp 0: side
+/// by side, the causal key backward's two 2-warp nests raised its spills at the
+/// 128-register cap by 16-32 bytes.
+void spreadOverWarps(ArrayRef<Operation *> placed, int64_t warps, StringRef nestAttr) {
+  int64_t used = 0;
+  for (Operation *op : placed) {
+    auto nest = cast<scf::ForallOp>(op);
+    std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
+    if (!isMovableWarpNest(nest, nestAttr) || !n || 2 * *n < warps)
+      continue;
+    if (used + *n > warps)
+      used = 0;
+    if (used)
+      nest->setAttr(kFirstWarpAttr, IntegerAttr::get(IndexType::get(nest.getContext()), used));
+    used += *n;
+  }
+}
+
 /// Schedules a run's nests into phases and puts them, phase by phase, at `where` in `block`
 /// (the run's end). A nest goes to the first phase after every phase holding a nest it
 /// conflicts with: it joins the first phase it may from there, or opens one of its own
 /// there where it may join none. Only the last op of a phase keeps its barrier (the others
-/// are marked kNoBarrierAttr): its nests are independent of one another. The phases'
+/// are marked kNoBarrierAttr): its nests are independent of one another. A phase's guarded
+/// nests go first, so that its barrier is not one a guard may skip (a phase of guarded nests
+/// alone keeps every barrier), and its wide warp nests go side by side (spreadOverWarps).
+/// The phases'
 /// order keeps every conflicting pair in its order; a nest moves above only nests it is
 /// independent of. The ops between the nests of a run have no effects and no results the
 /// nests define (a nest has none), so the phases go below them, at the run's end (where
@@ -283,23 +306,7 @@ int64_t schedule(MutableArrayRef<Item> items, Block &block, Block::iterator wher
     if (unguarded)
       for (Operation *op : ArrayRef(placed).drop_back())
         op->setAttr(kNoBarrierAttr, UnitAttr::get(op->getContext()));
-    // Its warp nests of half the block's warps or more side by side while they fit, from
-    // warp 0 again where the next does not: independent, they need no order among them.
-    // (Narrower ones stay on warp 0: side by side, the causal key backward's two 2-warp
-    // nests raised its spills at the 128-register cap by 16-32 bytes.)
-    const int64_t warps = threads / 32;
-    int64_t used = 0;
-    for (Operation *op : placed) {
-      auto nest = cast<scf::ForallOp>(op);
-      std::optional<int64_t> n = getConstantIntValue(nest.getMixedUpperBound()[0]);
-      if (!isMovableWarpNest(nest, nestAttr) || !n || 2 * *n < warps)
-        continue;
-      if (used + *n > warps)
-        used = 0;
-      if (used)
-        nest->setAttr(kFirstWarpAttr, IntegerAttr::get(IndexType::get(nest.getContext()), used));
-      used += *n;
-    }
+    spreadOverWarps(placed, threads / 32, nestAttr);
   }
   return static_cast<int64_t>(items.size() - phases.size());
 }
