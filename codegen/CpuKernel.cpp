@@ -736,6 +736,9 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     tiles.paramsKernels = true;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());
+    // The full tiles of the kernels without a contraction (the moments) unstaged: their
+    // copies were most of their work.
+    pm.addNestedPass<func::FuncOp>(createSpectraFullTilesInPlace());
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());
     return;

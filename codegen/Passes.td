@@ -169,6 +169,46 @@ def SpectraStripTiles : Pass<"spectra-strip-tiles", "::mlir::func::FuncOp"> {
                            "::mlir::arith::ArithDialect"];
 }
 
+def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func::FuncOp"> {
+  let summary = "full row tiles read and write the kernel arguments' rows in place, not through staged copies (CPU)";
+  let description = [{
+    The tile kernels stage each row tile: its rows copied into a [T, W]
+    buffer (zeros below the last row), worked on whole, its results copied
+    out. Only a slice's last tile can be short, and in kernels that do little
+    per element (the statistics' moments and their backward) the fills and
+    copies are most of the work. For a tile loop without a contraction, the
+    body runs under `scf.if rows == T`: the full tile reads the argument's
+    rows through a [T, W] view where the staged buffer was only read, and
+    writes them the same way where the buffer was written once by an
+    elementwise op (or a fill) and then unstaged; the short tile keeps the
+    staged body.
+
+    Arguments of one type may be the same memory (dx may be dxin), so an
+    argument is read in place only where every read of it comes before the
+    first write to an argument of its type, or is that write's own element-
+    for-element read (identity maps), as in the staged body.
+
+    ```mlir
+    scf.for %r0 = %c0 to %n step %c32 {      // spectra.tile_loop
+      %rows = arith.minsi %left, %c32 : index
+      linalg.fill ins(%zero : f32) outs(%xt : memref<32x32xf32>)
+      scf.for %i = %c0 to %rows step %c1 { /* row r0 + i of %x into row i of %xt */ }
+      linalg.generic ins(%xt ...) outs(%sum ...)   // reads %xt
+    }
+    // becomes
+    scf.for %r0 = %c0 to %n step %c32 {
+      %rows = arith.minsi %left, %c32 : index
+      scf.if %rows == 32 {
+        %v = memref.subview %x[%r0, 0] [32, 32] [1, 1]
+        linalg.generic ins(%v ...) outs(%sum ...)
+      } else { /* as before */ }
+    }
+    ```
+  }];
+  let dependentDialects = ["::mlir::scf::SCFDialect", "::mlir::memref::MemRefDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
   let summary = "replace math.exp by its polynomial approximation (vectorisable, no libm call)";
   let description = [{

@@ -620,12 +620,15 @@ void buildMomentsBackward(OpBuilder &b, Location loc, ComponentOp component, con
   TileBuilder tb(b, loc, component, s, k.entry);
   Value X = k.arg(0), keep = k.arg(1), A = k.arg(2), Bv = k.arg(3), DXin = k.arg(4),
         DX = k.arg(5);
-  Value Xt = tb.buffer({s.T, s.D}), DXt = tb.buffer({s.T, s.D}), kept = tb.buffer({s.T});
+  // dxin staged apart from dx, which the elementwise op only writes: on the CPU a full tile
+  // then reads x and dxin and writes dx in place (spectra-full-tiles-in-place).
+  Value Xt = tb.buffer({s.T, s.D}), DXint = tb.buffer({s.T, s.D}), DXt = tb.buffer({s.T, s.D}),
+        kept = tb.buffer({s.T});
   tb.forTiles(tb.dim(X, 0), [&](Value r0, Value rows) {
     tb.stageFilled(X, r0, rows, Xt, s.D);
-    tb.stageFilled(DXin, r0, rows, DXt, s.D);
+    tb.stageFilled(DXin, r0, rows, DXint, s.D);
     tb.stageMask(keep, r0, rows, kept);
-    tb.elementwise({{Xt}, {kept, At::Row}, {A, At::Col}, {Bv, At::Col}}, {DXt},
+    tb.elementwise({{Xt}, {kept, At::Row}, {A, At::Col}, {Bv, At::Col}, {DXint}}, {DXt},
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
                      return SmallVector<Value>{
