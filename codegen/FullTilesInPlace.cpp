@@ -11,26 +11,33 @@
 // three times the loads and stores of the arithmetic.
 //
 // For each tile loop (scf.for marked spectra.tile_loop) without a contraction
-// (an op of three loops, whose work the copies do not weigh on), the body runs
-// under `scf.if rows == T`: its full-tile copy reads the arguments' rows through
-// [T, W] views of them and writes them the same way, and the short tile keeps the
-// staged body. A buffer B is read in place when
-//  - it is an allocation only this loop's body uses, filled (zeros: a fill of B
-//    or a loop of fills of its rows) and staged by a loop over the tile's rows
-//    whose body copies row r0 + i of a kernel argument into row i of B (a
-//    linalg.generic that yields its input unchanged, or a load and store of one
-//    element for a mask), and
-//  - the body's other uses of B (through its subviews too) only read it;
+// (a linalg op of three or more loops, whose work the copies do not weigh on), the
+// body runs under `scf.if rows == T`: its full-tile copy reads the arguments' rows
+// through [T, W] views of them and writes them the same way, and the short tile
+// keeps the staged body. A buffer B is read in place when
+//  - it is an allocation only this loop's body uses, filled with zeros (a fill of B
+//    or a loop of fills of its rows, whatever the value: the full tile drops it)
+//    and then staged by a loop over the tile's rows whose body copies row r0 + i
+//    of a kernel argument into row i of B (a linalg.generic that yields its input
+//    unchanged, or a load and store of one element for a mask), and
+//  - the body's other uses of B (through its subviews too) come after that copy
+//    and only read it;
 // a buffer B is written in place when
 //  - it is an allocation only this loop's body uses, unstaged by a loop that
 //    copies row i of B into row r0 + i of an argument, and written before that by
 //    one op W: a fill, or an all-parallel linalg.generic whose payload does not
 //    read B's old value, with B its only output.
 // Arguments of one type may be the same memory (the kernels' in-place calls: dx
-// may be dxin). So an argument read in place must be read before any op writes an
-// argument of its type, but for the in-place writer W itself reading it element
-// for element (identity maps), as the staged body, which reads every input row
-// before anything is written, would see it.
+// may be dxin), and the rewrite moves reads and writes of the arguments:
+//  - a buffer written in place writes its argument at W, no longer at its copy, so
+//    no op between W and that copy may read or write an argument of its type;
+//  - a buffer read in place reads its argument where B was read, no longer at its
+//    copy, so every such read must come before the first write to an argument of
+//    its type, or be that write W's own element-for-element read (identity maps),
+//    which reads each element before W writes it, as the staged body did.
+// Arguments are told apart by type (memrefs of different shapes are never the
+// same memory in the kernels' calls); an op whose effects are unknown counts as
+// touching every argument.
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +48,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "llvm/ADT/SetVector.h"
 
@@ -167,7 +175,9 @@ std::optional<Staging> matchStaging(scf::ForOp copy, func::FuncOp fn) {
     return std::nullopt;
   }
   auto buffer = cast<MemRefType>(s.buffer.getType()), arg = cast<MemRefType>(s.arg.getType());
-  if (!s.r0 || buffer.getRank() != arg.getRank() || !arg.isDynamicDim(0) ||
+  // r0 comes from outside the copy (it must dominate the views built above the copies).
+  if (!s.r0 || copy->isAncestor(s.r0.getParentRegion()->getParentOp()) ||
+      buffer.getRank() != arg.getRank() || !arg.isDynamicDim(0) ||
       buffer.getElementType() != arg.getElementType() ||
       (buffer.getRank() == 2 && buffer.getDimSize(1) != arg.getDimSize(1)))
     return std::nullopt;
@@ -175,7 +185,11 @@ std::optional<Staging> matchStaging(scf::ForOp copy, func::FuncOp fn) {
 }
 
 /// The top-level op of `body` that holds `op`.
-Operation *topLevel(Operation *op, Block &body) { return body.findAncestorOpInBlock(*op); }
+Operation *topLevel(Operation *op, Block &body) {
+  Operation *top = body.findAncestorOpInBlock(*op);
+  assert(top && "an op outside the tile body");
+  return top;
+}
 
 /// Every use of `buffer`, and of the views of it, as (user, the value used).
 void usesOf(Value buffer, SmallVectorImpl<std::pair<Operation *, Value>> &uses) {
@@ -236,42 +250,59 @@ Value argumentOf(Value value, func::FuncOp fn) {
   return isArgument(value, fn) ? value : Value();
 }
 
-/// Whether the top-level op `op` writes a function argument of type `type`.
-bool writesArgumentOfType(Operation *op, Type type, func::FuncOp fn) {
-  bool writes = false;
-  op->walk([&](Operation *inner) {
-    auto check = [&](Value memref) {
-      if (Value arg = argumentOf(memref, fn); arg && arg.getType() == type)
-        writes = true;
-    };
-    if (auto linalg = dyn_cast<linalg::LinalgOp>(inner))
-      for (Value init : linalg.getDpsInits())
-        check(init);
-    else if (auto store = dyn_cast<memref::StoreOp>(inner))
-      check(store.getMemRef());
+/// Whether `op` (with what it holds) may write, or with `reads` also read, a function
+/// argument of type `type`: by its memory effects, an effect on no named value or an op
+/// without effect information counting as touching every argument.
+bool touchesArgumentOfType(Operation *op, Type type, func::FuncOp fn, bool reads) {
+  WalkResult result = op->walk([&](Operation *inner) {
+    // Its own effects (a linalg op's on its operands), and those of what it holds, which the
+    // walk visits too.
+    auto effects = dyn_cast<MemoryEffectOpInterface>(inner);
+    if (!effects)
+      return inner->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ? WalkResult::advance()
+                                                                     : WalkResult::interrupt();
+    SmallVector<MemoryEffects::EffectInstance> list;
+    effects.getEffects(list);
+    for (MemoryEffects::EffectInstance &e : list) {
+      if (!isa<MemoryEffects::Write>(e.getEffect()) &&
+          !(reads && isa<MemoryEffects::Read>(e.getEffect())))
+        continue;
+      Value v = e.getValue();
+      if (!v)
+        return WalkResult::interrupt();
+      if (Value arg = argumentOf(v, fn); arg && arg.getType() == type)
+        return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
   });
-  return writes;
+  return result.wasInterrupted();
 }
 
-/// Rebuilds the views in `block` whose source now has another layout (a [T, W] view of an
-/// argument, with a dynamic offset, in place of a [T, W] buffer), in program order, so each
-/// view's type follows its source's.
-void retypeViews(Block &block) {
+/// Rebuilds the views in `block` taken of `roots` (the [T, W] views of arguments, whose
+/// dynamic offset the buffers they replace did not have), and of those views in turn, in
+/// program order, each with the type its new source gives it.
+void retypeViews(Block &block, ArrayRef<Value> roots) {
+  llvm::DenseSet<Value> retyped(roots.begin(), roots.end());
   SmallVector<memref::SubViewOp> views;
   block.walk([&](memref::SubViewOp sv) { views.push_back(sv); });
   for (memref::SubViewOp sv : views) {
+    if (!retyped.contains(sv.getSource()))
+      continue;
     auto type = cast<MemRefType>(sv.getType());
     MemRefType inferred = memref::SubViewOp::inferRankReducedResultType(
         type.getShape(), cast<MemRefType>(sv.getSource().getType()), sv.getStaticOffsets(),
         sv.getStaticSizes(), sv.getStaticStrides());
-    if (inferred == type)
+    if (inferred == type) {
+      retyped.insert(sv.getResult());
       continue;
+    }
     OpBuilder b(sv);
     auto view = memref::SubViewOp::create(b, sv.getLoc(), inferred, sv.getSource(),
                                           sv.getMixedOffsets(), sv.getMixedSizes(),
                                           sv.getMixedStrides());
     sv.getResult().replaceAllUsesWith(view.getResult());
     sv->erase();
+    retyped.insert(view.getResult());
   }
 }
 
@@ -312,11 +343,13 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
       }
       Operation *top = topLevel(user, body);
       if (s.in) {
+        // Zeros, then the rows, then only reads: the full tile reads the rows in their place.
         if (isFillOf(top, s.buffer)) {
+          ok &= top->isBeforeInBlock(s.loop);
           if (!llvm::is_contained(s.fills, top))
             s.fills.push_back(top);
         } else {
-          ok &= onlyReads(user, value);
+          ok &= onlyReads(user, value) && s.loop->isBeforeInBlock(top);
         }
       } else {
         ok &= user == top && value == s.buffer && !s.writer && isPureWriterOf(user, s.buffer) &&
@@ -324,9 +357,24 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
         s.writer = user;
       }
     }
-    if (ok && (s.in || s.writer))
+    // A stage-in without zeros below the rows would leave a short tile's tail to whatever
+    // the last full tile left there, which is no longer the buffer.
+    if (ok && (s.in ? !s.fills.empty() : s.writer != nullptr))
       chosen.push_back(s);
   }
+
+  // A stage-out written in place writes its argument at its writer, no longer at its copy:
+  // nothing between the two may touch an argument of its type (a staging copy of an
+  // argument that is the same memory, another copy-out). Dropping one only moves writes back.
+  llvm::erase_if(chosen, [&](Staging &s) {
+    if (s.in)
+      return false;
+    for (Operation *op = s.writer->getNextNode(); op != s.loop.getOperation();
+         op = op->getNextNode())
+      if (touchesArgumentOfType(op, s.arg.getType(), fn, /*reads=*/true))
+        return true;
+    return false;
+  });
 
   // Arguments read in place are read before any argument of their type is written, but for
   // an in-place writer's own element-for-element reads.
@@ -337,7 +385,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
     Type type = s.arg.getType();
     Operation *firstWrite = nullptr;
     for (Operation &op : body.without_terminator()) {
-      bool writes = writesArgumentOfType(&op, type, fn);
+      bool writes = touchesArgumentOfType(&op, type, fn, /*reads=*/false);
       for (const Staging &o : chosen)
         writes |= !o.in && o.arg.getType() == type && (&op == o.writer || &op == o.loop);
       if (writes) {
@@ -397,6 +445,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
 
   llvm::DenseSet<Operation *> dropped;
   IRMapping mapping;
+  SmallVector<Value> roots;
   b.setInsertionPointToStart(&branch.getThenRegion().front());
   for (Staging &s : chosen) {
     dropped.insert(s.loop);
@@ -408,12 +457,14 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
       sizes.push_back(b.getIndexAttr(type.getDimSize(1)));
       strides.push_back(b.getIndexAttr(1));
     }
-    mapping.map(s.buffer, memref::SubViewOp::create(b, loc, s.arg, offsets, sizes, strides));
+    Value view = memref::SubViewOp::create(b, loc, s.arg, offsets, sizes, strides);
+    mapping.map(s.buffer, view);
+    roots.push_back(view);
   }
   for (Operation &op : staged.without_terminator())
     if (!dropped.contains(&op))
       b.clone(op, mapping);
-  retypeViews(branch.getThenRegion().front());
+  retypeViews(branch.getThenRegion().front(), roots);
   return true;
 }
 

@@ -186,7 +186,11 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
     Arguments of one type may be the same memory (dx may be dxin), so an
     argument is read in place only where every read of it comes before the
     first write to an argument of its type, or is that write's own element-
-    for-element read (identity maps), as in the staged body.
+    for-element read (identity maps), as in the staged body; and a buffer is
+    written in place only where nothing between its writer and its copy-out
+    reads or writes an argument of its type. Loops with a contraction (a
+    linalg op of three or more loops) are left as they are: there the copies
+    weigh little, and the doubled body costs compile time.
 
     ```mlir
     scf.for %r0 = %c0 to %n step %c32 {      // spectra.tile_loop

@@ -1,9 +1,9 @@
 // RUN: spectra-opt %s -pass-pipeline='builtin.module(func.func(spectra-full-tiles-in-place))' | FileCheck %s
-// RUN: spectra-compile --variant oprf-orf --emit=tiles | FileCheck %s --check-prefix=OPRF
+// RUN: spectra-compile --variant oprf-orf --fma-chains 0 --emit=tiles | FileCheck %s --check-prefix=OPRF
 
-// The compiled statistics: a whole tile of the moments reads q's rows and the mask in place, and
-// their backward reads x and dxin and writes dx in place; the kernels with a contraction keep
-// their staged body alone.
+// The compiled statistics (32-row tiles: --fma-chains 0, the width's default register tile): a
+// whole tile of the moments reads q's rows and the mask in place, and their backward reads x
+// and dxin and writes dx in place; the kernels with a contraction keep their staged body alone.
 // OPRF-LABEL: func.func @oprf_orf_moments(
 // OPRF:         scf.if
 // OPRF-COUNT-2:   memref.subview %arg{{[01]}}[%{{.*}}, 0] [32, 32] [1, 1]
@@ -21,6 +21,13 @@
 // OPRF-LABEL: func.func @oprf_orf_kv(
 // OPRF-NOT:     scf.if
 // OPRF-LABEL: func.func @oprf_orf_kv_combine(
+// OPRF-LABEL: func.func @oprf_orf_readout(
+// OPRF-NOT:     ] [32, 32] [1, 1]
+// OPRF-LABEL: func.func @oprf_orf_query_backward(
+// OPRF-NOT:     ] [32, 32] [1, 1]
+// OPRF-LABEL: func.func @oprf_orf_key_backward(
+// OPRF-NOT:     ] [32, 32] [1, 1]
+// OPRF-LABEL: func.func @oprf_orf_dweights_chunk_combine(
 
 #id = affine_map<(i, j) -> (i, j)>
 #tr = affine_map<(i, j) -> (j, i)>
@@ -37,7 +44,8 @@
 // CHECK-SAME:    (%[[X:.*]]: memref<?x8xf32>, %[[Y:.*]]: memref<?x8xf32>, %[[KEEP:.*]]: memref<?xf32>, %[[SUM:.*]]: memref<8xf32>)
 // CHECK:         scf.for %[[R0:.*]] = %{{.*}} to %{{.*}} step %[[C4:.*]] {
 // CHECK:           %[[ROWS:.*]] = arith.minsi
-// CHECK:           %[[FULL:.*]] = arith.cmpi eq, %[[ROWS]], %[[C4B:.*]] : index
+// CHECK-NEXT:      %[[C4B:.*]] = arith.constant 4 : index
+// CHECK-NEXT:      %[[FULL:.*]] = arith.cmpi eq, %[[ROWS]], %[[C4B]] : index
 // CHECK:           scf.if %[[FULL]] {
 // CHECK-NEXT:        %[[XV:.*]] = memref.subview %[[X]][%[[R0]], 0] [4, 8] [1, 1] : memref<?x8xf32> to memref<4x8xf32, strided<[8, 1], offset: ?>>
 // CHECK-NEXT:        %[[YV:.*]] = memref.subview %[[Y]][%[[R0]], 0] [4, 8] [1, 1]
@@ -110,11 +118,13 @@ func.func @moments(%x: memref<?x8xf32>, %y: memref<?x8xf32>, %keep: memref<?xf32
 // whole tile reads x and dxin and writes dx through views, with no copy.
 // CHECK-LABEL: func.func @backward
 // CHECK-SAME:    (%[[X:.*]]: memref<?x8xf32>, %[[DXIN:.*]]: memref<?x8xf32>, %[[DX:.*]]: memref<?x8xf32>)
+// CHECK:         scf.for %[[R0:.*]] = %{{.*}} to
 // CHECK:         scf.if
-// CHECK-NEXT:      %[[XV:.*]] = memref.subview %[[X]]
-// CHECK-NEXT:      %[[INV:.*]] = memref.subview %[[DXIN]]
-// CHECK-NEXT:      %[[OUTV:.*]] = memref.subview %[[DX]]
+// CHECK-NEXT:      %[[XV:.*]] = memref.subview %[[X]][%[[R0]], 0] [4, 8] [1, 1]
+// CHECK-NEXT:      %[[INV:.*]] = memref.subview %[[DXIN]][%[[R0]], 0] [4, 8] [1, 1]
+// CHECK-NEXT:      %[[OUTV:.*]] = memref.subview %[[DX]][%[[R0]], 0] [4, 8] [1, 1]
 // CHECK-NEXT:      linalg.generic {{.*}} ins(%[[XV]], %[[INV]] : {{.*}}) outs(%[[OUTV]] : memref<4x8xf32, strided<[8, 1], offset: ?>>)
+// CHECK-NOT:       scf.for
 // CHECK:           } else {
 // CHECK:           scf.for
 // CHECK:           scf.for
@@ -300,6 +310,7 @@ func.func @writer_reads_output(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
 // CHECK-NEXT:      linalg.fill
 // CHECK-NEXT:      scf.for
 // CHECK:           linalg.generic {{.*}} ins(%{{.*}} : memref<4x4xf32>) outs(%[[OUTV]] :
+// CHECK-NOT:       scf.for
 // CHECK:         } else {
 func.func @transposed_read(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
   %c0 = arith.constant 0 : index
@@ -338,6 +349,147 @@ func.func @transposed_read(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
       ^bb0(%in: f32, %out: f32):
         linalg.yield %in : f32
       }
+    }
+  } {spectra.tile_loop}
+  return
+}
+
+// The output's writer comes before y is staged, and dx may be y: written in place, dx would
+// change before y's rows are read. So the output keeps its copy-out, which comes after every
+// read of x and y; x and y, read before it, are read in place.
+// CHECK-LABEL: func.func @write_before_a_staged_read
+// CHECK-SAME:    (%[[X:.*]]: memref<?x4xf32>, %[[Y:.*]]: memref<?x4xf32>, %[[DX:.*]]: memref<?x4xf32>, %[[SUM:.*]]: memref<4xf32>)
+// CHECK:         scf.if
+// CHECK-NEXT:      %[[XV:.*]] = memref.subview %[[X]]
+// CHECK-NEXT:      %[[YV:.*]] = memref.subview %[[Y]]
+// CHECK-NEXT:      linalg.generic {{.*}} ins(%[[XV]] : {{.*}}) outs(%[[OT:.*]] : memref<4x4xf32>)
+// CHECK:           linalg.generic {{.*}} ins(%[[YV]] : {{.*}}) outs(%[[SUM]] :
+// CHECK:           scf.for
+// CHECK:             memref.subview %[[OT]]
+// CHECK:             memref.subview %[[DX]]
+// CHECK:         } else {
+func.func @write_before_a_staged_read(%x: memref<?x4xf32>, %y: memref<?x4xf32>, %dx: memref<?x4xf32>, %sum: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %zero = arith.constant 0.0 : f32
+  %xt = memref.alloca() : memref<4x4xf32>
+  %yt = memref.alloca() : memref<4x4xf32>
+  %ot = memref.alloca() : memref<4x4xf32>
+  %n = memref.dim %x, %c0 : memref<?x4xf32>
+  scf.for %r0 = %c0 to %n step %c4 {
+    %left = arith.subi %n, %r0 : index
+    %rows = arith.minsi %left, %c4 : index
+    linalg.fill ins(%zero : f32) outs(%xt : memref<4x4xf32>)
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %x[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %xt[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%xt : memref<4x4xf32>) outs(%ot : memref<4x4xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %s = arith.mulf %a, %a : f32
+      linalg.yield %s : f32
+    }
+    linalg.fill ins(%zero : f32) outs(%yt : memref<4x4xf32>)
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %y[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %yt[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+        ins(%yt : memref<4x4xf32>) outs(%sum : memref<4xf32>) {
+    ^bb0(%a: f32, %s: f32):
+      %t = arith.addf %s, %a : f32
+      linalg.yield %t : f32
+    }
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %ot[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %dx[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+  } {spectra.tile_loop}
+  return
+}
+
+// Zeros stored after the rows (the reads see zeros), a read before the copy (it sees the last
+// tile's rows), and a stage without zeros (a short tile's tail would hold what the last full
+// tile left in the buffer, which is no longer written): none is read in place.
+// CHECK-LABEL: func.func @out_of_order
+// CHECK-NOT:     scf.if
+// CHECK:         return
+func.func @out_of_order(%x: memref<?x4xf32>, %y: memref<?x4xf32>, %z: memref<?x4xf32>, %sum: memref<4xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %zero = arith.constant 0.0 : f32
+  %xt = memref.alloca() : memref<4x4xf32>
+  %yt = memref.alloca() : memref<4x4xf32>
+  %zt = memref.alloca() : memref<4x4xf32>
+  %n = memref.dim %x, %c0 : memref<?x4xf32>
+  scf.for %r0 = %c0 to %n step %c4 {
+    %left = arith.subi %n, %r0 : index
+    %rows = arith.minsi %left, %c4 : index
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %x[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %xt[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    linalg.fill ins(%zero : f32) outs(%xt : memref<4x4xf32>)
+    linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+        ins(%yt : memref<4x4xf32>) outs(%sum : memref<4xf32>) {
+    ^bb0(%a: f32, %s: f32):
+      %t = arith.addf %s, %a : f32
+      linalg.yield %t : f32
+    }
+    linalg.fill ins(%zero : f32) outs(%yt : memref<4x4xf32>)
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %y[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %yt[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %z[%r, 0] [1, 4] [1, 1] : memref<?x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      %to = memref.subview %zt[%i, 0] [1, 4] [1, 1] : memref<4x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x4xf32, strided<[4, 1], offset: ?>>) outs(%to : memref<1x4xf32, strided<[4, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    linalg.generic {indexing_maps = [#id, #id, #col], iterator_types = ["reduction", "parallel"]}
+        ins(%xt, %zt : memref<4x4xf32>, memref<4x4xf32>) outs(%sum : memref<4xf32>) {
+    ^bb0(%a: f32, %b: f32, %s: f32):
+      %p = arith.mulf %a, %b : f32
+      %t = arith.addf %s, %p : f32
+      linalg.yield %t : f32
     }
   } {spectra.tile_loop}
   return

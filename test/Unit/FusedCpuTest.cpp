@@ -358,18 +358,19 @@ TEST(FusedCpuBackward, FeatureTailsAtAFullHead) {
 
 // The statistics' kernels (moments and their backward) read and write a whole tile's rows in
 // place, a short tile through its staged copy (spectra-full-tiles-in-place): 70 queries and
-// 96 keys are two and three whole 32-row tiles and a short one, with masked keys (and junk
-// under them) inside a whole tile and inside the short one; the moments' backward adds into
-// dq and dk in place (dx is dxin).
+// 90 keys are two whole 32-row tiles and a short one each (at 32-row tiles; smaller tiles
+// divide 32 too), with masked keys (and junk under them) inside a whole tile and inside the
+// short one; the moments' backward adds into dq and dk in place (dx is dxin).
 TEST(FusedCpuBackward, StatisticsOverWholeAndShortTiles) {
   torch::manual_seed(31);
   using torch::indexing::Slice;
   Case c{torch::randn({2, 2, 70, 32}, torch::kFloat64) * 0.3,
-         torch::randn({2, 2, 96, 32}, torch::kFloat64) * 0.3,
-         torch::randn({2, 2, 96, 32}, torch::kFloat64), torch::ones({2, 96}, torch::kBool)};
+         torch::randn({2, 2, 90, 32}, torch::kFloat64) * 0.3,
+         torch::randn({2, 2, 90, 32}, torch::kFloat64), torch::ones({2, 90}, torch::kBool)};
   c.mask.index_put_({0, Slice(10, 21)}, false);
-  c.mask.index_put_({1, Slice(80)}, false);
+  c.mask.index_put_({1, Slice(70)}, false);
   c.k.index_put_({0, Slice(), Slice(10, 21)}, 3.0);
+  c.k.index_put_({1, Slice(), Slice(70)}, 3.0);
   for (const char *variant : {"oprf-qmc", "saderf-orf", "hcexp-qmc"}) {
     VariantConfig config;
     config.m = 32;
