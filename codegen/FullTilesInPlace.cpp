@@ -50,8 +50,6 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
-#include "llvm/ADT/SetVector.h"
-
 namespace mlir::spectra {
 #define GEN_PASS_DEF_SPECTRAFULLTILESINPLACE
 #include "codegen/Passes.h.inc"
@@ -71,11 +69,6 @@ struct Staging {
   SmallVector<Operation *> fills;
   Operation *writer = nullptr;
 };
-
-bool isConstant(Value v, int64_t c) {
-  std::optional<int64_t> k = getConstantIntValue(v);
-  return k && *k == c;
-}
 
 /// The value x of `offset` = x + iv (either order), or null.
 Value offsetBase(Value offset, Value iv) {
@@ -120,14 +113,10 @@ std::pair<Value, Value> wholeRow(Value row) {
   return {sv.getSource(), at};
 }
 
-} // namespace
-
-namespace {
-
 /// The staging copy `copy` is, if it is one (see the file comment).
 std::optional<Staging> matchStaging(scf::ForOp copy, func::FuncOp fn) {
-  if (copy.getNumResults() != 0 || !isConstant(copy.getLowerBound(), 0) ||
-      !isConstant(copy.getStep(), 1))
+  if (copy.getNumResults() != 0 || !isConstantIntValue(copy.getLowerBound(), 0) ||
+      !isConstantIntValue(copy.getStep(), 1))
     return std::nullopt;
   Value iv = copy.getInductionVar();
   SmallVector<Operation *> effects;
