@@ -274,6 +274,19 @@ double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t f
   return 0;
 }
 
+/// The bytes a memory-bound kernel must move in one forward+backward (f32 rows, as the CPU
+/// kernels take them), and what they are; 0 for the others. The statistics' moments read q
+/// and k once; their backward reads q, k and the gradients the backward kernels wrote, and
+/// writes those gradients back (dq += ..., in place).
+std::pair<double, const char *> kernelBytes(const std::string &kind, const Setup &s) {
+  double rows = 4.0 * s.B * s.H * 2 * s.N * s.d;  // q and k, f32
+  if (kind == "moments")
+    return {rows, "q and k read once"};
+  if (kind == "moments_backward")
+    return {3 * rows, "q, k, dq, dk read, dq, dk written"};
+  return {0, nullptr};
+}
+
 /// A CPU kernel's vector work per row tile and the share of the FMA peak it could reach if
 /// every vector operation took an FMA port's cycle (spectra_cpu_work_variant,
 /// codegen/KernelWork.h), with the weights' gradient where W is learnable.
@@ -409,6 +422,9 @@ void printKernelBreakdown(const TimedPasses &timed, const Setup &s, int64_t m, i
         bestSeconds += f / (bound * peak * 1e9);
       }
     }
+    if (auto [bytes, what] = kernelBytes(kind, s); bytes > 0 && t > 0)
+      std::cout << "   " << std::setw(6) << bytes / t / 1e9 << " GB/s (" << what
+                << ": memory-bound)";
     std::cout << "\n";
   }
   std::cout << "  " << std::left << std::setw(24) << "outside kernels" << std::right
