@@ -68,6 +68,8 @@ struct Staging {
   /// A stage-in's fills of its buffer; a stage-out's one writer.
   SmallVector<Operation *> fills;
   Operation *writer = nullptr;
+  /// Every use of the buffer and of its views, as (user, the value used) (usesOf).
+  SmallVector<std::pair<Operation *, Value>> uses;
 };
 
 /// The value x of `offset` = x + iv (either order), or null.
@@ -322,10 +324,9 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
     if (s.rows != rows || s.r0 != r0 ||
         cast<MemRefType>(s.buffer.getType()).getDimSize(0) != T || !seen.insert(s.buffer).second)
       return false;
-    SmallVector<std::pair<Operation *, Value>> uses;
-    usesOf(s.buffer, uses);
+    usesOf(s.buffer, s.uses);
     bool ok = true;
-    for (auto [user, value] : uses) {
+    for (auto [user, value] : s.uses) {
       if (!loop->isProperAncestor(user) || user->getParentOp() == s.loop) {
         ok &= loop->isProperAncestor(user);
         continue;
@@ -384,9 +385,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
     }
     if (!firstWrite)
       return false;
-    SmallVector<std::pair<Operation *, Value>> uses;
-    usesOf(s.buffer, uses);
-    for (auto [user, value] : uses) {
+    for (auto [user, value] : s.uses) {
       if (user->getParentOp() == s.loop || llvm::is_contained(s.fills, topLevel(user, body)) ||
           position(user) < position(firstWrite))
         continue;
@@ -415,9 +414,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
     if (Operation *def = v.getDefiningOp(); def && def->getBlock() == &body)
       start = std::max<int64_t>(start, position(def) + 1);
   for (const Staging &s : chosen) {
-    SmallVector<std::pair<Operation *, Value>> uses;
-    usesOf(s.buffer, uses);
-    for (auto [user, value] : uses)
+    for (auto [user, value] : s.uses)
       if (position(user) < start)
         return false;
   }
