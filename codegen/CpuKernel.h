@@ -64,7 +64,8 @@ struct CpuPipelineOptions : public PassPipelineOptions<CpuPipelineOptions> {
   Option<bool> expTable{*this, "exp-table",
                         llvm::cl::desc("8-lane stabilised exps from an 8-entry table of 2^(j/8) "
                                        "with AVX2's vpermd (spectra-polynomial-exp's table; "
-                                       "for avx2 hosts)"),
+                                       "for avx2 hosts); with exp-scalef, 16-lane ones from "
+                                       "a 16-entry table of 2^(j/16)"),
                         llvm::cl::init(false)};
   Option<bool> amx{*this, "amx",
                    llvm::cl::desc("contractions of f32 tiles on AMX tiles, each operand split in "

@@ -53,16 +53,19 @@ bool isExtremumCompare(Operation *op) {
 /// The vector operations `op` issues, by class, added to `c` `times` times.
 /// Whether `exp` takes a form that folds a coefficient multiply after it into its last step
 /// (CpuKernel.cpp's ScalefExp at 16 lanes on AVX-512, BitsExp for a marked exp). TableExp (a
-/// marked 8-lane exp with `expTable`) keeps the multiply as an instruction of its own.
+/// marked 8-lane exp with `expTable`, or 16-lane with `expTable` and `expScalef`) keeps the
+/// multiply as an instruction of its own.
 bool foldsScale(math::ExpOp exp, ExpForms forms) {
   auto v = dyn_cast<VectorType>(exp.getType());
   if (!v)
     return false;
-  if (forms.scalef && v.getNumElements() == 16)
-    return true;
-  if (!exp->hasAttr(kExpAtMostZeroAttr))
+  const bool marked = exp->hasAttr(kExpAtMostZeroAttr);
+  const int64_t lanes = v.getNumElements();
+  if (marked && forms.table && (lanes == 8 || (lanes == 16 && forms.scalef)))
     return false;
-  return !(forms.table && v.getNumElements() == 8);
+  if (forms.scalef && lanes == 16)
+    return true;
+  return marked;
 }
 
 void classify(Operation *op, double times, KernelWork::Counts &c, int64_t &width, ExpForms forms,

@@ -233,6 +233,9 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
       (AVX2 hosts), a marked 8-lane exp rounds k = 8 x log2e instead and takes
       2^(k/8) = 2^n 2^(j/8) from an 8-entry table by vpermd, its remainder a
       quarter as wide, so P is of degree 1: 13 instructions, a shorter chain.
+      With `table` and `scalef` (AVX-512 hosts), a marked 16-lane exp takes the
+      same form with k = 16 x log2e and a 16-entry table (the zmm vpermd) in
+      place of vscalefps: fewer operations on the FMA pipes, a shorter chain.
     - Any other exp takes MLIR's generic approximation.
 
     Where the exp's only use multiplies it by a coefficient s, s folds into the
@@ -249,7 +252,7 @@ def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
     Option<"table", "table", "bool", /*default=*/"false",
            "stabilised exp of vector<8xf32> with AVX2's vpermd: 2^(k/8) from an 8-entry "
            "table and a degree-3 polynomial (13 instructions, 8 of them FMAs or multiplies): "
-           "for hosts with avx2">
+           "for hosts with avx2; with scalef as well, vector<16xf32> from a 16-entry table">
   ];
   // The approximation of a vector exp builds vector constants (vector.broadcast); the
   // AVX-512 form calls an LLVM intrinsic.

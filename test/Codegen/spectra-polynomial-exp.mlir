@@ -1,6 +1,7 @@
 // RUN: spectra-opt %s -spectra-polynomial-exp=scalef=1 | FileCheck %s --check-prefix=SCALEF
 // RUN: spectra-opt %s -spectra-polynomial-exp | FileCheck %s --check-prefix=GENERIC
 // RUN: spectra-opt %s -spectra-polynomial-exp=table=1 | FileCheck %s --check-prefix=TABLE
+// RUN: spectra-opt %s -spectra-polynomial-exp="scalef=1 table=1" | FileCheck %s --check-prefix=WIDE
 
 // With scalef (AVX-512 hosts), a 16-lane exp forms z 2^n with vscalefps; results below 2^-126
 // are flushed by its zero mask (x >= -87.336 keeps a lane), and the clamp lets NaN through.
@@ -22,6 +23,11 @@
 // GENERIC-NOT:    llvm.call_intrinsic
 // GENERIC:        arith.fptosi
 // GENERIC-NOT:    math.exp
+// With the table form as well (AVX-512 hosts), an unmarked 16-lane exp keeps vscalefps: it
+// may overflow, and the table form has no clamp.
+// WIDE-LABEL: func.func @exp16(
+// WIDE-NOT:     llvm.x86.avx512.permvar
+// WIDE:         llvm.x86.avx512.mask.scalef.ps.512
 func.func @exp16(%x: vector<16xf32>) -> vector<16xf32> {
   %e = math.exp %x : vector<16xf32>
   return %e : vector<16xf32>
@@ -64,6 +70,32 @@ func.func @exp16_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
 // GENERIC:         arith.select %[[LIVE]]
 // GENERIC-NOT:     arith.fptosi
 // GENERIC:         return
+// With both (AVX-512 hosts), a stabilised 16-lane exp takes the table form too: k = 16 x log2e
+// rounded by the magic constant, 2^(k/16) = 2^n 2^(j/16) from bits(t) << 19 plus a 16-entry
+// table read by the zmm vpermd at bits(t)'s low 4 bits; the remainder, |a| <= ln2/32, takes
+// the degree-3 polynomial. No vscalefps.
+// WIDE-LABEL: func.func @exp16_at_most_zero
+// WIDE-DAG:     %[[NINETEEN:.*]] = arith.constant dense<19> : vector<16xi32>
+// WIDE-DAG:     %[[TAB:.*]] = arith.constant dense<[1065353216, 1065200323, 1065063874, 1064944595, 1064843248, 1064760626, 1064697559, 1064654911, 1064633587, 1064634532, 1064658730, 1064707212, 1064781053, 1064881375, 1065009351, 1065166205]> : vector<16xi32>
+// WIDE-DAG:     %[[MAGIC:.*]] = arith.constant dense<0x4B400000> : vector<16xf32>
+// WIDE-DAG:     %[[LOG2E16:.*]] = arith.constant dense<23.0831203> : vector<16xf32>
+// WIDE-DAG:     %[[C1:.*]] = arith.constant dense<-0.0433349609> : vector<16xf32>
+// WIDE:         %[[LIVE:.*]] = arith.cmpf uge, %arg0, %{{.*}} : vector<16xf32>
+// WIDE:         %[[T:.*]] = math.fma %arg0, %[[LOG2E16]], %[[MAGIC]] : vector<16xf32>
+// WIDE:         %[[K:.*]] = arith.subf %[[T]], %[[MAGIC]] : vector<16xf32>
+// WIDE:         math.fma %[[C1]], %[[K]], %arg0
+// WIDE-COUNT-2: math.fma
+// WIDE:         arith.mulf
+// WIDE:         %[[P:.*]] = math.fma
+// WIDE:         %[[BITS:.*]] = arith.bitcast %[[T]] : vector<16xf32> to vector<16xi32>
+// WIDE:         %[[TJ:.*]] = llvm.call_intrinsic "llvm.x86.avx512.permvar.si.512"(%[[TAB]], %[[BITS]]) : (vector<16xi32>, vector<16xi32>) -> vector<16xi32>
+// WIDE:         %[[SH:.*]] = arith.shli %[[BITS]], %[[NINETEEN]] : vector<16xi32>
+// WIDE:         %[[SUM:.*]] = arith.addi %[[SH]], %[[TJ]] : vector<16xi32>
+// WIDE:         %[[POW:.*]] = arith.bitcast %[[SUM]] : vector<16xi32> to vector<16xf32>
+// WIDE:         %[[E:.*]] = math.fma %[[P]], %[[POW]], %[[POW]] : vector<16xf32>
+// WIDE:         %[[R:.*]] = arith.select %[[LIVE]], %[[E]], %{{.*}} : vector<16xi1>, vector<16xf32>
+// WIDE-NOT:     llvm.x86.avx512.mask.scalef
+// WIDE:         return %[[R]]
 func.func @exp16_at_most_zero(%x: vector<16xf32>) -> vector<16xf32> {
   %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
   return %e : vector<16xf32>
@@ -125,6 +157,11 @@ func.func @exp_scalar(%x: f32) -> f32 {
 // GENERIC-NOT:     llvm.call_intrinsic
 // GENERIC:         arith.constant dense<23> : vector<8xi32>
 // GENERIC:         return
+// A marked 8-lane exp keeps the 8-entry table where 16-lane ones take the wide one.
+// WIDE-LABEL: func.func @exp8_at_most_zero
+// WIDE:         llvm.x86.avx2.permd
+// WIDE-NOT:     llvm.x86.avx512.permvar
+// WIDE:         return
 func.func @exp8_at_most_zero(%x: vector<8xf32>) -> vector<8xf32> {
   %e = math.exp %x {spectra.exp_at_most_zero} : vector<8xf32>
   return %e : vector<8xf32>

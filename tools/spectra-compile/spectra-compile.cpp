@@ -205,9 +205,12 @@ static int printHostTarget(llvm::raw_ostream &os) {
   os << "cpu            " << cpu << (cpuName.empty() ? " (this host)" : " (LLVM's model)")
      << ", " << llvm::sys::getProcessTriple() << "\n";
   os << "vector width   " << options.vectorWidth << " f32 lanes"
-     << (cpuName.empty() ? (options.expScalef ? ", exps with vscalefps"
-                            : options.expTable ? ", exps from a table of 2^(j/8) (vpermd)"
-                                               : "")
+     << (cpuName.empty()
+             ? (options.expScalef && options.expTable
+                    ? ", stabilised exps from a table of 2^(j/16) (vpermd), others with vscalefps"
+                : options.expScalef ? ", exps with vscalefps"
+                : options.expTable  ? ", exps from a table of 2^(j/8) (vpermd)"
+                                    : "")
                          : "")
      << "\n";
   os << "fma            ";
