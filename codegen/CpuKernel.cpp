@@ -442,11 +442,12 @@ struct BitsExp : OpRewritePattern<math::ExpOp> {
 ///
 /// With `wide` (AVX-512 hosts) a marked vector<16xf32> takes the same form with 16 entries:
 /// k = round(16 x log2e), |a| <= ln2/32, j = bits(t) & 15 (the zmm vpermd reads the low 4
-/// bits) and bits(t) << 19; the same degree 3, refitted to the narrower interval (3.1e-9 of
+/// bits) and bits(t) << 19; the same degree 3, refitted to the narrower interval (1.6e-9 of
 /// the error is the polynomial's, the rest rounding: 1.06e-7 over [-87.3, 0] on a Zen 4,
-/// test/Codegen/spectra-polynomial-exp-avx512.mlir). It replaces ScalefExp there: 12
-/// instructions once LLVM folds the select into the last fma's zero mask, of which 8 FMAs or
-/// multiplies where ScalefExp has 10 plus vrndscaleps and vscalefps on the same two pipes of a
+/// test/Codegen/spectra-polynomial-exp-avx512.mlir). It replaces ScalefExp for marked exps
+/// there: 12 instructions once LLVM folds the select into the last fma's zero mask, 7 of them
+/// FMAs or multiplies (13 and 8 with a coefficient's multiply), where ScalefExp has 9 (13 and
+/// 10 with the coefficient folded) plus vrndscaleps and vscalefps on the same two pipes of a
 /// Zen 4; the shift, the integer add, the subtract and the permute go to the others. Measured
 /// on posrf-mm (B=8 H=2 N=4096, one thread, three alternating runs each): the four kernels
 /// 76.7 ms before, 75.1 after (docs/kernels-at-the-limit.md).

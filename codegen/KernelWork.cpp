@@ -301,7 +301,9 @@ std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work,
 }
 
 std::string mlir::spectra::hostKernelWork(ModuleOp vectors, int64_t width) {
-  ExpForms forms{width == 16 && hostHasAvx512(), width == 8 && hostHasAvx2()};
+  // As setHostTarget sets spectra-polynomial-exp's options: the table form on every AVX2 host
+  // (16 lanes too where vscalefps is there, AVX-512).
+  ExpForms forms{width == 16 && hostHasAvx512(), hostHasAvx2()};
   int64_t expOps = expVectorOps(vectors->getContext(), width, forms, /*atMostZero=*/true);
   int64_t unmarked = expVectorOps(vectors->getContext(), width, forms, /*atMostZero=*/false);
   return formatKernelWork(countKernelWork(vectors, forms, unmarked - expOps), expOps);

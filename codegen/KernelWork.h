@@ -46,7 +46,8 @@ struct KernelWork {
 };
 
 /// The exp forms the CPU lowering picks (spectra-polynomial-exp's options): `scalef`, 16-lane
-/// exps with vscalefps (avx512f hosts); `table`, stabilised 8-lane exps with vpermd (avx2).
+/// exps with vscalefps (avx512f hosts); `table`, stabilised 8-lane exps with vpermd (avx2), and
+/// with `scalef` stabilised 16-lane ones from a 16-entry table.
 struct ExpForms {
   bool scalef = false;
   bool table = false;
@@ -55,8 +56,9 @@ struct ExpForms {
 /// The kernels of a module at the vector stage with a row-tile loop (spectra.tile_rows).
 /// With `forms.scalef` the 16-lane exps take spectra-polynomial-exp's vscalefps form, which
 /// folds an exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted
-/// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms fold it, except the 8-lane
-/// table form of `forms.table`, where it stays an instruction). Exps are counted as
+/// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms fold it, except the table
+/// form of `forms.table`, 8 lanes or with `forms.scalef` 16, where it stays an instruction).
+/// Exps are counted as
 /// stabilised ones; each unmarked exp adds `unmarkedExtra` operations to other.
 std::vector<KernelWork> countKernelWork(ModuleOp vectors, ExpForms forms, int64_t unmarkedExtra);
 

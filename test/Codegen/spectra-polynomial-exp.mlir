@@ -80,12 +80,15 @@ func.func @exp16_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
 // WIDE-DAG:     %[[MAGIC:.*]] = arith.constant dense<0x4B400000> : vector<16xf32>
 // WIDE-DAG:     %[[LOG2E16:.*]] = arith.constant dense<23.0831203> : vector<16xf32>
 // WIDE-DAG:     %[[C1:.*]] = arith.constant dense<-0.0433349609> : vector<16xf32>
+// WIDE-DAG:     %[[C2:.*]] = arith.constant dense<0.500016153> : vector<16xf32>
+// WIDE-DAG:     %[[C3:.*]] = arith.constant dense<0.166667715> : vector<16xf32>
 // WIDE:         %[[LIVE:.*]] = arith.cmpf uge, %arg0, %{{.*}} : vector<16xf32>
 // WIDE:         %[[T:.*]] = math.fma %arg0, %[[LOG2E16]], %[[MAGIC]] : vector<16xf32>
 // WIDE:         %[[K:.*]] = arith.subf %[[T]], %[[MAGIC]] : vector<16xf32>
-// WIDE:         math.fma %[[C1]], %[[K]], %arg0
-// WIDE-COUNT-2: math.fma
-// WIDE:         arith.mulf
+// WIDE:         %[[A1:.*]] = math.fma %[[C1]], %[[K]], %arg0
+// WIDE:         %[[A:.*]] = math.fma %{{.*}}, %[[K]], %[[A1]]
+// WIDE:         math.fma %[[A]], %[[C3]], %[[C2]]
+// WIDE:         arith.mulf %[[A]], %[[A]]
 // WIDE:         %[[P:.*]] = math.fma
 // WIDE:         %[[BITS:.*]] = arith.bitcast %[[T]] : vector<16xf32> to vector<16xi32>
 // WIDE:         %[[TJ:.*]] = llvm.call_intrinsic "llvm.x86.avx512.permvar.si.512"(%[[TAB]], %[[BITS]]) : (vector<16xi32>, vector<16xi32>) -> vector<16xi32>
@@ -110,6 +113,24 @@ func.func @exp16_two_uses(%x: vector<16xf32>, %s: vector<16xf32>) -> (vector<16x
   %e = math.exp %x : vector<16xf32>
   %y = arith.mulf %e, %s : vector<16xf32>
   return %y, %e : vector<16xf32>, vector<16xf32>
+}
+
+// A marked 16-lane exp times a coefficient (the kernels' features): with the table form the
+// coefficient multiplies 2^n T_j beside the polynomial and the last step is fma(p, s 2^n T_j,
+// s 2^n T_j), as at 8 lanes.
+// WIDE-LABEL: func.func @exp16_at_most_zero_scaled
+// WIDE:         llvm.call_intrinsic "llvm.x86.avx512.permvar.si.512"
+// WIDE:         %[[POW:.*]] = arith.bitcast %{{.*}} : vector<16xi32> to vector<16xf32>
+// WIDE-NEXT:    %[[S:.*]] = vector.broadcast %arg1 : f32 to vector<16xf32>
+// WIDE-NEXT:    %[[SP:.*]] = arith.mulf %[[POW]], %[[S]] : vector<16xf32>
+// WIDE-NEXT:    %[[E:.*]] = math.fma %{{.*}}, %[[SP]], %[[SP]] : vector<16xf32>
+// WIDE-NEXT:    %[[R:.*]] = arith.select %{{.*}}, %[[E]], %{{.*}}
+// WIDE-NEXT:    return %[[R]]
+func.func @exp16_at_most_zero_scaled(%x: vector<16xf32>, %s: f32) -> vector<16xf32> {
+  %e = math.exp %x {spectra.exp_at_most_zero} : vector<16xf32>
+  %b = vector.broadcast %s : f32 to vector<16xf32>
+  %y = arith.mulf %b, %e : vector<16xf32>
+  return %y : vector<16xf32>
 }
 
 // Other widths and scalars keep MLIR's generic approximation.
