@@ -58,8 +58,8 @@ struct ExpForms {
 /// folds an exp's coefficient multiply (expScaledBy) into it, so that multiply is not counted
 /// (nor after a stabilised exp, kExpAtMostZeroAttr, whose forms fold it, except the table
 /// form of `forms.table`, 8 lanes or with `forms.scalef` 16, where it stays an instruction).
-/// Exps are counted as
-/// stabilised ones; each unmarked exp adds `unmarkedExtra` operations to other.
+/// Exps are counted as stabilised ones; each unmarked exp adds `unmarkedExtra` operations to
+/// other.
 std::vector<KernelWork> countKernelWork(ModuleOp vectors, ExpForms forms, int64_t unmarkedExtra);
 
 /// The vector operations one math.exp on vector<width x f32> becomes in the CPU lowering
