@@ -318,7 +318,10 @@ private:
   /// A row staged from a kernel argument (q, k, v, gout, ... in memory, not in cache):
   /// the same row of the next tile (the kernel's spectra.tile_rows further, the last row
   /// at the end) is prefetched line by line, so its lines arrive while this tile computes.
-  /// Without it the staging copies waited on memory: 4-6% of kv and readout.
+  /// Without it the staging copies waited on memory: 4-6% of kv and readout. The lines go to
+  /// L2, not L1 (prefetcht2: locality 1): brought into L1 a tile early, they evicted the
+  /// working tile's buffers (the one-thread pass 4% slower in the median of six alternating
+  /// rounds on a Zen 4, docs/kernels-at-the-limit.md); the staging copy reads them from L2.
   void prefetchNextTile(linalg::GenericOp op, Value operand) {
     memref::SubViewOp row = rowOfArgument(op, operand);
     if (!row)
@@ -334,7 +337,7 @@ private:
     int64_t perLine = std::max<int64_t>(1, 64 * 8 / type.getElementTypeBitWidth());
     for (int64_t c = 0; c < type.getDimSize(1); c += perLine)
       memref::PrefetchOp::create(b, loc, src, ValueRange{next, idx(c)}, /*isWrite=*/false,
-                                 /*localityHint=*/3, /*isDataCache=*/true);
+                                 /*localityHint=*/1, /*isDataCache=*/true);
   }
 
   /// The combiner of output k of a row reduction: yield k = combiner(x, out_k).

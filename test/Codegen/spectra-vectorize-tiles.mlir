@@ -166,7 +166,8 @@ func.func @dot(%A: memref<4x16xf32>, %B: memref<6x16xf32>, %C: memref<4x6xf32>) 
 
 // Tests that a row staged from a kernel argument (a subview of a memref<?x32xf32> in
 // memory) prefetches the same row of the next tile, spectra.tile_rows (here 16) further and
-// at most the last row, one prefetch per 64-byte line (two for 32 f32); a row of a local
+// at most the last row, one prefetch per 64-byte line (two for 32 f32), into L2 (locality 1:
+// prefetcht2; into L1 the lines evicted the working tile's buffers); a row of a local
 // tile is not prefetched.
 #row = affine_map<(i, j) -> (i, j)>
 // CHECK-LABEL: func.func @stage(
@@ -177,8 +178,8 @@ func.func @dot(%A: memref<4x16xf32>, %B: memref<6x16xf32>, %C: memref<4x6xf32>) 
 // CHECK: %[[LAST:.*]] = arith.subi %[[DIM]], %[[C1]]
 // CHECK: %[[AHEAD:.*]] = arith.addi %[[N]], %[[C16]]
 // CHECK: %[[NEXT:.*]] = arith.minsi %[[AHEAD]], %[[LAST]]
-// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c0], read, locality<3>, data : memref<?x32xf32>
-// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c16], read, locality<3>, data : memref<?x32xf32>
+// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c0], read, locality<1>, data : memref<?x32xf32>
+// CHECK: memref.prefetch %[[SRC]][%[[NEXT]], %c16], read, locality<1>, data : memref<?x32xf32>
 // CHECK-NOT: memref.prefetch
 // CHECK: return
 func.func @stage(%src: memref<?x32xf32>, %n: index) attributes {spectra.tile_rows = 16 : i64} {
