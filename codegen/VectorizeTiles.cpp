@@ -24,7 +24,11 @@
 //    reduce it horizontally once per row; reductions along the outer
 //    dimension accumulate whole vectors;
 //  - linalg.fill becomes vector stores.
-// Tails narrower than the vector width use narrower vectors.
+// Tails narrower than the vector width use narrower vectors, except a few columns past
+// the last whole vector of a body with an exp (SGQ's 65th feature at 16 lanes): those run
+// down the rows, a vector of rows at a time (an elementwise generic's tail columns, and a
+// dot-product column's epilogue on a register tile's rows), so a row's lane does not take a
+// whole vector's exp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -269,11 +273,119 @@ private:
       chunks(shape[0], [&](Value j0, int64_t w) { chunk(Value(), j0, w); });
       return success();
     }
+    // A few columns past the last whole vector (SGQ's 65th feature) whose body has an exp:
+    // each row would take that exp narrow, one lane of a vector's work. They run down the
+    // rows instead, VL rows per vector (columnsDownRows).
+    const int64_t tail = shape[1] % VL;
+    bool down = tail > 0 && shape[1] > VL && shape[0] % VL == 0 && downRowsShaped(op);
     loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
-      chunks(shape[1], [&](Value j0, int64_t w) { chunk(i, j0, w); });
+      chunks(down ? shape[1] - tail : shape[1], [&](Value j0, int64_t w) { chunk(i, j0, w); });
       return SmallVector<Value>();
     });
+    if (down)
+      for (int64_t j = shape[1] - tail; j < shape[1]; ++j)
+        columnDownRows(op, shape[0], idx(j));
     return success();
+  }
+
+  /// Whether a 2-D elementwise generic's tail columns can run down the rows: its body has an
+  /// exp (what a lane's worth of work costs a whole vector for), each operand is indexed by
+  /// (row, column), the row alone (a rank-1 buffer of unit stride), the column alone or
+  /// nothing, and each output by (row, column).
+  bool downRowsShaped(linalg::GenericOp op) {
+    bool hasExp = false;
+    op.getRegion().front().walk([&](math::ExpOp) { hasExp = true; });
+    if (!hasExp)
+      return false;
+    MLIRContext *ctx = op.getContext();
+    AffineExpr r = getAffineDimExpr(0, ctx), c = getAffineDimExpr(1, ctx);
+    unsigned numIns = op.getNumDpsInputs();
+    for (auto [a, map] : llvm::enumerate(op.getIndexingMapsArray())) {
+      bool isOut = a >= numIns;
+      ArrayRef<AffineExpr> at = map.getResults();
+      bool rowCol = at.size() == 2 && at[0] == r && at[1] == c;
+      bool row = at.size() == 1 && at[0] == r &&
+                 cast<MemRefType>(op->getOperand(a).getType()).isLastDimUnitStride();
+      bool colOrNone = (at.size() == 1 && at[0] == c) || at.empty();
+      if (!(isOut ? rowCol : rowCol || row || colOrNone))
+        return false;
+    }
+    // The tail column now runs after every row's whole vectors: an output may share a buffer
+    // with an input only where both are read and written element for element.
+    for (unsigned o = numIns; o < op->getNumOperands(); ++o)
+      for (unsigned a = 0; a < numIns; ++a)
+        if (spectra::viewRoot(op->getOperand(o)) == spectra::viewRoot(op->getOperand(a)) &&
+            (op->getOperand(o) != op->getOperand(a) ||
+             op.getIndexingMapsArray()[a] != op.getIndexingMapsArray()[o]))
+          return false;
+    return true;
+  }
+
+  /// Column `col` of a 2-D elementwise generic over `rows` rows, VL rows per vector
+  /// (downRows).
+  void columnDownRows(linalg::GenericOp op, int64_t rows, Value col) {
+    loop(0, rows, VL, {}, [&](Value r0, ValueRange) {
+      SmallVector<Value> rowAt;
+      for (int64_t l = 0; l < VL; ++l)
+        rowAt.push_back(arith::AddIOp::create(b, loc, r0, idx(l)));
+      downRows(op, rowAt, col, -1, Value());
+      return SmallVector<Value>();
+    });
+  }
+
+  /// The epilogue at column `col` of a register tile's rows `rowAt` (consecutive), on one
+  /// vector down them; `done` the finished accumulators of those rows at that column.
+  void epilogueDownRows(ArrayRef<Value> done, ArrayRef<Value> rowAt, Value col) {
+    Value acc = vector::FromElementsOp::create(
+        b, loc, vec(done.size(), done.front().getType()), done);
+    downRows(epilogue->op, rowAt, col, epilogue->input, acc);
+  }
+
+  /// The body of a 2-D elementwise generic (downRowsShaped) at column `col` of the
+  /// consecutive rows `rowAt`, one lane each: operands indexed by (row, column) gathered from
+  /// their rows, by the row alone loaded as a vector, by the column alone broadcast; operand
+  /// `given` (if any) is `value`; outputs written back lane by lane.
+  void downRows(linalg::GenericOp op, ArrayRef<Value> rowAt, Value col, int64_t given,
+                Value value) {
+    MLIRContext *ctx = op.getContext();
+    AffineExpr r = getAffineDimExpr(0, ctx);
+    unsigned numIns = op.getNumDpsInputs();
+    Block &body = op.getRegion().front();
+    const int64_t w = rowAt.size();
+    SmallVector<Value> args;
+    for (unsigned a = 0; a < op->getNumOperands(); ++a) {
+      if (int64_t(a) == given) {
+        args.push_back(value);
+        continue;
+      }
+      if (a >= numIns && body.getArgument(a).use_empty()) {
+        args.push_back(Value());
+        continue;
+      }
+      Value mem = op->getOperand(a);
+      ArrayRef<AffineExpr> at = op.getIndexingMapsArray()[a].getResults();
+      if (at.size() == 1 && at[0] == r) {
+        args.push_back(vload(mem, {rowAt.front()}, w));
+      } else if (at.size() == 2) {
+        SmallVector<Value> lanes;
+        for (Value row : rowAt)
+          lanes.push_back(memref::LoadOp::create(b, loc, mem, ValueRange{row, col}));
+        args.push_back(vector::FromElementsOp::create(
+            b, loc, vec(w, cast<MemRefType>(mem.getType()).getElementType()), lanes));
+      } else {
+        args.push_back(splat(memref::LoadOp::create(b, loc, mem,
+                                                    at.empty() ? ValueRange{} : ValueRange{col}),
+                             w));
+      }
+    }
+    SmallVector<Value> yields = cloneBody(op, args, w);
+    for (auto [k, y] : llvm::enumerate(yields)) {
+      Value out = op->getOperand(numIns + k);
+      for (auto [l, row] : llvm::enumerate(rowAt))
+        memref::StoreOp::create(b, loc,
+                                vector::ExtractOp::create(b, loc, y, ArrayRef<int64_t>{int64_t(l)}),
+                                out, ValueRange{row, col});
+    }
   }
 
   /// The row window `operand` is of a row kernel's [N, W] argument (q, k, v, out, dq, ...,
@@ -770,6 +882,22 @@ private:
         }
       }
       SmallVector<Value> sums = sumLanes(products, VL);
+      // One column whose epilogue has an exp: the epilogue runs down the register tile's rows,
+      // on one vector, where each row would take a vector's work for one lane.
+      if (epilogue && tailW == 1 && rows >= 4 && llvm::isPowerOf2_64(rows) &&
+          downRowsShaped(epilogue->op)) {
+        SmallVector<Value> done;
+        for (int64_t r = 0; r < rows; ++r) {
+          Value s = sums[r];
+          if (!zeroOutput)
+            s = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], col0}), s);
+          if (!epilogue || epilogue->storeOutput)
+            memref::StoreOp::create(b, loc, s, C, ValueRange{rowAt[r], col0});
+          done.push_back(s);
+        }
+        epilogueDownRows(done, rowAt, col0);
+        return;
+      }
       EpilogueReads reads;
       for (int64_t r = 0; r < rows; ++r) {
         ArrayRef<Value> row = ArrayRef<Value>(sums).slice(r * tailW, tailW);
