@@ -26,9 +26,10 @@
 //  - linalg.fill becomes vector stores.
 // Tails narrower than the vector width use narrower vectors, except a few columns past
 // the last whole vector of a body with an exp (SGQ's 65th feature at 16 lanes): those run
-// down the rows, a vector of rows at a time (an elementwise generic's tail columns, and a
-// dot-product column's epilogue on a register tile's rows), so a row's lane does not take a
-// whole vector's exp.
+// down the rows, a vector of rows at a time, so a row's lane does not take a whole vector's
+// exp. That is an elementwise generic's tail of at most VL / 4 columns over a whole number
+// of vectors of rows, and the epilogue of a single dot-product column on a register tile of
+// 4, 8 or 16 rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -274,10 +275,12 @@ private:
       return success();
     }
     // A few columns past the last whole vector (SGQ's 65th feature) whose body has an exp:
-    // each row would take that exp narrow, one lane of a vector's work. They run down the
-    // rows instead, VL rows per vector (columnsDownRows).
+    // each row would take that exp narrow, a vector's work for a lane or two. They run down
+    // the rows instead, VL rows per vector (columnDownRows). A wider tail stays per row: its
+    // gathers and lane-by-lane stores would cost more than the exps save.
     const int64_t tail = shape[1] % VL;
-    bool down = tail > 0 && shape[1] > VL && shape[0] % VL == 0 && downRowsShaped(op);
+    bool down = tail > 0 && tail * 4 <= VL && shape[1] > VL && shape[0] % VL == 0 &&
+                downRowsShaped(op);
     loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
       chunks(down ? shape[1] - tail : shape[1], [&](Value j0, int64_t w) { chunk(i, j0, w); });
       return SmallVector<Value>();
@@ -891,7 +894,7 @@ private:
           Value s = sums[r];
           if (!zeroOutput)
             s = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], col0}), s);
-          if (!epilogue || epilogue->storeOutput)
+          if (epilogue->storeOutput)
             memref::StoreOp::create(b, loc, s, C, ValueRange{rowAt[r], col0});
           done.push_back(s);
         }
