@@ -892,8 +892,10 @@ private:
         SmallVector<Value> done;
         for (int64_t r = 0; r < rows; ++r) {
           Value s = sums[r];
-          if (!zeroOutput)
-            s = arith::AddFOp::create(b, loc, memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], col0}), s);
+          if (!zeroOutput) {
+            Value old = memref::LoadOp::create(b, loc, C, ValueRange{rowAt[r], col0});
+            s = arith::AddFOp::create(b, loc, old, s);
+          }
           if (epilogue->storeOutput)
             memref::StoreOp::create(b, loc, s, C, ValueRange{rowAt[r], col0});
           done.push_back(s);
