@@ -350,8 +350,6 @@ private:
   /// `given` (if any) is `value`; outputs written back lane by lane.
   void downRows(linalg::GenericOp op, ArrayRef<Value> rowAt, Value col, int64_t given,
                 Value value) {
-    MLIRContext *ctx = op.getContext();
-    AffineExpr r = getAffineDimExpr(0, ctx);
     unsigned numIns = op.getNumDpsInputs();
     Block &body = op.getRegion().front();
     const int64_t w = rowAt.size();
@@ -367,19 +365,15 @@ private:
       }
       Value mem = op->getOperand(a);
       ArrayRef<AffineExpr> at = op.getIndexingMapsArray()[a].getResults();
-      if (at.size() == 1 && at[0] == r) {
-        args.push_back(vload(mem, {rowAt.front()}, w));
-      } else if (at.size() == 2) {
-        SmallVector<Value> lanes;
-        for (Value row : rowAt)
-          lanes.push_back(memref::LoadOp::create(b, loc, mem, ValueRange{row, col}));
-        args.push_back(vector::FromElementsOp::create(
-            b, loc, vec(w, cast<MemRefType>(mem.getType()).getElementType()), lanes));
-      } else {
-        args.push_back(splat(memref::LoadOp::create(b, loc, mem,
-                                                    at.empty() ? ValueRange{} : ValueRange{col}),
-                             w));
+      if (at.size() != 2) {  // the row alone as a vector, the column alone (or none) broadcast
+        args.push_back(operandAt(op, a, {rowAt.front(), col}, /*dim=*/0, w));
+        continue;
       }
+      SmallVector<Value> lanes;
+      for (Value row : rowAt)
+        lanes.push_back(memref::LoadOp::create(b, loc, mem, ValueRange{row, col}));
+      args.push_back(vector::FromElementsOp::create(
+          b, loc, vec(w, cast<MemRefType>(mem.getType()).getElementType()), lanes));
     }
     SmallVector<Value> yields = cloneBody(op, args, w);
     for (auto [k, y] : llvm::enumerate(yields)) {
