@@ -33,6 +33,7 @@ struct BuildTileKernelsPass : impl::SpectraBuildTileKernelsBase<BuildTileKernels
     options.inputType = inputType;
     options.causal = causal;
     options.paramsKernels = paramsKernels;
+    options.antipodalWeights = antipodalWeights;
     if (warpChainThreads > 0) {
       if (warpChainMma != "f16" && warpChainMma != "bf16" && warpChainMma != "bf16x3") {
         getOperation().emitError() << "spectra-build-tile-kernels: warp-chain-mma takes bf16, "

@@ -259,8 +259,9 @@ struct spectra_cpu_kernel {
   std::map<std::string, std::string> abi;  // by kind: the kernel ABI (spectra_cpu_kernel_abi)
 };
 
-/// Each kernel's ABI as text: "grid=<rule>;chunk_rows=<n>;" then "name:role:rank:element;" per
-/// argument (element: f32, bf16 or f16).
+/// Each kernel's ABI as text: "grid=<rule>;chunk_rows=<n>;" (then "chunks=", "tile_rows=",
+/// "antipodal=<pairs>;" where set) then "name:role:rank:element;" per argument (element: f32,
+/// bf16 or f16).
 static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
   for (auto fn : module.getOps<func::FuncOp>()) {
     auto kind = fn->getAttrOfType<StringAttr>(sp::kKernelKindAttr);
@@ -277,6 +278,8 @@ static void recordAbi(spectra_cpu_kernel &kernel, ModuleOp module) {
       text += "chunks=" + chunks.getValue().str() + ";";
     if (auto rows = fn->getAttrOfType<IntegerAttr>(sp::kKernelTileRowsAttr))
       text += "tile_rows=" + std::to_string(rows.getInt()) + ";";
+    if (auto pairs = fn->getAttrOfType<IntegerAttr>(sp::kKernelAntipodalPairsAttr))
+      text += "antipodal=" + std::to_string(pairs.getInt()) + ";";
     for (auto [i, type] : llvm::enumerate(fn.getArgumentTypes())) {
       auto memref = cast<MemRefType>(type);
       std::string element;

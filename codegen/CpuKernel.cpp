@@ -758,6 +758,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
                                       .tileRows;
     tiles.causal = o.causal;
     tiles.paramsKernels = true;
+    tiles.antipodalWeights = true;
     pm.addPass(createSpectraBuildTileKernels(tiles));
     pm.addPass(createSpectraKeepKernels());
     // The full tiles of the kernels without a contraction (the moments) unstaged: their

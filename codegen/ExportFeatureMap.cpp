@@ -1,6 +1,7 @@
 //===- ExportFeatureMap.cpp - feature map to a JSON descriptor -----------===//
 
 #include "codegen/ExportFeatureMap.h"
+#include "codegen/TileKernels.h"
 
 #include "dialect/BuiltinLibrary.h"
 #include "dialect/SpectraDialect.h"
@@ -175,6 +176,10 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
     r["yield"] = writer.numbers(yielded);
     root["row_weights"] = yielded.size() == 2;
     root["recipe"] = std::move(r);
+    // W's rows as antipodal blocks (a zero row, P, then -P): the CPU kernels contract P only,
+    // so kernels compiled for this map are not another map's with the same component.
+    if (int64_t pairs = antipodalPairs(featureMap))
+      root["antipodal_pairs"] = pairs;
   }
   {
     json::Object c;

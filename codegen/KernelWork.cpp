@@ -226,6 +226,8 @@ std::vector<KernelWork> mlir::spectra::countKernelWork(ModuleOp vectors, ExpForm
     KernelWork work;
     work.kind = kind.getValue().str();
     work.tileRows = rows.getInt();
+    if (auto pairs = fn->getAttrOfType<IntegerAttr>(kKernelAntipodalPairsAttr))
+      work.antipodalPairs = pairs.getInt();
     // The row-tile loops: over the rows (a dynamic bound) in steps of a tile. What runs
     // once per launch (fills, the final sums) is left out.
     bool found = false;
@@ -295,7 +297,7 @@ std::string mlir::spectra::formatKernelWork(const std::vector<KernelWork> &work,
        << " if_load=" << n(w.conditional.loads) << " if_store=" << n(w.conditional.stores);
     os << llvm::format(" bound=%.3f if_bound=%.3f", fmaPortBound(w.always, expOps),
                        fmaPortBound(both, expOps))
-       << " exact=" << (w.exact ? 1 : 0) << "\n";
+       << " exact=" << (w.exact ? 1 : 0) << " antipodal=" << w.antipodalPairs << "\n";
   }
   return text;
 }

@@ -43,6 +43,10 @@ struct KernelWork {
   /// Every loop's trip count known and no branch on the data (otherwise the counts are
   /// estimates).
   bool exact = true;
+  /// The kernel's spectra.antipodal_pairs (TileKernels.h): W's rows in blocks of a zero row,
+  /// this many rows P, then -P, of which the logits and the inputs' gradient contract only P.
+  /// 0: W dense.
+  int64_t antipodalPairs = 0;
 };
 
 /// The exp forms the CPU lowering picks (spectra-polynomial-exp's options): `scalef`, 16-lane

@@ -62,6 +62,12 @@ def SpectraBuildTileKernels : Pass<"spectra-build-tile-kernels", "::mlir::Module
            "for components with data statistics, also <map>_moments_params and "
            "<map>_moments_params_backward: the params program from the moments and its "
            "adjoint as per-slice scalar kernels (ParamsKernels.cpp)">,
+    Option<"antipodalWeights", "antipodal-weights", "bool", /*default=*/"false",
+           "where the weight recipe draws W's rows in blocks of a zero row, P and -P (the "
+           "degree-3 sparse grid, the spherical-radial rule; rotated, stacked in whole "
+           "blocks): the logits contract P only and the inputs' gradient the differences of "
+           "the paired columns (TileBuilder.h, Dims::pairs); the kernels carry "
+           "spectra.antipodal_pairs and the runtime checks W against it">,
   ];
   let dependentDialects = ["::mlir::func::FuncDialect", "::mlir::scf::SCFDialect",
                            "::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",

@@ -296,7 +296,21 @@ void accumulateGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value
     });
   }
   tb.fill(g.dx, 0);
-  tb.matmul(g.dwx, W, g.dx);
+  if (s.pairs == 0) {
+    tb.matmul(g.dwx, W, g.dx);
+  } else {
+    // Antipodal weights (Dims::pairs): per block, G W = (G_P - G_-P) P; the zero row adds 0.
+    const int64_t h = s.pairs;
+    Value diff = tb.buffer({s.T, h});
+    for (int64_t first = 0; first < s.M; first += 2 * h + 1) {
+      tb.elementwise({{tb.window(g.dwx, {0, first + 1}, {s.T, h})},
+                      {tb.window(g.dwx, {0, first + 1 + h}, {s.T, h})}},
+                     {diff}, [](OpBuilder &nb, Location l, ValueRange a) {
+                       return SmallVector<Value>{arith::SubFOp::create(nb, l, a[0], a[1])};
+                     });
+      tb.matmul(diff, tb.window(W, {first + 1, 0}, {h, s.D}), g.dx);
+    }
+  }
   Value f = g.dwxFactor;  // dx = f (base W) where wx is factored
   tb.elementwise({{X}, {g.dxxRow, At::Row}}, {g.dx}, [f](OpBuilder &nb, Location l, ValueRange a) {
     Scalar x{nb, l};

@@ -28,6 +28,11 @@ namespace mlir::spectra::tiles {
 /// The static sizes of one feature map's kernels.
 struct Dims {
   int64_t T, D, DV, M, K, F, P;
+  /// Where W's rows come in blocks of 2 pairs + 1, a zero row, then `pairs` rows P, then -P
+  /// (antipodal points: the degree-3 sparse grid's, rotated; `antipodalPairs` in
+  /// TileKernels.cpp), and the schedule takes it: the logits X W^T are X P^T, negated for -P,
+  /// 0 for the zero row, and the inputs' gradient G W is (G_P - G_-P) P. 0: W dense.
+  int64_t pairs = 0;
 };
 
 /// Where an operand of a two-dimensional iteration space (i, j) is read.
@@ -254,15 +259,31 @@ public:
   }
 
   /// xx = ||x||^2 and L = X W^T of a staged tile (in that order: the features that read
-  /// both can follow the product directly, as its epilogue on the CPU).
+  /// both can follow the product directly, as its epilogue on the CPU). With antipodal
+  /// weights (Dims::pairs) each block's product takes its P columns only: the -P columns
+  /// are their negation (exact: X (-P)^T rounds as -(X P^T)) and the zero row's logit is 0.
   void logits(Value X, Value Wt, Value L, Value xx) {
     fill(xx, 0);
     reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
       Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
       return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
     });
-    fill(L, 0);
-    matmul(X, Wt, L);
+    if (s.pairs == 0) {
+      fill(L, 0);
+      matmul(X, Wt, L);
+      return;
+    }
+    const int64_t h = s.pairs;
+    for (int64_t first = 0; first < s.M; first += 2 * h + 1) {
+      fill(window(L, {0, first}, {s.T, 1}), 0);
+      Value plus = window(L, {0, first + 1}, {s.T, h});
+      fill(plus, 0);
+      matmul(X, window(Wt, {0, first + 1}, {s.D, h}), plus);
+      elementwise({{plus}}, {window(L, {0, first + 1 + h}, {s.T, h})},
+                  [](OpBuilder &nb, Location l, ValueRange a) {
+                    return SmallVector<Value>{arith::NegFOp::create(nb, l, a[0])};
+                  });
+    }
   }
 
   /// Feature f's window of a [F] or [F, W] buffer for output o.

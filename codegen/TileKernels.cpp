@@ -11,6 +11,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <functional>
 #include <limits>
 
 using namespace mlir;
@@ -663,6 +664,37 @@ ArrayRef<StringLiteral> mlir::spectra::tileKernelKinds() {
   return kinds;
 }
 
+int64_t mlir::spectra::antipodalPairs(FeatureMapOp map) {
+  auto recipe = SymbolTable::lookupNearestSymbolFrom<WeightRecipeOp>(map, map.getWeightsAttr());
+  if (!recipe || recipe.getBody().empty())
+    return 0;
+  const int64_t d = map.getD();
+  // The pairs per block of the rows `w` holds: the rules give [0, P, -P] in that order
+  // (runtime/WeightFactory.cpp), a rotation maps -p to exactly -(p Q^T) and 0 to 0, and
+  // whole stacked blocks keep each block's layout.
+  std::function<int64_t(Value)> pairs = [&](Value w) -> int64_t {
+    Operation *def = w.getDefiningOp();
+    if (auto grid = dyn_cast_or_null<SparseGridOp>(def))
+      return w == grid.getPoints() && grid.getDegree() == 3 ? d : 0;
+    if (auto rule = dyn_cast_or_null<SphericalRadialOp>(def))
+      return w == rule.getPoints() ? d + 1 : 0;
+    if (auto rotate = dyn_cast_or_null<RotateOp>(def))
+      return pairs(rotate.getPoints());
+    if (auto stack = dyn_cast_or_null<StackBlocksOp>(def)) {
+      if (stack.getBody().empty() || w != stack->getResult(0))
+        return 0;
+      auto inner = dyn_cast<YieldOp>(stack.getBody().front().getTerminator());
+      return inner && !inner.getValues().empty() ? pairs(inner.getValues()[0]) : 0;
+    }
+    return 0;
+  };
+  auto yield = dyn_cast<YieldOp>(recipe.getBody().front().getTerminator());
+  if (!yield || yield.getValues().empty())
+    return 0;
+  const int64_t h = pairs(yield.getValues()[0]);
+  return h > 0 && map.getM() % (2 * h + 1) == 0 ? h : 0;
+}
+
 LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
                                               const TileKernelOptions &options,
                                               std::string *backwardError) {
@@ -690,6 +722,7 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
   s.F = s.K * s.M;
   s.T = options.tileRows > 0 ? options.tileRows : spectra_cpu_causal_tile_rows(s.F, s.DV);
   s.P = std::max<unsigned>(1, numParams);
+  s.pairs = options.antipodalWeights ? antipodalPairs(map) : 0;
   Type input = options.inputType == "bf16"  ? Type(b0.getBF16Type())
                : options.inputType == "f16" ? Type(b0.getF16Type())
                                             : Type(b0.getF32Type());
@@ -773,8 +806,11 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       return std::make_pair(added, most);
     };
     auto keep = [&](ArrayRef<func::FuncOp> added, int64_t rows) {
-      for (func::FuncOp fn : added)
+      for (func::FuncOp fn : added) {
         fn->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(rows));
+        if (s.pairs > 0)
+          fn->setAttr(kKernelAntipodalPairsAttr, b.getI64IntegerAttr(s.pairs));
+      }
     };
     // Rows asked for (minTileRows = maxTileRows) are taken as is, past `most` too.
     if (options.minTileRows > 0 && options.minTileRows >= options.maxTileRows)

@@ -123,7 +123,17 @@ struct TileKernelOptions {
   /// (moments_params, moments_params_backward; ParamsKernels.cpp). A program they cannot
   /// lower leaves them out (the runtime then evaluates it with LibTorch).
   bool paramsKernels = false;
+  /// Where the weight recipe draws W as antipodal blocks (antipodalPairs): the logits and
+  /// the inputs' gradient contract half of W's rows (Dims::pairs), and the row kernels carry
+  /// kKernelAntipodalPairsAttr. The CPU schedule takes it; the GPU schedule keeps W dense.
+  bool antipodalWeights = false;
 };
+
+/// The rows P per block where `map`'s weight recipe draws W as blocks of a zero row, then
+/// P, then -P: the degree-3 sparse grid (d pairs) or the spherical-radial rule (d + 1),
+/// rotated or not, stacked by spectra.stack_blocks in whole blocks (m a multiple of the
+/// block). 0 where it does not, or not visibly.
+int64_t antipodalPairs(FeatureMapOp map);
 
 /// Attributes of the kernel ABI (see above).
 /// The module attribute naming, per feature map, why it has no backward kernels.
@@ -132,6 +142,10 @@ inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
+/// On a row kernel built with antipodal weights (TileKernelOptions::antipodalWeights): the
+/// pairs per block of W's rows it assumes (the ABI's "antipodal=PAIRS;", checked by the
+/// runtime against the W it is given).
+inline constexpr llvm::StringLiteral kKernelAntipodalPairsAttr = "spectra.antipodal_pairs";
 /// The rows of q or k per tile of a row kernel (the launch description reports it).
 inline constexpr llvm::StringLiteral kKernelTileRowsAttr = "spectra.tile_rows";
 /// On a CPU kernel after vectorisation: the arguments it writes with non-temporal (streaming)

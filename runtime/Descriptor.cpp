@@ -111,6 +111,7 @@ Descriptor Descriptor::fromJson(const std::string &text) {
       for (auto it = root.at("options").begin(); it != root.at("options").end(); ++it)
         d.options[it.key()] = it->get<double>();
     d.rowWeights = root.value("row_weights", false);
+    d.antipodalPairs = root.value("antipodal_pairs", int64_t(0));
     const json &recipe = field(root, "recipe", "root");
     d.recipeName = field(recipe, "name", "recipe").get<std::string>();
     d.recipe = program(recipe, "recipe '" + d.recipeName + "'");

@@ -73,6 +73,10 @@ struct Descriptor {
   int64_t m = 0, d = 0, seed = 0;
   std::map<std::string, double> options;
   bool rowWeights = false;
+  /// The pairs per block where the recipe draws W's rows as blocks of a zero row, P, then -P
+  /// ("antipodal_pairs", codegen/TileKernels.h antipodalPairs); 0: W dense. The CPU kernels
+  /// of such a map contract P only, so it is part of their cache key.
+  int64_t antipodalPairs = 0;
   std::string recipeName;
   Program recipe;    ///< args (m, d); yields W and optionally row weights
   ComponentDescriptor component;

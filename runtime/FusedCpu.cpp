@@ -141,7 +141,12 @@ spectra_cpu_kernel *FusedCpuAttention::kernelsFor(int64_t dv) const {
   if (!kernel) {
     const Descriptor &desc = descriptor();
     std::string options = "m=" + std::to_string(desc.m) + "|d=" + std::to_string(desc.d) +
-                          "|dv=" + std::to_string(dv) + (isCausal ? "|causal" : "");
+                          "|dv=" + std::to_string(dv) + (isCausal ? "|causal" : "") +
+                          // Kernels for antipodal weights contract half of W: not a dense
+                          // map's, though the component and sizes are the same.
+                          (desc.antipodalPairs > 0
+                               ? "|antipodal=" + std::to_string(desc.antipodalPairs)
+                               : "");
     kernel = KernelCache::instance().cpu(desc.component.canonical, desc.name, options,
                                          [&] { return compile(dv); });
   }

@@ -36,6 +36,12 @@ KernelAbi KernelAbi::parse(const std::string &text) {
       abi.chunksFromPartials = true;
     } else if (part.rfind("tile_rows=", 0) == 0) {
       abi.tileRows = std::stoll(part.substr(10));
+    } else if (part.rfind("antipodal=", 0) == 0) {
+      std::string pairs = part.substr(10);
+      if (pairs.empty() || pairs.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("kernel ABI: malformed '" + part + "' in '" + text +
+                                    "' (antipodal=PAIRS)");
+      abi.antipodalPairs = std::stoll(pairs);
     } else if (part.rfind("aligned=", 0) == 0) {
       size_t colon = part.find(':');
       std::string bytes = part.substr(8, colon == std::string::npos ? 0 : colon - 8);
@@ -306,8 +312,41 @@ void run(const KernelLauncher &launcher, const KernelAbi &abi,
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+/// Kernels built for antipodal weights (KernelAbi::antipodalPairs) read half of W's rows, so
+/// the W they are given must hold the blocks their weight recipe draws: a zero row, `pairs`
+/// rows P, then -P. A W of another form (set by hand, loaded from elsewhere) is refused,
+/// naming its first row that breaks the form.
+void checkAntipodalWeights(const KernelLauncher &launcher, const torch::Tensor &W) {
+  const int64_t h = launcher.has("kv") ? launcher.abi("kv").antipodalPairs : 0;
+  if (h == 0)
+    return;
+  const int64_t block = 2 * h + 1, m = W.size(0);
+  TORCH_CHECK(m % block == 0, "spectra attention: this variant's kernels take W's rows as blocks "
+              "of ", block, " (a zero row, ", h, " rows P, then -P: its weight recipe's points), "
+              "but W has ", m, " rows");
+  torch::Tensor blocks = W.reshape({m / block, block, W.size(1)});
+  torch::Tensor plus = blocks.slice(1, 1, 1 + h), minus = blocks.slice(1, 1 + h, block);
+  torch::Tensor zeroBad = blocks.select(1, 0).ne(0).any(-1);         // [blocks]
+  torch::Tensor pairBad = plus.ne(minus.neg()).any(-1);              // [blocks, h]
+  if (!zeroBad.any().item<bool>() && !pairBad.any().item<bool>())
+    return;
+  for (int64_t b = 0; b < m / block; ++b) {
+    TORCH_CHECK(!zeroBad[b].item<bool>(), "spectra attention: this variant's kernels take W's "
+                "rows as blocks of ", block, " (a zero row, ", h, " rows P, then -P: its weight "
+                "recipe's points), but row ", b * block, " of W is not zero; pass the W the "
+                "variant draws");
+    for (int64_t i = 0; i < h; ++i)
+      TORCH_CHECK(!pairBad[b][i].item<bool>(), "spectra attention: this variant's kernels take "
+                  "W's rows as blocks of ", block, " (a zero row, ", h, " rows P, then -P: its "
+                  "weight recipe's points), but row ", b * block + 1 + h + i, " of W is not "
+                  "minus row ", b * block + 1 + i, "; pass the W the variant draws");
+  }
+}
+
 /// The buffers both passes read: rows, the key mask per slice, W and its derived forms.
-std::map<std::string, torch::Tensor> inputBuffers(const FusedInputs &in) {
+std::map<std::string, torch::Tensor> inputBuffers(const KernelLauncher &launcher,
+                                                  const FusedInputs &in) {
+  checkAntipodalWeights(launcher, in.W);
   const int64_t B = in.qs.size(0), H = in.qs.size(1), Nk = in.ks.size(2);
   std::map<std::string, torch::Tensor> buf;
   buf["q"] = slices(in.qs);
@@ -495,7 +534,7 @@ FusedForward launchForward(const KernelLauncher &launcher, const FusedInputs &in
                   &readout = launcher.abi("readout");
   const int64_t C = rowChunks(launcher, kv, Nk, BH);
 
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(launcher, in);
   // The keys' split reduction: per (slice, chunk) partials, then the combine in chunk order.
   auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, C, F);
   FusedForward result;
@@ -559,7 +598,7 @@ std::vector<torch::Tensor> launchBackward(const KernelLauncher &launcher, const 
                   &dp = launcher.abi("dparams_combine");
   const int64_t Cq = rowChunks(launcher, qb, Nq, BH), Ck = rowChunks(launcher, kb, Nk, BH);
 
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(launcher, in);
   buf["S"] = slices(saved.S).contiguous();
   buf["St"] = contiguousBuffer(buf["S"].transpose(1, 2));
   buf["z"] = slices(saved.z).contiguous();
@@ -614,7 +653,7 @@ FusedForward launchCausalForward(const KernelLauncher &launcher, const FusedInpu
   if (launcher.wholeSequencePerSlice(BH))
     readout.chunkRows = std::max<int64_t>(N, 1);
   const int64_t C = chunksOf(N, readout.chunkRows);
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(launcher, in);
   torch::Tensor S0, z0, zabs0, c0;
   if (C <= 1) {  // one chunk: it starts from the empty state
     DecodeState empty = emptyCausalState({BH, 1}, F, dv, f32);
@@ -669,7 +708,7 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
   const int64_t Cq = chunksOf(N, qb.chunkRows);
   TORCH_CHECK(saved.S.size(2) == std::max<int64_t>(Cq, 1), "spectra causal attention: internal error: ", saved.S.size(2),
               " carried states for ", Cq, " chunks");
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(launcher, in);
   auto perSlice = [&](const torch::Tensor &t) {
     std::vector<int64_t> shape = {BH};
     for (int64_t i = 2; i < t.dim(); ++i)
@@ -751,7 +790,7 @@ DecodeState causalPrefill(const ReferenceFeatureMap &reference, const KernelLaun
   if (N == 0)
     return st;
   const KernelAbi &kv = launcher.abi("kv"), &combine = launcher.abi("kv_combine");
-  std::map<std::string, torch::Tensor> buf = inputBuffers(in);
+  std::map<std::string, torch::Tensor> buf = inputBuffers(launcher, in);
   auto [Sp, zp, zabsp, cp] = keySummaries(launcher, kv, buf, chunksOf(N, kv.chunkRows), F);
   run(launcher, combine,
       {{"Sp", Sp}, {"zp", zp}, {"zabsp", zabsp}, {"cp", cp}, {"S", st.S.view({BH, F, dv})},
@@ -821,7 +860,7 @@ torch::Tensor causalDecode(const ReferenceFeatureMap &reference, const KernelLau
   } else {
     FusedInputs in = prepareFusedInputs(reference, q, k, v, weights, std::nullopt, scale,
                                         inputType, std::nullopt, &launcher);
-    buf = inputBuffers(in);
+    buf = inputBuffers(launcher, in);
     if (constants) {
       constants->key = key;
       constants->W = weights.W.detach().clone();

@@ -69,6 +69,10 @@ struct KernelAbi {
   /// ceil(N / C) rows per chunk rounded up to `tileRows`.
   bool chunksFromPartials = false;
   int64_t tileRows = 0;
+  /// A row kernel built for antipodal weights (codegen/TileKernels.h, spectra.antipodal_pairs):
+  /// W's rows in blocks of a zero row, this many rows P, then -P ("antipodal=PAIRS;"); 0: W
+  /// dense.
+  int64_t antipodalPairs = 0;
   /// A mapped per-slice kernel whose blocks split its rows (spectra.slice_blocks, the
   /// combines): its blocks per slice, the grid's first dimension (grid "one": its blocks);
   /// 1 otherwise.

@@ -356,6 +356,50 @@ TEST(FusedCpuBackward, FeatureTailsAtAFullHead) {
   }
 }
 
+// SGQ's weights are antipodal blocks (a zero row, P, then -P), and its CPU kernels contract P
+// only (codegen/TileBuilder.h, Dims::pairs; FeatureTailsAtAFullHead and the numerics tests
+// check their values against float64). Their ABI says so, and a W of another form is refused,
+// naming the first row that breaks it, before any kernel reads it; a dense variant takes any W.
+TEST(FusedCpu, AntipodalKernelsRefuseAnotherW) {
+  VariantConfig config;
+  config.m = 34;  // two blocks of 2 x 8 + 1
+  config.d = 8;
+  FusedCpuAttention fused("posrf-sgq", config);
+  const Descriptor &desc = fused.descriptor();
+  char *compileError = nullptr;
+  spectra_cpu_kernel *k =
+      spectra_cpu_compile_variant("posrf-sgq", 34, 8, 0, "", 8, 0, &compileError);
+  ASSERT_NE(k, nullptr) << (compileError ? compileError : "");
+  for (const char *kind : {"kv", "readout", "query_backward", "key_backward"})
+    EXPECT_EQ(KernelAbi::parse(spectra_cpu_kernel_abi(k, kind)).antipodalPairs, 8) << kind;
+  spectra_cpu_kernel_free(k);
+  EXPECT_EQ(KernelAbi::parse("grid=keys;antipodal=8;k:rows:3:f32;").antipodalPairs, 8);
+  EXPECT_THROW(KernelAbi::parse("grid=keys;antipodal=;k:rows:3:f32;"), std::invalid_argument);
+
+  torch::manual_seed(5);
+  torch::Tensor q = torch::randn({1, 2, 20, 8}) * 0.3, kk = torch::randn({1, 2, 20, 8}) * 0.3,
+                v = torch::randn({1, 2, 20, 8});
+  Weights drawn = WeightFactory(desc).draw(desc.seed, torch::kFloat32);
+  EXPECT_NO_THROW(fused.forward(q, kk, v, drawn, std::nullopt));
+  auto refused = [&](int64_t row, double by, const std::string &message) {
+    Weights w = drawn;
+    w.W = drawn.W.clone();
+    w.W[row][3] += by;
+    try {
+      fused.forward(q, kk, v, w, std::nullopt);
+      ADD_FAILURE() << "a W changed at row " << row << " was taken";
+    } catch (const c10::Error &e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused(17 + 12, 1e-3, "row 29 of W is not minus row 21; pass the W the variant draws");
+  refused(17, 0.5, "blocks of 17 (a zero row, 8 rows P, then -P: its weight recipe's points), "
+                   "but row 17 of W is not zero");
+  FusedCpuAttention dense("posrf-mm", config);
+  Weights any = WeightFactory(dense.descriptor()).draw(0, torch::kFloat32);
+  EXPECT_NO_THROW(dense.forward(q, kk, v, any, std::nullopt));
+}
+
 // The statistics' kernels (moments and their backward) read and write a whole tile's rows in
 // place, a short tile through its staged copy (spectra-full-tiles-in-place): 70 queries and
 // 90 keys are two whole 32-row tiles and a short one each (at 32-row tiles; smaller tiles

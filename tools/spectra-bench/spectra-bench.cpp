@@ -113,7 +113,33 @@ struct Setup {
   /// buffer, and no method computes its gradient (the fused backward kernels skip the dW
   /// product). Set where the modules are made.
   bool weightGrad = false;
+  /// Where the fused CPU kernels take W as antipodal blocks (a zero row, P, then -P: SGQ's
+  /// points; spectra-compile --emit=work's antipodal=): the pairs per block. Their logits and
+  /// the inputs' gradient contract P only, and the flop counts of the fused method count
+  /// that (logitRows). Set where the fused module is made.
+  int64_t antipodalPairs = 0;
 };
+
+/// The CPU kernels' work table of a variant (spectra-compile --emit=work), compiled once per
+/// variant, configuration and causality.
+const KernelWorkTable &cpuWork(const Setup &s, bool causal) {
+  static std::map<std::string, KernelWorkTable> tables;
+  const VariantConfig &c = s.options.config;
+  std::string key = s.options.variant + "|" + std::to_string(c.m) + "|" + std::to_string(c.d) +
+                    "|" + std::to_string(c.seed) + "|" + variantOptionsText(c) + "|" +
+                    (causal ? "causal" : "");
+  auto it = tables.find(key);
+  if (it == tables.end())
+    it = tables.emplace(key, cpuKernelWork(s.options.variant, c, causal)).first;
+  return it->second;
+}
+
+/// The rows of W the fused kernels' logits contract: m, or with antipodal weights the rows P
+/// of each block (m / (2 pairs + 1) x pairs).
+int64_t logitRows(const Setup &s, int64_t m) {
+  const int64_t p = s.antipodalPairs;
+  return p > 0 ? m / (2 * p + 1) * p : m;
+}
 
 SpectralAttention makeModule(Setup &s, AttentionMode mode) {
   SpectralAttentionOptions o = s.options;
@@ -121,6 +147,15 @@ SpectralAttention makeModule(Setup &s, AttentionMode mode) {
   SpectralAttention m(o);
   m->to(s.device);
   s.weightGrad = m->weights->weights().W.requires_grad();
+  if (mode == AttentionMode::Fused && s.device.is_cpu() && o.ir.empty()) {
+    s.antipodalPairs = 0;
+    try {
+      for (auto &[kind, v] : cpuWork(s, o.causal))
+        s.antipodalPairs = std::max<int64_t>(s.antipodalPairs, int64_t(v.count("antipodal") ? v.at("antipodal") : 0));
+    } catch (const std::exception &) {
+      // No work table: the flops counted dense (kernelBounds says why).
+    }
+  }
   return m;
 }
 
@@ -237,8 +272,11 @@ double flops(Method method, const Setup &s, int64_t m, int64_t features, bool ba
     double forward = 4 * N * N * d * BH;
     return backward ? 3.5 * forward : forward;
   }
-  double forward = 4 * N * (m * d + F * dv) * BH;
-  double backwardOnly = 4 * N * m * d + 8 * N * F * dv + (s.weightGrad ? 8 : 4) * N * F * d;
+  // The fused kernels' logits and dq / dk contract logitRows of W's rows (antipodal weights).
+  double mL = method == Method::Fused ? double(logitRows(s, m)) : double(m);
+  double forward = 4 * N * (mL * d + F * dv) * BH;
+  double backwardOnly = 4 * N * mL * d + 8 * N * F * dv + (s.weightGrad ? 8 : 4) * N * F * d -
+                        4 * N * (m - mL) * d;
   return backward ? forward + backwardOnly * BH : forward;
 }
 /// Bytes every method must move: q, k, v and out (backward: also gout, dq, dk, dv, reading
@@ -261,16 +299,18 @@ double kernelFlops(const std::string &kind, const Setup &s, int64_t m, int64_t f
   double BH = double(s.B) * s.H, N = s.N, d = s.d, dv = s.d, F = features,
          T = double(spectra_cpu_causal_tile_rows(features, s.d)),  // the CPU's causal tiles
       dx = s.weightGrad ? 2 : 1;                                      // dq or dk, and dW
+  // With antipodal weights the logits and dq / dk contract logitRows of W's m rows.
+  const double mL = double(logitRows(s, m)), saved = (m - mL) * d;
   if (kind == "kv" || kind == "readout")
-    return 2 * N * (m * d + F * dv) * BH;
+    return 2 * N * (mL * d + F * dv) * BH;
   if (kind == "query_backward" || kind == "key_backward")
-    return (2 * N * m * d + 4 * N * F * dv + 2 * dx * N * F * d) * BH;
+    return (2 * N * mL * d + 4 * N * F * dv + 2 * N * (dx * F * d - saved)) * BH;
   if (kind == "causal_readout")
-    return 2 * N * (2 * m * d + T * F + T * dv + 2 * F * dv) * BH;
+    return 2 * N * (2 * mL * d + T * F + T * dv + 2 * F * dv) * BH;
   if (kind == "causal_query_backward")
-    return 2 * N * (2 * m * d + T * dv + 2 * F * dv + T * F + dx * F * d) * BH;
+    return 2 * N * (2 * mL * d + T * dv + 2 * F * dv + T * F + dx * F * d - saved) * BH;
   if (kind == "causal_key_backward")
-    return 2 * N * (2 * m * d + 2 * T * dv + 3 * F * dv + 2 * T * F + dx * F * d) * BH;
+    return 2 * N * (2 * mL * d + 2 * T * dv + 3 * F * dv + 2 * T * F + dx * F * d - saved) * BH;
   return 0;
 }
 
@@ -313,7 +353,7 @@ std::map<std::string, KernelBound> kernelBounds(const Setup &s, bool causal) {
     return out;
   KernelWorkTable table;
   try {
-    table = cpuKernelWork(s.options.variant, s.options.config, causal);
+    table = cpuWork(s, causal);
   } catch (const std::exception &e) {
     std::cerr << "spectra-bench: no FMA-port bounds: " << e.what() << "\n";
     return out;
