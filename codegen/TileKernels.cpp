@@ -680,8 +680,12 @@ int64_t mlir::spectra::antipodalPairs(FeatureMapOp map) {
       return w == rule.getPoints() ? d + 1 : 0;
     if (auto rotate = dyn_cast_or_null<RotateOp>(def))
       return pairs(rotate.getPoints());
+    // Only the recipe's own stack of %m rows, whose whole blocks the check below asks for: a
+    // stack inside it, or one of other rows, may truncate its last block.
     if (auto stack = dyn_cast_or_null<StackBlocksOp>(def)) {
-      if (stack.getBody().empty() || w != stack->getResult(0))
+      if (stack.getBody().empty() || w != stack->getResult(0) ||
+          stack->getParentOp() != recipe.getOperation() ||
+          stack.getRows() != recipe.getBody().front().getArgument(0))
         return 0;
       auto inner = dyn_cast<YieldOp>(stack.getBody().front().getTerminator());
       return inner && !inner.getValues().empty() ? pairs(inner.getValues()[0]) : 0;
@@ -837,8 +841,10 @@ LogicalResult mlir::spectra::buildTileKernels(ModuleOp module, FeatureMapOp map,
       buildCausalForward(b, loc, component, sr, tr, mapName, numParams);
     });
     buildCausalDecode(b, loc, component, s, t, mapName, numParams);
-    module.lookupSymbol<func::FuncOp>((mapName + "_causal_decode").str())
-        ->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(1));
+    auto decode = module.lookupSymbol<func::FuncOp>((mapName + "_causal_decode").str());
+    decode->setAttr(kKernelTileRowsAttr, b.getI64IntegerAttr(1));
+    if (s.pairs > 0)
+      decode->setAttr(kKernelAntipodalPairsAttr, b.getI64IntegerAttr(s.pairs));
   } else {
     grow([&](const Dims &sr, const Types &tr) {
       buildReadout(b, loc, component, sr, tr, names[1], numParams);

@@ -151,7 +151,8 @@ SpectralAttention makeModule(Setup &s, AttentionMode mode) {
     s.antipodalPairs = 0;
     try {
       for (auto &[kind, v] : cpuWork(s, o.causal))
-        s.antipodalPairs = std::max<int64_t>(s.antipodalPairs, int64_t(v.count("antipodal") ? v.at("antipodal") : 0));
+        if (v.count("antipodal"))
+          s.antipodalPairs = std::max(s.antipodalPairs, int64_t(v.at("antipodal")));
     } catch (const std::exception &) {
       // No work table: the flops counted dense (kernelBounds says why).
     }
@@ -290,7 +291,8 @@ double bytes(const Setup &s, bool backward) {
 /// Multiply-adds x 2 of one call of a kernel kind (the contractions, as flops() counts them:
 /// logits X W^T; S or the readout; the backward's gS or b, dS or dv, dq or dk, dW).
 /// The causal kernels' own contractions per row, with T-row tiles (their code in
-/// codegen/CausalKernels.cpp): both sides' logits in each pass (2 m d); the readout's masked
+/// codegen/CausalKernels.cpp): both sides' logits in each pass (2 m d, m the logits' rows
+/// of W: logitRows); the readout's masked
 /// P = qa kf^T and P V (T F + T dv), qa S and S += kf^T V; the queries' backward's G = gn v^T,
 /// a = gn S^T + G kf, dq and dW, S += kf^T v; the keys' backward's G, a = v R^T + G^T qb,
 /// dv = kb R + P^T gn with P = qb kb^T, dk and dW, R += qb^T gn. The masked halves of the
@@ -837,6 +839,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
     double forward, both, eager, gflops;
     double bound = 0;  // the four kernels' FMA-port bound together (0: not modelled)
     bool weightGrad = false;  // W learnable (FastFoodL): dW's flops and work counted
+    int64_t antipodalPairs = 0;  // SGQ's antipodal W: the kernels' flops counted on P
   };
   std::vector<Row> rows;
   std::vector<SpectralAttention> modules;
@@ -850,6 +853,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
       Row r{s.options.variant, timeMethod(Method::Fused, s, fused, reference, false), 0,
             timeMethod(Method::Reference, s, fused, reference, true), 0};
       r.weightGrad = s.weightGrad;
+      r.antipodalPairs = s.antipodalPairs;
       modules.push_back(fused);
       rows.push_back(r);
     }
@@ -869,6 +873,7 @@ int benchPaper(Setup &s, const std::map<std::string, std::string> &opt) {
     r.both = both[i];
     s.options.variant = r.variant;
     s.weightGrad = r.weightGrad;
+    s.antipodalPairs = r.antipodalPairs;
     const Descriptor &desc = modules[i]->descriptor();
     r.gflops = flops(Method::Fused, s, desc.m, desc.numFeatures(), true) / r.both / 1e9;
     // The bound of the four kernels together: their flops over the time each would take

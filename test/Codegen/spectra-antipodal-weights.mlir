@@ -1,0 +1,85 @@
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels="antipodal-weights=true tile-rows=4" | FileCheck %s
+// RUN: spectra-opt %s -split-input-file -spectra-build-tile-kernels="tile-rows=4" | FileCheck %s --check-prefix=DENSE
+
+// Tests spectra-build-tile-kernels' antipodal-weights (the CPU schedule's): where the weight
+// recipe draws W's rows as blocks of a zero row, P, then -P, the logits contract each block's
+// P columns of Wt alone, the -P columns are their negation and the zero row's column is 0;
+// the kernels say so (spectra.antipodal_pairs, the runtime's check). SGQ at d = 8, two
+// rotated copies of its 17 points (m = 34): blocks at columns 0 and 17.
+// CHECK-LABEL: func.func @posrf_sgq_kv(
+// CHECK-SAME: spectra.antipodal_pairs = 8 : i64
+// CHECK: scf.for
+// CHECK: %[[Z0:.*]] = memref.subview %[[L:alloca_[0-9]+]][0, 0] [4, 1] [1, 1]
+// CHECK: linalg.fill {{.*}} outs(%[[Z0]] :
+// CHECK: %[[P0:.*]] = memref.subview %[[L]][0, 1] [4, 8] [1, 1]
+// CHECK: linalg.fill {{.*}} outs(%[[P0]] :
+// CHECK: %[[W0:.*]] = memref.subview %arg3[0, 1] [8, 8] [1, 1] : memref<8x34xf32>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[W0]] : {{.*}}) outs(%[[P0]] :
+// CHECK: %[[N0:.*]] = memref.subview %[[L]][0, 9] [4, 8] [1, 1]
+// CHECK: linalg.generic {{.*}} ins(%[[P0]] : {{.*}}) outs(%[[N0]] :
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT: %[[NEG:.*]] = arith.negf %[[IN]] : f32
+// CHECK-NEXT: linalg.yield %[[NEG]]
+// CHECK: memref.subview %[[L]][0, 17] [4, 1] [1, 1]
+// CHECK: %[[P1:.*]] = memref.subview %[[L]][0, 18] [4, 8] [1, 1]
+// CHECK: %[[W1:.*]] = memref.subview %arg3[0, 18] [8, 8] [1, 1] : memref<8x34xf32>
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[W1]] : {{.*}}) outs(%[[P1]] :
+// CHECK: memref.subview %[[L]][0, 26] [4, 8] [1, 1]
+// CHECK: arith.negf
+// The backward kernels' dq: the paired columns' differences times P.
+// CHECK-LABEL: func.func @posrf_sgq_query_backward(
+// CHECK-SAME: spectra.antipodal_pairs = 8 : i64
+// CHECK: arith.subf
+// CHECK: memref.subview %arg2[1, 0] [8, 8] [1, 1] : memref<34x8xf32>
+// CHECK: memref.subview %arg2[18, 0] [8, 8] [1, 1] : memref<34x8xf32>
+// CHECK-LABEL: func.func @posrf_sgq_key_backward(
+// CHECK-SAME: spectra.antipodal_pairs = 8 : i64
+// Without the option (the GPU schedule) W stays dense.
+// DENSE-LABEL: func.func @posrf_sgq_kv(
+// DENSE-NOT: antipodal_pairs
+// DENSE-NOT: arith.negf
+// DENSE-LABEL: func.func @posrf_sgq_kv_combine(
+spectra.feature_map @posrf_sgq component @posrf weights @sgq m = 34 d = 8 seed = 0
+
+// -----
+
+// SSR: the origin and +-rho times the d + 1 vertices of a simplex, rotated: 9 pairs at d = 8.
+// CHECK-LABEL: func.func @posrf_ssr_kv(
+// CHECK-SAME: spectra.antipodal_pairs = 9 : i64
+spectra.feature_map @posrf_ssr component @posrf weights @ssr m = 19 d = 8 seed = 0
+
+// -----
+
+// m not a whole number of blocks: the last block is cut short, so W is dense.
+// CHECK-LABEL: func.func @posrf_sgq_kv(
+// CHECK-NOT: antipodal_pairs
+// CHECK-LABEL: func.func @posrf_sgq_kv_combine(
+spectra.feature_map @posrf_sgq component @posrf weights @sgq m = 20 d = 8 seed = 0
+
+// -----
+
+// A stack inside the recipe's own may cut its blocks (rows 20 of 17-row blocks), so the
+// outer m = 34 does not make W antipodal; nor do points other than the rules'.
+spectra.weight_recipe @nested(%m, %d) {
+  %w = spectra.stack_blocks rows %m : tensor<?x?xf32> {
+    %twenty = arith.constant 20 : index
+    %inner = spectra.stack_blocks rows %twenty : tensor<?x?xf32> {
+      %p, %a = spectra.sparse_grid [%d] degree 3 : tensor<?x?xf32>, tensor<?xf32>
+      spectra.yield %p : tensor<?x?xf32>
+    }
+    spectra.yield %inner : tensor<?x?xf32>
+  }
+  spectra.yield %w : tensor<?x?xf32>
+}
+spectra.weight_recipe @gaussian(%m, %d) {
+  %g = spectra.gaussian [%m, %d] : tensor<?x?xf32>
+  spectra.yield %g : tensor<?x?xf32>
+}
+// CHECK-LABEL: func.func @posrf_nested_kv(
+// CHECK-NOT: antipodal_pairs
+// CHECK-LABEL: func.func @posrf_nested_kv_combine(
+// CHECK-LABEL: func.func @posrf_gaussian_kv(
+// CHECK-NOT: antipodal_pairs
+// CHECK-LABEL: func.func @posrf_gaussian_kv_combine(
+spectra.feature_map @posrf_nested component @posrf weights @nested m = 34 d = 8 seed = 0
+spectra.feature_map @posrf_gaussian component @posrf weights @gaussian m = 34 d = 8 seed = 0
