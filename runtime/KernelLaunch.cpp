@@ -321,9 +321,10 @@ void checkAntipodalWeights(const KernelLauncher &launcher, const torch::Tensor &
   if (h == 0)
     return;
   const int64_t block = 2 * h + 1, m = W.size(0);
-  TORCH_CHECK(m % block == 0, "spectra attention: this variant's kernels take W's rows as blocks "
-              "of ", block, " (a zero row, ", h, " rows P, then -P: its weight recipe's points), "
-              "but W has ", m, " rows");
+  const std::string form = "spectra attention: this variant's kernels take W's rows as blocks "
+                           "of " + std::to_string(block) + " (a zero row, " + std::to_string(h) +
+                           " rows P, then -P: its weight recipe's points), but ";
+  TORCH_CHECK(m % block == 0, form, "W has ", m, " rows");
   torch::Tensor blocks = W.reshape({m / block, block, W.size(1)});
   torch::Tensor plus = blocks.slice(1, 1, 1 + h), minus = blocks.slice(1, 1 + h, block);
   torch::Tensor zeroBad = blocks.select(1, 0).ne(0).any(-1);         // [blocks]
@@ -331,15 +332,11 @@ void checkAntipodalWeights(const KernelLauncher &launcher, const torch::Tensor &
   if (!zeroBad.any().item<bool>() && !pairBad.any().item<bool>())
     return;
   for (int64_t b = 0; b < m / block; ++b) {
-    TORCH_CHECK(!zeroBad[b].item<bool>(), "spectra attention: this variant's kernels take W's "
-                "rows as blocks of ", block, " (a zero row, ", h, " rows P, then -P: its weight "
-                "recipe's points), but row ", b * block, " of W is not zero; pass the W the "
-                "variant draws");
+    TORCH_CHECK(!zeroBad[b].item<bool>(), form, "row ", b * block,
+                " of W is not zero; pass the W the variant draws");
     for (int64_t i = 0; i < h; ++i)
-      TORCH_CHECK(!pairBad[b][i].item<bool>(), "spectra attention: this variant's kernels take "
-                  "W's rows as blocks of ", block, " (a zero row, ", h, " rows P, then -P: its "
-                  "weight recipe's points), but row ", b * block + 1 + h + i, " of W is not "
-                  "minus row ", b * block + 1 + i, "; pass the W the variant draws");
+      TORCH_CHECK(!pairBad[b][i].item<bool>(), form, "row ", b * block + 1 + h + i,
+                  " of W is not minus row ", b * block + 1 + i, "; pass the W the variant draws");
   }
 }
 
