@@ -117,8 +117,9 @@ void stageRows(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs 
 
 /// The features of the staged rows: per output the query logits lq and coefficients cq, the
 /// key logits lk (-inf for masked and padded keys) and coefficients ck (times the row weights).
-void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
-  tb.logits(t.Qt, in.Wt, t.Lq, t.xxq);
+/// keepLogits: the logits themselves stay in Lq and Lk (the backward's chains read them).
+void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
+                   bool keepLogits = false) {
   ComponentOp component = tb.component;
   SmallVector<Value> qOuts;
   bool varying = t.varying;
@@ -127,23 +128,25 @@ void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalA
     if (varying)
       qOuts.push_back(t.cq[o]);
   }
-  tb.elementwise({{t.Lq}, {t.xxq, At::Row}, {in.ww, At::Col}}, qOuts,
-                 [&](OpBuilder &nb, Location l, ValueRange a) {
-                   KernelBuilder kb(nb, l, component);
-                   auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
-                   SmallVector<Value> y;
-                   for (int64_t o = 0; o < s.K; ++o) {
-                     y.push_back(logits[o]);
-                     if (varying)
-                       y.push_back(coeffs[o]);
-                   }
-                   return y;
-                 });
+  tb.logitsAndFeatures(t.Qt, in.Wt, t.Lq, t.xxq, {{t.Lq}, {t.xxq, At::Row}, {in.ww, At::Col}},
+                       qOuts,
+                       [&](OpBuilder &nb, Location l, ValueRange a) {
+                         KernelBuilder kb(nb, l, component);
+                         auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
+                         SmallVector<Value> y;
+                         for (int64_t o = 0; o < s.K; ++o) {
+                           y.push_back(logits[o]);
+                           if (varying)
+                             y.push_back(coeffs[o]);
+                         }
+                         return y;
+                       },
+                       keepLogits);
 }
 
-void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in) {
-  queryFeatures(tb, s, t, in);
-  tb.logits(t.Kt, in.Wt, t.Lk, t.xxk);
+void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
+              bool keepLogits = false) {
+  queryFeatures(tb, s, t, in, keepLogits);
   ComponentOp component = tb.component;
   SmallVector<Value> kOuts;
   bool varying = t.varying;
@@ -155,18 +158,21 @@ void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &
   SmallVector<Operand> kIns = {{t.Lk}, {t.xxk, At::Row}, {in.ww, At::Col}, {t.kept, At::Row}};
   if (varying)
     kIns.push_back({in.rowscale, At::Col});
-  tb.elementwise(kIns, kOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
-    KernelBuilder kb(nb, l, component);
-    Scalar x{nb, l};
-    auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
-    SmallVector<Value> y;
-    for (int64_t o = 0; o < s.K; ++o) {
-      y.push_back(x.select(x.positive(a[3]), logits[o], x.c(kNegInf)));
-      if (varying)
-        y.push_back(x.mul(coeffs[o], a[4]));
-    }
-    return y;
-  });
+  tb.logitsAndFeatures(
+      t.Kt, in.Wt, t.Lk, t.xxk, kIns, kOuts,
+      [&](OpBuilder &nb, Location l, ValueRange a) {
+        KernelBuilder kb(nb, l, component);
+        Scalar x{nb, l};
+        auto [logits, coeffs] = kb.features(a[0], a[1], a[2], in.params);
+        SmallVector<Value> y;
+        for (int64_t o = 0; o < s.K; ++o) {
+          y.push_back(x.select(x.positive(a[3]), logits[o], x.c(kNegInf)));
+          if (varying)
+            y.push_back(x.mul(coeffs[o], a[4]));
+        }
+        return y;
+      },
+      keepLogits);
 }
 
 /// cm[o][r] = max(c_o, lk[o][0..r]) down the rows (a scan, no exponentials), and ref[o] its
@@ -713,7 +719,7 @@ void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Cau
                        const BackwardArgs &out, const State &st, Value r0, Value rows,
                        function_ref<void(Value)> row) {
   stageRows(tb, s, t, in, r0, rows);
-  features(tb, s, t, in);
+  features(tb, s, t, in, /*keepLogits=*/true);
   runningMax(tb, s, t, st.c);
   loadRowStats(tb, s, t, in, r0, rows);
   auto tile = [&] {
@@ -745,7 +751,7 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
                      const BackwardArgs &out, const State &st, Value r0, Value rows,
                      function_ref<void(Value)> row) {
   stageRows(tb, s, t, in, r0, rows);
-  features(tb, s, t, in);
+  features(tb, s, t, in, /*keepLogits=*/true);
   loadRowStats(tb, s, t, in, r0, rows);
   // lq - M (-inf past the rows), and its reverse running maximum from e; ref = row 0's.
   for (int64_t o = 0; o < s.K; ++o) {

@@ -263,6 +263,86 @@ Value weightGradFlag(TileBuilder &tb, Value wgrad) {
                                tb.f32(0));
 }
 
+void TileBuilder::logitsAndFeatures(Value X, Value Wt, Value L, Value xx,
+                                    ArrayRef<Operand> ins, ArrayRef<Value> outs, Body body,
+                                    bool keepLogits) {
+  assert(!ins.empty() && ins[0].buffer == L && ins[0].at == At::Full &&
+         "the features read the logits first");
+  if (s.pairs == 0) {
+    logits(X, Wt, L, xx);
+    elementwise(ins, outs, body);
+    return;
+  }
+  rowNorms(X, xx);
+  const int64_t h = s.pairs;
+  // An operand's window of L's columns [first, first + n).
+  auto cols = [&](Operand o, int64_t first, int64_t n) -> Operand {
+    switch (o.at) {
+    case At::Row:
+      return o;
+    case At::Col:
+      return {window(o.buffer, {first}, {n}), At::Col};
+    case At::Full:
+      break;
+    }
+    return {window(o.buffer, {0, first}, {s.T, n}), At::Full};
+  };
+  auto outCols = [&](int64_t first, int64_t n) {
+    SmallVector<Value> w;
+    for (Value v : outs)
+      w.push_back(window(v, {0, first}, {s.T, n}));
+    return w;
+  };
+  const size_t numIns = ins.size(), numOuts = outs.size();
+  for (int64_t first = 0; first < s.M; first += 2 * h + 1) {
+    // The zero row: its logit is 0.
+    Value zero = window(L, {0, first}, {s.T, 1});
+    fill(zero, 0);
+    SmallVector<Operand> zeroIns = {{zero}};
+    for (size_t i = 1; i < numIns; ++i)
+      zeroIns.push_back(cols(ins[i], first, 1));
+    elementwise(zeroIns, outCols(first, 1), body);
+    // The P columns as the product's epilogue, the -P columns from the same logits negated
+    // (exact: X (-P)^T rounds as -(X P^T)).
+    Value plus = window(L, {0, first + 1}, {s.T, h});
+    fill(plus, 0);
+    matmul(X, window(Wt, {0, first + 1}, {s.D, h}), plus);
+    SmallVector<Operand> partIns = {{plus}};
+    for (size_t i = 1; i < numIns; ++i)
+      partIns.push_back(cols(ins[i], first + 1, h));
+    SmallVector<size_t> minusAt(numIns, 0);  // input i of the -P part among partIns
+    for (size_t i = 1; i < numIns; ++i) {
+      minusAt[i] = i;
+      if (ins[i].at != At::Row) {
+        minusAt[i] = partIns.size();
+        partIns.push_back(cols(ins[i], first + 1 + h, h));
+      }
+    }
+    SmallVector<Value> partOuts = outCols(first + 1, h);
+    partOuts.append(outCols(first + 1 + h, h));
+    if (keepLogits)
+      partOuts.push_back(window(L, {0, first + 1 + h}, {s.T, h}));
+    const size_t outsAt = partIns.size();
+    elementwise(partIns, partOuts, [&](OpBuilder &nb, Location l, ValueRange a) {
+      SmallVector<Value> plusArgs, minusArgs;
+      Value negated = arith::NegFOp::create(nb, l, a[0]);
+      for (size_t i = 0; i < numIns; ++i) {
+        plusArgs.push_back(a[i]);
+        minusArgs.push_back(i == 0 ? negated : a[minusAt[i]]);
+      }
+      for (size_t j = 0; j < numOuts; ++j) {
+        plusArgs.push_back(a[outsAt + j]);
+        minusArgs.push_back(a[outsAt + numOuts + j]);
+      }
+      SmallVector<Value> y = body(nb, l, plusArgs);
+      y.append(body(nb, l, minusArgs));
+      if (keepLogits)
+        y.push_back(negated);
+      return y;
+    });
+  }
+}
+
 void ifWeightGrad(TileBuilder &tb, Value flag, function_ref<void()> body) {
   if (!flag)
     return body();

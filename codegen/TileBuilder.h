@@ -263,11 +263,7 @@ public:
   /// weights (Dims::pairs) each block's product takes its P columns only: the -P columns
   /// are their negation (exact: X (-P)^T rounds as -(X P^T)) and the zero row's logit is 0.
   void logits(Value X, Value Wt, Value L, Value xx) {
-    fill(xx, 0);
-    reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
-      Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
-      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
-    });
+    rowNorms(X, xx);
     if (s.pairs == 0) {
       fill(L, 0);
       matmul(X, Wt, L);
@@ -284,6 +280,26 @@ public:
                     return SmallVector<Value>{arith::NegFOp::create(nb, l, a[0])};
                   });
     }
+  }
+
+  /// logits(X, Wt, L, xx), then the features that read them: elementwise(ins, outs, body),
+  /// where ins[0] is {L}, the other inputs are indexed by the row, by L's column or by both
+  /// ([T, M]), and each output is [T, M]. With antipodal weights (Dims::pairs) the features
+  /// run per part of each block, so that they stay the product's epilogue (Epilogue.h): the
+  /// zero row's column; then one generic over the P product's logits that writes the P
+  /// columns' outputs from them and the -P columns' from them negated (the body runs twice,
+  /// its operands' windows for each part). L's -P columns are formed only where `keepLogits`
+  /// asks for them (something past the features reads L).
+  void logitsAndFeatures(Value X, Value Wt, Value L, Value xx, ArrayRef<Operand> ins,
+                         ArrayRef<Value> outs, Body body, bool keepLogits = false);
+
+  /// xx = ||x||^2 of each row of a staged tile.
+  void rowNorms(Value X, Value xx) {
+    fill(xx, 0);
+    reduceRows({{X}}, {xx}, [](OpBuilder &nb, Location l, ValueRange a) {
+      Value sq = arith::MulFOp::create(nb, l, a[0], a[0]);
+      return SmallVector<Value>{arith::AddFOp::create(nb, l, a[1], sq)};
+    });
   }
 
   /// Feature f's window of a [F] or [F, W] buffer for output o.

@@ -74,7 +74,6 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
     tb.stage(K, r0, rows, Kt, s.D, kscale);
     tb.stage(V, r0, rows, Vt, s.DV);
     tb.stageMask(keep, r0, rows, kept);
-    tb.logits(Kt, Wt, L, xx);
     // The features of the tile; masked (and padded) keys' logits become -inf.
     SmallVector<Value> outs;
     for (int64_t o = 0; o < s.K; ++o) {
@@ -82,7 +81,7 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
       if (varying)
         outs.push_back(coeff[o]);
     }
-    tb.elementwise({{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}}, outs,
+    tb.logitsAndFeatures(Kt, Wt, L, xx, {{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}}, outs,
                    [&](OpBuilder &nb, Location l, ValueRange a) {
                      KernelBuilder kb(nb, l, component);
                      Scalar x{nb, l};
@@ -227,7 +226,6 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     }
   tb.forTiles(tb.dim(Q, 0), [&](Value r0, Value rows) {
     tb.stage(Q, r0, rows, Qt, s.D, qscale);
-    tb.logits(Qt, Wt, L, xx);
     // Feature f's query logit carries its key constant: l + c_f.
     SmallVector<Operand> ins = {{L}, {xx, At::Row}, {ww, At::Col}};
     SmallVector<Value> outs;
@@ -237,7 +235,7 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
       if (varying)
         outs.push_back(coeff[o]);
     }
-    tb.elementwise(ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
+    tb.logitsAndFeatures(Qt, Wt, L, xx, ins, outs, [&](OpBuilder &nb, Location l, ValueRange a) {
       KernelBuilder kb(nb, l, component);
       Scalar x{nb, l};
       auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);

@@ -3,8 +3,8 @@
 
 // Tests spectra-build-tile-kernels' antipodal-weights (the CPU schedule's): where the weight
 // recipe draws W's rows as blocks of a zero row, P, then -P, the logits contract each block's
-// P columns of Wt alone, the -P columns are their negation and the zero row's column is 0;
-// the kernels say so (spectra.antipodal_pairs, the runtime's check). SGQ at d = 8, two
+// P columns of Wt alone, the -P columns' features read those logits negated and the zero
+// row's logit is 0; the kernels say so (spectra.antipodal_pairs, the runtime's check). SGQ at d = 8, two
 // rotated copies of its 17 points (m = 34): blocks at columns 0 and 17.
 // CHECK-LABEL: func.func @posrf_sgq_kv(
 // CHECK-SAME: spectra.antipodal_pairs = 8 : i64
@@ -15,16 +15,27 @@
 // CHECK: linalg.fill {{.*}} outs(%[[P0]] :
 // CHECK: %[[W0:.*]] = memref.subview %arg3[0, 1] [8, 8] [1, 1] : memref<8x34xf32>
 // CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[W0]] : {{.*}}) outs(%[[P0]] :
-// CHECK: %[[N0:.*]] = memref.subview %[[L]][0, 9] [4, 8] [1, 1]
-// CHECK: linalg.generic {{.*}} ins(%[[P0]] : {{.*}}) outs(%[[N0]] :
-// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
+// The features of both parts in one generic right after the product (its epilogue on the
+// CPU): the P columns' from the P logits, the -P columns' from them negated, with ww's -P
+// window; L's -P columns are not formed.
+// CHECK-NOT: memref.subview %[[L]][0, 9]
+// CHECK: %[[WN0:.*]] = memref.subview %arg4[9] [8] [1] : memref<34xf32>
+// CHECK: %[[FP0:.*]] = memref.subview %[[F:alloca_[0-9]*]][0, 1] [4, 8] [1, 1]
+// CHECK: %[[FN0:.*]] = memref.subview %[[F]][0, 9] [4, 8] [1, 1]
+// CHECK: linalg.generic {{.*}} ins(%[[P0]], {{.*}}, %[[WN0]] : {{.*}}) outs(%[[FP0]], %[[FN0]] :
+// CHECK-NEXT: ^bb0(%[[IN:[^:]*]]: f32,
 // CHECK-NEXT: %[[NEG:.*]] = arith.negf %[[IN]] : f32
-// CHECK-NEXT: linalg.yield %[[NEG]]
+// CHECK: arith.subf %[[IN]],
+// CHECK: %[[FPV:.*]] = arith.select
+// CHECK: arith.subf %[[NEG]],
+// CHECK: %[[FNV:.*]] = arith.select
+// CHECK-NEXT: linalg.yield %[[FPV]], %[[FNV]] : f32, f32
+// CHECK-NOT: memref.subview %[[L]][0, 9]
 // CHECK: memref.subview %[[L]][0, 17] [4, 1] [1, 1]
 // CHECK: %[[P1:.*]] = memref.subview %[[L]][0, 18] [4, 8] [1, 1]
 // CHECK: %[[W1:.*]] = memref.subview %arg3[0, 18] [8, 8] [1, 1] : memref<8x34xf32>
 // CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[W1]] : {{.*}}) outs(%[[P1]] :
-// CHECK: memref.subview %[[L]][0, 26] [4, 8] [1, 1]
+// CHECK: memref.subview %[[F]][0, 26] [4, 8] [1, 1]
 // CHECK: arith.negf
 // The backward kernels' dq: the paired columns' differences times P.
 // CHECK-LABEL: func.func @posrf_sgq_query_backward(
