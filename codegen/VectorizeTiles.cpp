@@ -274,13 +274,13 @@ private:
       chunks(shape[0], [&](Value j0, int64_t w) { chunk(Value(), j0, w); });
       return success();
     }
-    // A few columns past the last whole vector (SGQ's 65th feature, or its zero row's column
-    // alone where its kernels contract P only) whose body has an exp: each row would take
-    // that exp narrow, a vector's work for a lane or two. They run down the rows instead, VL
-    // rows per vector (columnDownRows). A wider tail stays per row: its gathers and
-    // lane-by-lane stores would cost more than the exps save.
+    // A few columns past the last whole vector (SGQ's 65th feature) whose body has an exp:
+    // each row would take that exp narrow, a vector's work for a lane or two. They run down
+    // the rows instead, VL rows per vector (columnDownRows). A wider tail stays per row: its
+    // gathers and lane-by-lane stores would cost more than the exps save.
     const int64_t tail = shape[1] % VL;
-    bool down = tail > 0 && tail * 4 <= VL && shape[0] % VL == 0 && downRowsShaped(op);
+    bool down = tail > 0 && tail * 4 <= VL && shape[1] > VL && shape[0] % VL == 0 &&
+                downRowsShaped(op);
     loop(0, shape[0], 1, {}, [&](Value i, ValueRange) {
       chunks(down ? shape[1] - tail : shape[1], [&](Value j0, int64_t w) { chunk(i, j0, w); });
       return SmallVector<Value>();
