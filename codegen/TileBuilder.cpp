@@ -294,10 +294,14 @@ void TileBuilder::logitsAndFeatures(Value X, Value Wt, Value L, Value xx,
     return w;
   };
   const size_t numIns = ins.size(), numOuts = outs.size();
+  // The zero row's logits, 0, from a buffer of their own: nothing but the P product and its
+  // epilogue then touches L, so the P logits stay in registers (Epilogue.h's readElsewhere
+  // looks at the whole buffer).
+  Value zero = buffer({s.T, 1});
+  fill(zero, 0);
   for (int64_t first = 0; first < s.M; first += 2 * h + 1) {
-    // The zero row: its logit is 0.
-    Value zero = window(L, {0, first}, {s.T, 1});
-    fill(zero, 0);
+    if (keepLogits)
+      fill(window(L, {0, first}, {s.T, 1}), 0);
     SmallVector<Operand> zeroIns = {{zero}};
     for (size_t i = 1; i < numIns; ++i)
       zeroIns.push_back(cols(ins[i], first, 1));
