@@ -117,7 +117,8 @@ void stageRows(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs 
 
 /// The features of the staged rows: per output the query logits lq and coefficients cq, the
 /// key logits lk (-inf for masked and padded keys) and coefficients ck (times the row weights).
-/// keepLogits: the logits themselves stay in Lq and Lk (the backward's chains read them).
+/// keepLogits (keepQueryLogits, keepKeyLogits): the logits themselves stay in Lq or Lk (the
+/// backward's chains read them: the queries' backward Lq, the keys' Lk).
 void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
                    bool keepLogits = false) {
   ComponentOp component = tb.component;
@@ -145,8 +146,8 @@ void queryFeatures(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalA
 }
 
 void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &in,
-              bool keepLogits = false) {
-  queryFeatures(tb, s, t, in, keepLogits);
+              bool keepQueryLogits = false, bool keepKeyLogits = false) {
+  queryFeatures(tb, s, t, in, keepQueryLogits);
   ComponentOp component = tb.component;
   SmallVector<Value> kOuts;
   bool varying = t.varying;
@@ -172,7 +173,7 @@ void features(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArgs &
         }
         return y;
       },
-      keepLogits);
+      keepKeyLogits);
 }
 
 /// cm[o][r] = max(c_o, lk[o][0..r]) down the rows (a scan, no exponentials), and ref[o] its
@@ -719,7 +720,7 @@ void queryBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Cau
                        const BackwardArgs &out, const State &st, Value r0, Value rows,
                        function_ref<void(Value)> row) {
   stageRows(tb, s, t, in, r0, rows);
-  features(tb, s, t, in, /*keepLogits=*/true);
+  features(tb, s, t, in, /*keepQueryLogits=*/true);
   runningMax(tb, s, t, st.c);
   loadRowStats(tb, s, t, in, r0, rows);
   auto tile = [&] {
@@ -751,7 +752,7 @@ void keyBackwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const Causa
                      const BackwardArgs &out, const State &st, Value r0, Value rows,
                      function_ref<void(Value)> row) {
   stageRows(tb, s, t, in, r0, rows);
-  features(tb, s, t, in, /*keepLogits=*/true);
+  features(tb, s, t, in, /*keepQueryLogits=*/false, /*keepKeyLogits=*/true);
   loadRowStats(tb, s, t, in, r0, rows);
   // lq - M (-inf past the rows), and its reverse running maximum from e; ref = row 0's.
   for (int64_t o = 0; o < s.K; ++o) {

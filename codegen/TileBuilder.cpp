@@ -294,9 +294,10 @@ void TileBuilder::logitsAndFeatures(Value X, Value Wt, Value L, Value xx,
     return w;
   };
   const size_t numIns = ins.size(), numOuts = outs.size();
-  // The zero row's logits, 0, from a buffer of their own: nothing but the P product and its
-  // epilogue then touches L, so the P logits stay in registers (Epilogue.h's readElsewhere
-  // looks at the whole buffer).
+  // Unless L is kept, the logits each part reads are in buffers of their own: the zero row's
+  // (0) in one, each block's P logits in another, so nothing but a block's product and its
+  // epilogue touches its buffer and the P logits stay in registers (Epilogue.h's
+  // readElsewhere asks about the whole buffer a window is of, not the window).
   Value zero = buffer({s.T, 1});
   fill(zero, 0);
   for (int64_t first = 0; first < s.M; first += 2 * h + 1) {
@@ -308,7 +309,7 @@ void TileBuilder::logitsAndFeatures(Value X, Value Wt, Value L, Value xx,
     elementwise(zeroIns, outCols(first, 1), body);
     // The P columns as the product's epilogue, the -P columns from the same logits negated
     // (exact: X (-P)^T rounds as -(X P^T)).
-    Value plus = window(L, {0, first + 1}, {s.T, h});
+    Value plus = keepLogits ? window(L, {0, first + 1}, {s.T, h}) : buffer({s.T, h});
     fill(plus, 0);
     matmul(X, window(Wt, {0, first + 1}, {s.D, h}), plus);
     SmallVector<Operand> partIns = {{plus}};

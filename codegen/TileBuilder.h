@@ -258,10 +258,11 @@ public:
     });
   }
 
-  /// xx = ||x||^2 and L = X W^T of a staged tile (in that order: the features that read
-  /// both can follow the product directly, as its epilogue on the CPU). With antipodal
-  /// weights (Dims::pairs) each block's product takes its P columns only: the -P columns
-  /// are their negation (exact: X (-P)^T rounds as -(X P^T)) and the zero row's logit is 0.
+  /// xx = ||x||^2 and L = X W^T of a staged tile, all of L formed (the backward kernels, whose
+  /// features come after other products; logitsAndFeatures where they follow at once). With
+  /// antipodal weights (Dims::pairs) each block's product takes its P columns only: the -P
+  /// columns are their negation (exact: X (-P)^T rounds as -(X P^T)) and the zero row's
+  /// logit is 0.
   void logits(Value X, Value Wt, Value L, Value xx) {
     rowNorms(X, xx);
     if (s.pairs == 0) {
@@ -288,8 +289,9 @@ public:
   /// run per part of each block, so that they stay the product's epilogue (Epilogue.h): the
   /// zero row's column; then one generic over the P product's logits that writes the P
   /// columns' outputs from them and the -P columns' from them negated (the body runs twice,
-  /// its operands' windows for each part). L's -P columns are formed only where `keepLogits`
-  /// asks for them (something past the features reads L).
+  /// its operands' windows for each part). L itself is written only where `keepLogits` asks
+  /// for it (something past the features reads L); otherwise the logits live in buffers of
+  /// their own, one per block, which only the product and its epilogue touch.
   void logitsAndFeatures(Value X, Value Wt, Value L, Value xx, ArrayRef<Operand> ins,
                          ArrayRef<Value> outs, Body body, bool keepLogits = false);
 
