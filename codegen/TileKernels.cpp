@@ -81,19 +81,19 @@ void buildKv(OpBuilder &b, Location loc, ComponentOp component, const Dims &s, c
       if (varying)
         outs.push_back(coeff[o]);
     }
-    tb.logitsAndFeatures(Kt, Wt, L, xx, {{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}}, outs,
-                   [&](OpBuilder &nb, Location l, ValueRange a) {
-                     KernelBuilder kb(nb, l, component);
-                     Scalar x{nb, l};
-                     auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
-                     SmallVector<Value> y;
-                     for (int64_t o = 0; o < s.K; ++o) {
-                       y.push_back(x.select(x.positive(a[3]), logits[o], x.c(-INFINITY)));
-                       if (varying)
-                         y.push_back(coeffs[o]);
-                     }
-                     return y;
-                   });
+    tb.logitsAndFeatures(Kt, Wt, L, xx, {{L}, {xx, At::Row}, {ww, At::Col}, {kept, At::Row}},
+                         outs, [&](OpBuilder &nb, Location l, ValueRange a) {
+                           KernelBuilder kb(nb, l, component);
+                           Scalar x{nb, l};
+                           auto [logits, coeffs] = kb.features(a[0], a[1], a[2], k.params);
+                           SmallVector<Value> y;
+                           for (int64_t o = 0; o < s.K; ++o) {
+                             y.push_back(x.select(x.positive(a[3]), logits[o], x.c(-INFINITY)));
+                             if (varying)
+                               y.push_back(coeffs[o]);
+                           }
+                           return y;
+                         });
     for (int64_t o = 0; o < s.K; ++o) {
       Value So = tb.outputRows(S, o), zo = tb.outputRows(z, o), zabso = tb.outputRows(zabs, o),
             co = tb.outputRows(c, o);

@@ -5,8 +5,8 @@
 // Tests spectra-build-tile-kernels' antipodal-weights (the CPU schedule's): where the weight
 // recipe draws W's rows as blocks of a zero row, P, then -P, the logits contract each block's
 // P columns of Wt alone, the -P columns' features read those logits negated and the zero
-// row's logit is 0; the kernels say so (spectra.antipodal_pairs, the runtime's check). SGQ at d = 8, two
-// rotated copies of its 17 points (m = 34): blocks at columns 0 and 17.
+// row's logit is 0; the kernels say so (spectra.antipodal_pairs, the runtime's check).
+// SGQ at d = 8, two rotated copies of its 17 points (m = 34): blocks at columns 0 and 17.
 // CHECK-LABEL: func.func @posrf_sgq_kv(
 // CHECK-SAME: spectra.antipodal_pairs = 8 : i64
 // The zero row's logits (0) and each block's P logits come from buffers of their own (the
