@@ -637,3 +637,70 @@ func.func @dot_tail(%A: memref<4x32xf32>, %B: memref<32x17xf32>, %C: memref<4x17
   }
   return
 }
+
+// -----
+
+// Reductions down 16 rows take four partial accumulators: rows i, i+1, i+2, i+3 into
+// partials 0-3 (the first starts from the output, the others from the identity: -inf for a
+// maximum, 0 for a sum), combined pairwise at the end, so no chain is longer than 4 steps
+// (one accumulator made it 16, each step waiting the op's latency). An elementwise output in
+// the same generic is still written row by row. A combiner other than addf or maximumf keeps
+// one accumulator.
+#full = affine_map<(i, j) -> (i, j)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @column_partials(
+// CHECK-DAG: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8xf32>
+// CHECK-DAG: %[[NEG:.*]] = arith.constant dense<0xFF800000> : vector<8xf32>
+// CHECK: %[[OLD:.*]] = vector.load %arg1[%c0] : memref<8xf32>, vector<8xf32>
+// CHECK: %[[P:.*]]:4 = scf.for %[[I:.*]] = %c0 to %c16 step %c4 iter_args(%[[A0:.*]] = %[[OLD]], %[[A1:.*]] = %[[NEG]], %[[A2:.*]] = %[[NEG]], %[[A3:.*]] = %[[NEG]])
+// CHECK: arith.maximumf %{{.*}}, %[[A0]] : vector<8xf32>
+// CHECK: %[[I1:.*]] = arith.addi %[[I]], %c1 : index
+// CHECK: vector.load %arg0[%[[I1]], %c0]
+// CHECK: arith.maximumf %{{.*}}, %[[A1]] : vector<8xf32>
+// CHECK: arith.maximumf %{{.*}}, %[[A2]] : vector<8xf32>
+// CHECK: %[[I3:.*]] = arith.addi %[[I]], %c3 : index
+// CHECK: arith.maximumf %{{.*}}, %[[A3]] : vector<8xf32>
+// CHECK: %[[M01:.*]] = arith.maximumf %[[P]]#0, %[[P]]#1 : vector<8xf32>
+// CHECK: %[[M23:.*]] = arith.maximumf %[[P]]#2, %[[P]]#3 : vector<8xf32>
+// CHECK: %[[M:.*]] = arith.maximumf %[[M01]], %[[M23]] : vector<8xf32>
+// CHECK: vector.store %[[M]], %arg1[%c0]
+// CHECK: %[[Z:.*]] = vector.load %arg3[%c0] : memref<8xf32>, vector<8xf32>
+// CHECK: %[[S:.*]]:4 = scf.for %[[J:.*]] = %c0 to %c16 step %c4 iter_args(%{{.*}} = %[[Z]], %{{.*}} = %[[ZERO]], %{{.*}} = %[[ZERO]], %{{.*}} = %[[ZERO]])
+// CHECK-COUNT-3: math.exp
+// CHECK: %[[J3:.*]] = arith.addi %[[J]], %c3 : index
+// CHECK: math.exp
+// CHECK: vector.store %{{.*}}, %arg2[%[[J3]], %c0]
+// CHECK: %[[S01:.*]] = arith.addf %[[S]]#0, %[[S]]#1 : vector<8xf32>
+// CHECK: %[[S23:.*]] = arith.addf %[[S]]#2, %[[S]]#3 : vector<8xf32>
+// CHECK: %[[SUM:.*]] = arith.addf %[[S01]], %[[S23]] : vector<8xf32>
+// CHECK: vector.store %[[SUM]], %arg3[%c0]
+func.func @column_partials(%x: memref<16x8xf32>, %m: memref<8xf32>, %e: memref<16x8xf32>,
+                           %s: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%m : memref<8xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.maximumf %v, %acc : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%e, %s : memref<16x8xf32>, memref<8xf32>) {
+  ^bb0(%v: f32, %old: f32, %acc: f32):
+    %p = math.exp %v : f32
+    %a = arith.addf %acc, %p : f32
+    linalg.yield %p, %a : f32, f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @column_product(
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8xf32>)
+// CHECK: arith.mulf
+// CHECK-NOT: scf.for
+func.func @column_product(%x: memref<16x8xf32>, %m: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%m : memref<8xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.mulf %v, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}
