@@ -69,7 +69,7 @@ struct CausalTiles {
     qa = lq, kf = lk, qaAbs = cq, kfAbs = ck;
     if (!backward) {
       Pabs = tile(s.T), acc = tile(s.DV), den = tb.buffer({s.T}), total = tb.buffer({s.T}),
-      guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
+      guarded = tb.buffer({s.T}), fired = tb.buffer({s.T}), rden = tb.buffer({s.T});
       return;
     }
     Gt = tile(s.DV), Ot = tile(s.DV), rden = tb.buffer({s.T}), gdot = tb.buffer({s.T}), G = tile(s.T),
@@ -479,19 +479,21 @@ void forwardStep(TileBuilder &tb, const Dims &s, CausalTiles &t, const CausalArg
                                                 x.add(a[4], x.mul(x.abs(a[0]), a[2]))};
                     });
     }
-    // The guard of the bidirectional readout; a row no kept key reaches (T = 0) is 0.
-    tb.elementwise({{t.den}, {t.total}}, {t.guarded, t.fired},
+    // The guard of the bidirectional readout; a row no kept key reaches (T = 0) is 0. The
+    // output is the numerator times the guarded denominator's reciprocal (one division a row).
+    tb.elementwise({{t.den}, {t.total}}, {t.guarded, t.fired, t.rden},
                    [](OpBuilder &nb, Location l, ValueRange a) {
                      Scalar x{nb, l};
                      Value eps = x.mul(x.c(SPECTRA_DENOMINATOR_GUARD), a[1]);
                      Value fire = x.cmp(arith::CmpFPredicate::ULE, x.abs(a[0]), eps);
                      Value reached = x.positive(a[1]);
                      Value g = x.select(fire, x.add(a[0], x.mul(x.c(2), eps)), a[0]);
-                     return SmallVector<Value>{x.select(reached, g, x.c(1)),
-                                               x.select(reached, x.select(fire, x.c(1), x.c(0)), x.c(0))};
+                     g = x.select(reached, g, x.c(1));
+                     Value count = x.select(reached, x.select(fire, x.c(1), x.c(0)), x.c(0));
+                     return SmallVector<Value>{g, count, x.div(x.c(1), g)};
                    });
-    tb.elementwise({{t.guarded, At::Row}}, {t.acc}, [](OpBuilder &nb, Location l, ValueRange a) {
-      return one(arith::DivFOp::create(nb, l, a[1], a[0]));
+    tb.elementwise({{t.rden, At::Row}}, {t.acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return one(arith::MulFOp::create(nb, l, a[1], a[0]));
     });
     tb.unstage(t.acc, r0, rows, in.out, s.DV);
     tb.forRange(tb.idx(0), rows, [&](Value i) {

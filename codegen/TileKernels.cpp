@@ -201,7 +201,8 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
         c = k.arg(7), out = k.arg(8), qstat = k.arg(9), qscale = k.arg(10);
   Value Qt = tb.buffer({s.T, s.D}), L = tb.buffer({s.T, s.M}), xx = tb.buffer({s.T}),
         Mq = tb.buffer({s.T}), acc = tb.buffer({s.T, s.DV}), den = tb.buffer({s.T}),
-        total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T});
+        total = tb.buffer({s.T}), guarded = tb.buffer({s.T}), fired = tb.buffer({s.T}),
+        inverse = tb.buffer({s.T});
   bool varying = KernelBuilder(b, loc, component).coefficientsVary();
   SmallVector<Value> logit, coeff, phi, zsigned;
   for (int64_t o = 0; o < s.K; ++o) {
@@ -277,15 +278,19 @@ void buildReadout(OpBuilder &b, Location loc, ComponentOp component, const Dims 
     }
     // The denominator guard (SPECTRA_DENOMINATOR_GUARD): fires unless |den| > guard * T
     // (an unordered compare fires it for NaN too).
-    tb.elementwise({{den}, {total}}, {guarded, fired}, [](OpBuilder &nb, Location l, ValueRange a) {
-      Scalar x{nb, l};
-      Value eps = x.mul(x.c(SPECTRA_DENOMINATOR_GUARD), a[1]);
-      Value fire = x.cmp(arith::CmpFPredicate::ULE, x.abs(a[0]), eps);
-      return SmallVector<Value>{x.select(fire, x.add(a[0], x.mul(x.c(2), eps)), a[0]),
-                                x.select(fire, x.c(1), x.c(0))};
-    });
-    tb.elementwise({{guarded, At::Row}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
-      return SmallVector<Value>{arith::DivFOp::create(nb, l, a[1], a[0])};
+    // The output is the numerator times the guarded denominator's reciprocal, one division
+    // per row where dividing each element took one per DV values (a vector division is 10-16
+    // cycles on the CPU cores measured: 4% of the readout).
+    tb.elementwise({{den}, {total}}, {guarded, fired, inverse},
+                   [](OpBuilder &nb, Location l, ValueRange a) {
+                     Scalar x{nb, l};
+                     Value eps = x.mul(x.c(SPECTRA_DENOMINATOR_GUARD), a[1]);
+                     Value fire = x.cmp(arith::CmpFPredicate::ULE, x.abs(a[0]), eps);
+                     Value g = x.select(fire, x.add(a[0], x.mul(x.c(2), eps)), a[0]);
+                     return SmallVector<Value>{g, x.select(fire, x.c(1), x.c(0)), x.div(x.c(1), g)};
+                   });
+    tb.elementwise({{inverse, At::Row}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
+      return SmallVector<Value>{arith::MulFOp::create(nb, l, a[1], a[0])};
     });
     tb.unstage(acc, r0, rows, out, s.DV);
     // The guard's count carries the input check: 0 x (||q||^2 + the guarded denominator) is

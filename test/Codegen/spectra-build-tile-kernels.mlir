@@ -41,7 +41,15 @@
 // CHECK: linalg.generic {indexing_maps = [#[[$AT]], {{.*}}], iterator_types = ["parallel", "parallel", "reduction"]}
 // CHECK-SAME: outs(%{{.*}} : memref<16x8xf32, strided<[8, 1]>>)
 // CHECK-LABEL: func.func @posrf_orf_readout(
+// The guard writes the guarded denominator, its count and its reciprocal (one division a
+// row); the numerator is multiplied by the reciprocal, no division per element.
 // CHECK: arith.cmpf ule
+// CHECK: %[[G:.*]] = arith.select
+// CHECK: %[[R:.*]] = arith.divf %{{.*}}, %[[G]] : f32
+// CHECK: linalg.yield %[[G]], %{{.*}}, %[[R]] : f32, f32, f32
+// CHECK: linalg.generic {{.*}} ins(%{{.*}} : memref<4xf32>) outs(%{{.*}} : memref<4x8xf32>)
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %[[OUT:.*]]: f32):
+// CHECK-NEXT: arith.mulf %[[OUT]], %[[IN]] : f32
 // The backward kernels take a last `wgrad` switch; dW is zeroed and formed (dW += dwx^T q,
 // the first operand transposed, into the [16 x 8] dW) only where it is not 0.
 // CHECK-LABEL: func.func @posrf_orf_query_backward(
