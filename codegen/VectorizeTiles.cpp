@@ -23,7 +23,8 @@
 //  - reductions along the innermost dimension keep a vector accumulator and
 //    reduce it horizontally once per row; reductions along the outer
 //    dimension accumulate whole vectors, in four partial accumulators that
-//    take the rows in turn (an addf or maximumf combiner);
+//    take the rows in turn where each combiner is addf or maximumf and the
+//    rows are at least 8 and a multiple of 4;
 //  - linalg.fill becomes vector stores.
 // Tails narrower than the vector width use narrower vectors, except a few columns past
 // the last whole vector of a body with an exp (SGQ's 65th feature at 16 lanes): those run
@@ -733,18 +734,36 @@ private:
   }
 
   /// The combiner of reduced output k where the body is combiner(x, out_k) with addf or
-  /// maximumf; none otherwise (no diagnostic: the caller then keeps one accumulator).
+  /// maximumf and x reads no output's value (a running value of another output would be a
+  /// partial's, not the column's); none otherwise (no diagnostic: the caller then keeps one
+  /// accumulator).
   std::optional<vector::CombiningKind> simpleCombiner(linalg::GenericOp op, unsigned k) {
     Block &body = op.getRegion().front();
-    BlockArgument acc = body.getArgument(op.getNumDpsInputs() + k);
+    unsigned numIns = op.getNumDpsInputs();
+    BlockArgument acc = body.getArgument(numIns + k);
     Operation *def = body.getTerminator()->getOperand(k).getDefiningOp();
-    if (!def || !acc.hasOneUse() || !llvm::is_contained(def->getOperands(), acc))
+    if (!def || !acc.hasOneUse() || !llvm::is_contained(def->getOperands(), acc) ||
+        !isa<arith::AddFOp, arith::MaximumFOp>(def))
       return std::nullopt;
-    if (isa<arith::AddFOp>(def))
-      return vector::CombiningKind::ADD;
-    if (isa<arith::MaximumFOp>(def))
-      return vector::CombiningKind::MAXIMUMF;
-    return std::nullopt;
+    // x and what it is computed from, within the body: no output argument among them.
+    SmallVector<Value> work;
+    for (Value operand : def->getOperands())
+      if (operand != acc)
+        work.push_back(operand);
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        if (arg.getOwner() == &body && arg.getArgNumber() >= numIns)
+          return std::nullopt;
+        continue;
+      }
+      Operation *from = v.getDefiningOp();
+      if (!from || from->getBlock() != &body || !seen.insert(from).second)
+        continue;
+      llvm::append_range(work, from->getOperands());
+    }
+    return isa<arith::AddFOp>(def) ? vector::CombiningKind::ADD : vector::CombiningKind::MAXIMUMF;
   }
 
   /// Reductions down the rows: whole vectors of columns, accumulated row by row. One
@@ -753,7 +772,8 @@ private:
   /// Intel core for 1% of its operations). Where each reduced output combines with addf or
   /// maximumf, kColumnPartials accumulators take the rows in turn (row i into partial
   /// i mod kColumnPartials; the first starts from the output, the others from the identity)
-  /// and are combined as a tree at the end. A sum's order changes (exact for a maximum).
+  /// and are combined as a tree at the end. A sum's order changes; a maximum's result does
+  /// not for NaN-free data (the CPU's maxima become compare-and-select, which orders NaN).
   static constexpr int64_t kColumnPartials = 4;
   LogicalResult lowerColumnReduction(linalg::GenericOp op) {
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
@@ -781,13 +801,22 @@ private:
     const size_t numReduced = llvm::count(reduced, true);
     chunks(shape[1], [&](Value j0, int64_t w) {
       SmallVector<Value> init;
+      // The other partials start from the identity: -0 for a sum (x + -0 is x for every x,
+      // -0 included) and -inf for a maximum.
       for (int64_t p = 0; p < parts; ++p)
         for (unsigned k = 0, next = 0; k < numOuts; ++k) {
           if (!reduced[k])
             continue;
-          vector::CombiningKind kind = parts > 1 ? kinds[next++] : vector::CombiningKind::ADD;
-          init.push_back(p == 0 ? operandAt(op, numIns + k, {Value(), j0}, 1, w)
-                                : splat(combinerIdentity(kind), w));
+          if (p == 0) {
+            init.push_back(operandAt(op, numIns + k, {Value(), j0}, 1, w));
+            continue;
+          }
+          vector::CombiningKind kind = kinds[next++];
+          init.push_back(splat(kind == vector::CombiningKind::ADD
+                                   ? arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-0.0f))
+                                         .getResult()
+                                   : combinerIdentity(kind),
+                               w));
         }
       SmallVector<Value> acc = loop(0, shape[0], parts, init, [&](Value i, ValueRange carried) {
         SmallVector<Value> next;

@@ -642,14 +642,14 @@ func.func @dot_tail(%A: memref<4x32xf32>, %B: memref<32x17xf32>, %C: memref<4x17
 
 // Reductions down 16 rows take four partial accumulators: rows i, i+1, i+2, i+3 into
 // partials 0-3 (the first starts from the output, the others from the identity: -inf for a
-// maximum, 0 for a sum), combined pairwise at the end, so no chain is longer than 4 steps
+// maximum, -0 for a sum), combined pairwise at the end, so no chain is longer than 4 steps
 // (one accumulator made it 16, each step waiting the op's latency). An elementwise output in
 // the same generic is still written row by row. A combiner other than addf or maximumf keeps
 // one accumulator.
 #full = affine_map<(i, j) -> (i, j)>
 #col = affine_map<(i, j) -> (j)>
 // CHECK-LABEL: func.func @column_partials(
-// CHECK-DAG: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8xf32>
+// CHECK-DAG: %[[ZERO:.*]] = arith.constant dense<-0.000000e+00> : vector<8xf32>
 // CHECK-DAG: %[[NEG:.*]] = arith.constant dense<0xFF800000> : vector<8xf32>
 // CHECK: %[[OLD:.*]] = vector.load %arg1[%c0] : memref<8xf32>, vector<8xf32>
 // CHECK: %[[P:.*]]:4 = scf.for %[[I:.*]] = %c0 to %c16 step %c4 iter_args(%[[A0:.*]] = %[[OLD]], %[[A1:.*]] = %[[NEG]], %[[A2:.*]] = %[[NEG]], %[[A3:.*]] = %[[NEG]])
@@ -701,6 +701,55 @@ func.func @column_product(%x: memref<16x8xf32>, %m: memref<8xf32>) {
   ^bb0(%v: f32, %acc: f32):
     %r = arith.mulf %v, %acc : f32
     linalg.yield %r : f32
+  }
+  return
+}
+
+// -----
+
+// Two outputs reduced in one generic: the partials' values are grouped by partial (output
+// 0, output 1 of partial 0, then of partial 1, ...) and each pair combines with its own
+// output's combiner; the last 4 of 12 columns take the same form on vector<4>. An output
+// whose contribution reads another output's running value (a partial's, not the column's)
+// keeps one accumulator for every output.
+#full = affine_map<(i, j) -> (i, j)>
+#col = affine_map<(i, j) -> (j)>
+// CHECK-LABEL: func.func @column_partials_two(
+// CHECK: %[[R:.*]]:8 = scf.for %{{.*}} = %c0 to %c16 step %c4 iter_args({{.*}}) -> (vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>, vector<8xf32>)
+// CHECK: %[[M0:.*]] = arith.maximumf %{{.*}}, %[[MA:.*]] : vector<8xf32>
+// CHECK: %[[S0:.*]] = arith.addf %[[SA:.*]], %{{.*}} : vector<8xf32>
+// CHECK: scf.yield %[[M0]], %[[S0]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} :
+// CHECK: %[[M02:.*]] = arith.maximumf %[[R]]#0, %[[R]]#2 : vector<8xf32>
+// CHECK: %[[S02:.*]] = arith.addf %[[R]]#1, %[[R]]#3 : vector<8xf32>
+// CHECK: %[[M46:.*]] = arith.maximumf %[[R]]#4, %[[R]]#6 : vector<8xf32>
+// CHECK: %[[S46:.*]] = arith.addf %[[R]]#5, %[[R]]#7 : vector<8xf32>
+// CHECK: %[[M:.*]] = arith.maximumf %[[M02]], %[[M46]] : vector<8xf32>
+// CHECK: %[[S:.*]] = arith.addf %[[S02]], %[[S46]] : vector<8xf32>
+// CHECK: vector.store %[[M]], %arg1[%c0]
+// CHECK: vector.store %[[S]], %arg2[%c0]
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c4 iter_args({{.*}}) -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>)
+// CHECK: vector.store %{{.*}}, %arg1[%c8] : memref<12xf32>, vector<4xf32>
+// CHECK: vector.store %{{.*}}, %arg2[%c8] : memref<12xf32>, vector<4xf32>
+func.func @column_partials_two(%x: memref<16x12xf32>, %m: memref<12xf32>, %s: memref<12xf32>) {
+  linalg.generic {indexing_maps = [#full, #col, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x12xf32>) outs(%m, %s : memref<12xf32>, memref<12xf32>) {
+  ^bb0(%v: f32, %am: f32, %as: f32):
+    %r = arith.maximumf %v, %am : f32
+    %t = arith.addf %as, %v : f32
+    linalg.yield %r, %t : f32, f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @column_running(
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (vector<8xf32>, vector<8xf32>)
+// CHECK-NOT: scf.for
+func.func @column_running(%x: memref<16x8xf32>, %m: memref<8xf32>, %s: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#full, #col, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%m, %s : memref<8xf32>, memref<8xf32>) {
+  ^bb0(%v: f32, %am: f32, %as: f32):
+    %r = arith.maximumf %v, %am : f32
+    %t = arith.addf %as, %r : f32
+    linalg.yield %r, %t : f32, f32
   }
   return
 }
