@@ -599,10 +599,6 @@ private:
     }
     if (failed(checkReductionOutputs(op, reduced)))
       return failure();
-    auto identity = [&](vector::CombiningKind kind) { return combinerIdentity(kind); };
-    auto combine = [&](vector::CombiningKind kind, Value x, Value y) {
-      return combineWith(kind, x, y);
-    };
     // Rows of whole vectors go in groups of VL: each row's accumulators are folded into the
     // group's as it completes (foldRows), so one vector per output holds the group's results,
     // row r in lane r, combined into the output with one vector load and store where the
@@ -619,7 +615,7 @@ private:
     auto rowAccumulators = [&](Value i, int64_t bound) {
       SmallVector<Value> init;
       for (vector::CombiningKind kind : kinds)
-        init.push_back(splat(identity(kind), VL));
+        init.push_back(splat(combinerIdentity(kind), VL));
       return loop(0, bound, VL, init, [&](Value j0, ValueRange carried) {
         return reductionStep(op, reduced, {i, j0}, 1, VL, carried);
       });
@@ -638,7 +634,7 @@ private:
         init.push_back(splat(kind == vector::CombiningKind::ADD
                                  ? arith::ConstantOp::create(b, loc, b.getF32FloatAttr(-0.0f))
                                        .getResult()
-                                 : identity(kind),
+                                 : combinerIdentity(kind),
                              tail));
       SmallVector<Value> part = reductionStep(op, reduced, {i, idx(full)}, 1, tail, init);
       // Lanes 0 .. tail - 1 from the tail (widened by a shuffle of itself), the rest from
@@ -652,8 +648,8 @@ private:
       for (unsigned k = 0; k < kinds.size(); ++k) {
         Value wide = vector::ShuffleOp::create(b, loc, part[k], part[k], widen);
         Value padded =
-            vector::ShuffleOp::create(b, loc, wide, splat(identity(kinds[k]), VL), blend);
-        acc[k] = combine(kinds[k], acc[k], padded);
+            vector::ShuffleOp::create(b, loc, wide, splat(combinerIdentity(kinds[k]), VL), blend);
+        acc[k] = combineWith(kinds[k], acc[k], padded);
       }
       return acc;
     };
@@ -663,7 +659,7 @@ private:
     // out[at] = combine(out[at], value): one scalar element.
     auto combineInto = [&](vector::CombiningKind kind, Value out, ArrayRef<Value> at, Value value) {
       Value old = memref::LoadOp::create(b, loc, out, at);
-      memref::StoreOp::create(b, loc, combine(kind, old, value), out, at);
+      memref::StoreOp::create(b, loc, combineWith(kind, old, value), out, at);
     };
     if (grouped > 0)
       loop(0, grouped, VL, {}, [&](Value i0, ValueRange) {
@@ -690,7 +686,7 @@ private:
           vector::CombiningKind kind = kinds[next++];
           if (alongDim(map, 0) && cast<MemRefType>(out.getType()).isLastDimUnitStride()) {
             SmallVector<Value> at = indices(map, {i0, Value()});
-            vstore(combine(kind, vload(out, at, VL), v), out, at);
+            vstore(combineWith(kind, vload(out, at, VL), v), out, at);
             continue;
           }
           for (int64_t r = 0; r < VL; ++r) {
@@ -706,7 +702,7 @@ private:
       int64_t full = n - n % VL;
       SmallVector<Value> sums;
       for (vector::CombiningKind kind : kinds)
-        sums.push_back(identity(kind));
+        sums.push_back(combinerIdentity(kind));
       if (full > 0) {
         SmallVector<Value> acc = rowAccumulators(i, full);
         for (unsigned k = 0; k < kinds.size(); ++k)
@@ -715,10 +711,10 @@ private:
       if (n % VL) {
         SmallVector<Value> init;
         for (vector::CombiningKind kind : kinds)
-          init.push_back(splat(identity(kind), n % VL));
+          init.push_back(splat(combinerIdentity(kind), n % VL));
         SmallVector<Value> tail = reductionStep(op, reduced, {i, idx(full)}, 1, n % VL, init);
         for (unsigned k = 0; k < kinds.size(); ++k)
-          sums[k] = combine(kinds[k], sums[k], acrossLanes(kinds[k], tail[k]));
+          sums[k] = combineWith(kinds[k], sums[k], acrossLanes(kinds[k], tail[k]));
       }
       unsigned next = 0;
       for (unsigned k = 0; k < numOuts; ++k) {
