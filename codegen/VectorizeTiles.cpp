@@ -453,12 +453,21 @@ private:
                                  /*localityHint=*/1, /*isDataCache=*/true);
   }
 
-  /// The combiner of output k of a row reduction: yield k = combiner(x, out_k).
-  FailureOr<vector::CombiningKind> combiner(linalg::GenericOp op, unsigned k) {
+  /// The op yielding output k where the body is combiner(x, out_k) and out_k has no other
+  /// use; null otherwise.
+  Operation *combinerOp(linalg::GenericOp op, unsigned k) {
     Block &body = op.getRegion().front();
     BlockArgument acc = body.getArgument(op.getNumDpsInputs() + k);
     Operation *def = body.getTerminator()->getOperand(k).getDefiningOp();
     if (!def || !acc.hasOneUse() || !llvm::is_contained(def->getOperands(), acc))
+      return nullptr;
+    return def;
+  }
+
+  /// The combiner of output k of a row reduction: yield k = combiner(x, out_k).
+  FailureOr<vector::CombiningKind> combiner(linalg::GenericOp op, unsigned k) {
+    Operation *def = combinerOp(op, k);
+    if (!def)
       return op.emitOpError("spectra-vectorize-tiles: a row reduction must yield combiner(x, acc)");
     if (isa<arith::AddFOp>(def))
       return vector::CombiningKind::ADD;
@@ -737,9 +746,8 @@ private:
     Block &body = op.getRegion().front();
     unsigned numIns = op.getNumDpsInputs();
     BlockArgument acc = body.getArgument(numIns + k);
-    Operation *def = body.getTerminator()->getOperand(k).getDefiningOp();
-    if (!def || !acc.hasOneUse() || !llvm::is_contained(def->getOperands(), acc) ||
-        !isa<arith::AddFOp, arith::MaximumFOp>(def))
+    Operation *def = combinerOp(op, k);
+    if (!def || !isa<arith::AddFOp, arith::MaximumFOp>(def))
       return std::nullopt;
     // x and what it is computed from, within the body: no output argument among them.
     SmallVector<Value> work;
