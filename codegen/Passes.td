@@ -219,6 +219,36 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
                            "::mlir::arith::ArithDialect"];
 }
 
+def SpectraReuseTileBuffers : Pass<"spectra-reuse-tile-buffers", "::mlir::func::FuncOp"> {
+  let summary = "an elementwise op writes its output tile over the input tile it last reads (CPU)";
+  let description = [{
+    The tile kernels give every tile its own buffer. kv's logits and its
+    features phi = exp(l - c) are two [T x m] tiles (16 KiB each at T = 32,
+    m = 128); with the weights, the summary and the staged rows the tile's
+    working set overflows L1, while the logits are dead once phi is formed.
+    In a tile loop's body, an all-parallel linalg.generic G with an input A
+    and an output B, both by the identity map and allocations of one type,
+    writes B over A where every use of A and B (through views too) is in the
+    body, A is not used after G and its first use in the body writes it whole
+    (a fill, or a generic with A an output by the identity map whose payload
+    does not read it, and no input in A), B's first use is G, which writes it
+    whole, and no other operand of G is A, B or a view of either. Every use of
+    B then becomes a use of A. The GPU schedule keeps both (a warp chain holds them in
+    registers, and it matches distinct buffers).
+
+    ```mlir
+    scf.for %r0 = ... {                       // spectra.tile_loop
+      linalg.generic ins(...) outs(%l : memref<32x128xf32>)    // writes %l whole
+      linalg.generic ins(%l ...) outs(%cmax ...)                // reads %l
+      linalg.generic ins(%l, %c ...) outs(%phi : memref<32x128xf32>) { exp }
+      linalg.generic ins(%phi, %v ...) outs(%S ...)             // reads %phi
+    }
+    // becomes: the exp's outs(%l ...), the contraction's ins(%l, %v ...), %phi gone
+    ```
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect"];
+}
+
 def SpectraPolynomialExp : Pass<"spectra-polynomial-exp"> {
   let summary = "replace math.exp by its polynomial approximation (vectorisable, no libm call)";
   let description = [{
