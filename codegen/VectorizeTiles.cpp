@@ -10,7 +10,10 @@
 //    an FMA micro-kernel); C is read and written once per tile; an
 //    elementwise generic right after it that reads C element by element (the
 //    features after the logits) runs on the finished accumulators as the
-//    tile's epilogue, and C is stored only if something else reads it;
+//    tile's epilogue, and C is stored only if something else reads it; an
+//    elementwise generic that updates C in place before it (kv's rescale of the
+//    summary), with nothing between touching C or writing what it reads, runs as
+//    the tile's prologue on the accumulators as they are loaded;
 //  - contractions C[m, n] += A[m, k] B[n, k] (both operands contiguous along
 //    k: the causal kernels' q k^T products) become dot products: per
 //    (row, column) pair of a register tile a vector accumulator along k,
@@ -45,6 +48,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <optional>
 
@@ -71,6 +75,10 @@ public:
   /// tile as they are complete, so C is not read back; C is still stored where the epilogue's
   /// storeOutput says something else reads it.
   const spectra::Epilogue *epilogue = nullptr;
+  /// For a contraction: its prologue (prologueOf), an elementwise update of C in place that
+  /// runs on each register tile's accumulators as they are loaded, so C is read and written
+  /// once; on the other paths (AMX, dot products, narrow tails) it runs first, on its own.
+  linalg::GenericOp prologue;
   /// Contractions on AMX tiles where their shape allows (lowerAmxContraction).
   bool amx = false;
   /// The bf16 parts of operands the whole function only reads (W, the summaries), packed once
@@ -883,7 +891,14 @@ private:
     Value A = op->getOperand(0), B = op->getOperand(1), C = op->getOperand(2);
     SmallVector<int64_t> shape = op.getStaticLoopRanges();
     int64_t M = shape[0], N = shape[1], K = shape[2], NR = NV * VL;
-    if (amx && amxShaped(A, B, C, M, N, K))
+    const bool onAmx = amx && amxShaped(A, B, C, M, N, K);
+    // The prologue on the accumulators: the register tiles of whole vectors only.
+    if (prologue && (onAmx || transposedB || N % VL != 0)) {
+      if (failed(lowerElementwise(prologue)))
+        return failure();
+      prologue = {};
+    }
+    if (onAmx)
       return lowerAmxContraction(A, B, C, M, N, K, transposedA, transposedB);
     if (transposedB) {
       // The dot form stores C; an epilogue then runs as its own elementwise loop.
@@ -905,9 +920,19 @@ private:
       SmallVector<Value> init;
       Value zero = zeroOutput ? arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0)).getResult()
                               : Value();
+      EpilogueReads prologueReads;
       for (int64_t r = 0; r < rows; ++r)
-        for (auto [v, w] : llvm::enumerate(ws))
-          init.push_back(zeroOutput ? splat(zero, w) : vload(C, {rowAt[r], colAt[v]}, w));
+        for (auto [v, w] : llvm::enumerate(ws)) {
+          if (zeroOutput) {
+            init.push_back(splat(zero, w));
+            continue;
+          }
+          Value old = vload(C, {rowAt[r], colAt[v]}, w);
+          init.push_back(prologue ? bodyAt(prologue, prologue.getNumDpsInputs(), old, rowAt[r],
+                                           colAt[v], w, prologueReads)
+                                        .front()
+                                  : old);
+        }
       SmallVector<Value> acc = loop(0, K, 1, init, [&](Value kk, ValueRange carried) {
         SmallVector<Value> bv, next(carried.begin(), carried.end());
         for (auto [v, w] : llvm::enumerate(ws))
@@ -1248,12 +1273,25 @@ private:
   using EpilogueReads = std::map<std::tuple<unsigned, const void *, int64_t>, Value>;
   void epilogueAt(Value acc, Value row, Value col0, int64_t w, EpilogueReads &reads) {
     linalg::GenericOp op = epilogue->op;
+    SmallVector<Value> ivs = {row, col0};
+    SmallVector<Value> yields = bodyAt(op, epilogue->input, acc, row, col0, w, reads);
+    for (auto [k, y] : llvm::enumerate(yields)) {
+      unsigned o = op.getNumDpsInputs() + k;
+      vstore(y, op->getOperand(o), indices(op.getIndexingMapsArray()[o], ivs));
+    }
+  }
+
+  /// The body of a 2-D elementwise generic `op` at (row, col0 ...) on w lanes, operand `given`
+  /// the vector `value`, the others read (those by the row alone or the columns alone once
+  /// per `reads`); its results, not stored.
+  SmallVector<Value> bodyAt(linalg::GenericOp op, unsigned given, Value value, Value row,
+                            Value col0, int64_t w, EpilogueReads &reads) {
     unsigned numIns = op.getNumDpsInputs();
     Block &body = op.getRegion().front();
     SmallVector<Value> ivs = {row, col0}, args;
     for (unsigned a = 0; a < op->getNumOperands(); ++a) {
-      if (a == epilogue->input) {
-        args.push_back(acc);
+      if (a == given) {
+        args.push_back(value);
         continue;
       }
       if (a >= numIns && body.getArgument(a).use_empty()) {
@@ -1270,11 +1308,7 @@ private:
         read = operandAt(op, a, ivs, 1, w);
       args.push_back(read);
     }
-    SmallVector<Value> yields = cloneBody(op, args, w);
-    for (auto [k, y] : llvm::enumerate(yields)) {
-      unsigned o = numIns + k;
-      vstore(y, op->getOperand(o), indices(op.getIndexingMapsArray()[o], ivs));
-    }
+    return cloneBody(op, args, w);
   }
 
   /// The lane sums of `vs` (vectors of `width` lanes, a power of two), computed together: the
@@ -1402,6 +1436,79 @@ private:
   int64_t VL, MR, NV;
 };
 
+/// Whether `g` can run as the prologue of a contraction into C ([M x N]): a 2-D all-parallel
+/// generic over C's shape whose one output is C by the identity map (its payload may read
+/// C's old value: an update in place), whose inputs are not in C's buffer and are indexed by
+/// loop dims with the column dim innermost, and whose body is arith and math on scalars.
+bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
+  MLIRContext *ctx = g.getContext();
+  if (g.getNumLoops() != 2 || g.getNumReductionLoops() != 0 || !g.hasPureBufferSemantics() ||
+      g.getNumDpsInits() != 1 || g.getDpsInits()[0] != C ||
+      !g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity())
+    return false;
+  SmallVector<int64_t> shape = g.getStaticLoopRanges();
+  if (shape[0] != M || shape[1] != N)
+    return false;
+  for (Operation &inner : g.getRegion().front().without_terminator())
+    if (inner.getNumRegions() != 0 ||
+        !isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
+        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
+      return false;
+  for (OpOperand *in : g.getDpsInputOperands()) {
+    if (spectra::viewRoot(in->get()) == spectra::viewRoot(C))
+      return false;
+    AffineMap map = g.getMatchingIndexingMap(in);
+    for (AffineExpr x : map.getResults())
+      if (!isa<AffineDimExpr>(x))
+        return false;
+    for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
+      if (map.getResult(r) == getAffineDimExpr(1, ctx))
+        return false;
+  }
+  return true;
+}
+
+/// The prologue of a contraction C[m, n] += A B (2 inputs, C by (m, n)): the last op before
+/// it that touches C's buffer, where that op is prologueShaped and no op between the two
+/// (linalg ops, or ops without memory effects) writes a buffer it reads. It can then run at
+/// the contraction, on each register tile's accumulators as they are loaded (kv's rescale
+/// of the summary S by exp(old - new) before phi^T v is added: S read and written once per
+/// tile, not twice). Null otherwise.
+linalg::GenericOp prologueOf(linalg::GenericOp op) {
+  MLIRContext *ctx = op.getContext();
+  if (op.getNumLoops() != 3 || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
+      op.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+    return {};
+  Value C = op.getDpsInits()[0];
+  Value base = spectra::viewRoot(C);
+  SmallVector<int64_t> shape = op.getStaticLoopRanges();
+  llvm::DenseSet<Value> written;  // the buffers the ops between write
+  for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode()) {
+    if (isMemoryEffectFree(prev))
+      continue;
+    auto linalgOp = dyn_cast<linalg::LinalgOp>(prev);
+    if (!linalgOp)
+      return {};
+    bool touchesC = llvm::any_of(prev->getOperands(), [&](Value v) {
+      return isa<MemRefType>(v.getType()) && spectra::viewRoot(v) == base;
+    });
+    if (!touchesC) {
+      for (Value out : linalgOp.getDpsInits())
+        written.insert(spectra::viewRoot(out));
+      continue;
+    }
+    auto g = dyn_cast<linalg::GenericOp>(prev);
+    if (!g || !prologueShaped(g, C, shape[0], shape[1]))
+      return {};
+    for (Value in : g.getDpsInputs())
+      if (written.contains(spectra::viewRoot(in)))
+        return {};
+    return g;
+  }
+  return {};
+}
+
 struct VectorizeTilesPass
     : mlir::spectra::impl::SpectraVectorizeTilesBase<VectorizeTilesPass> {
   using SpectraVectorizeTilesBase::SpectraVectorizeTilesBase;
@@ -1437,6 +1544,16 @@ struct VectorizeTilesPass
           epilogues[op] = *e;
           fused.insert(e->op);
         }
+    // Prologues: an elementwise update of a contraction's output tile C in place, with
+    // nothing between the two touching C or writing what it reads, runs at the contraction
+    // on each register tile's accumulators as they are loaded.
+    llvm::DenseMap<Operation *, linalg::GenericOp> prologues;
+    for (Operation *op : ops)
+      if (auto generic = dyn_cast<linalg::GenericOp>(op); generic && !zeroed.contains(op))
+        if (linalg::GenericOp p = prologueOf(generic); p && !fused.contains(p)) {
+          prologues[op] = p;
+          fused.insert(p);
+        }
     OpBuilder b(&getContext());
     llvm::DenseMap<Value, std::pair<Value, Value>> entryPacks;
     for (Operation *op : ops) {
@@ -1448,6 +1565,8 @@ struct VectorizeTilesPass
         v.zeroOutput = zeroed.contains(op);
         if (auto it = epilogues.find(op); it != epilogues.end())
           v.epilogue = &it->second;
+        if (auto it = prologues.find(op); it != prologues.end())
+          v.prologue = it->second;
         if (failed(v.lower(op)))
           return signalPassFailure();
       }

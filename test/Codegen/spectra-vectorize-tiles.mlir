@@ -753,3 +753,138 @@ func.func @column_running(%x: memref<16x8xf32>, %m: memref<8xf32>, %s: memref<8x
   }
   return
 }
+
+// -----
+
+// Tests that an elementwise update of a contraction's output C in place before it (kv's
+// rescale of the summary by exp(old - new), a factor per row), with an op between that
+// touches neither C nor the factors, runs as the register tiles' prologue: each
+// accumulator is loaded and multiplied by its row's factor, and C is not read and written
+// by a loop of its own. An op between that reads C, or writes the factors, keeps the update
+// where it was; with a tail of columns (20 at 8 lanes) it runs on its own at the contraction.
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+#full = affine_map<(i, j) -> (i, j)>
+#row = affine_map<(i, j) -> (i)>
+// CHECK-LABEL: func.func @prologue(
+// CHECK:         math.exp
+// CHECK:         scf.for %[[ROW:.*]] = %c0 to %c4 step %c2 {
+// CHECK:           %[[C00:.*]] = vector.load %arg2[%[[ROW]], %c0] : memref<4x16xf32>, vector<8xf32>
+// CHECK-NEXT:      %[[R0:.*]] = memref.load %arg3[%[[ROW]]] : memref<4xf32>
+// CHECK-NEXT:      %[[R0V:.*]] = vector.broadcast %[[R0]] : f32 to vector<8xf32>
+// CHECK-NEXT:      %[[I00:.*]] = arith.mulf %[[C00]], %[[R0V]] : vector<8xf32>
+// CHECK-NEXT:      %[[C01:.*]] = vector.load %arg2[%[[ROW]], %c8]
+// CHECK-NEXT:      %[[I01:.*]] = arith.mulf %[[C01]], %[[R0V]] : vector<8xf32>
+// CHECK:           scf.for %{{.*}} = %c0 to %c3 step %c1 iter_args(%{{.*}} = %[[I00]], %{{.*}} = %[[I01]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}})
+// CHECK-COUNT-4:   vector.fma
+// CHECK-COUNT-4:   vector.store %{{.*}}, %arg2
+// CHECK-NOT:     vector.store %{{.*}}, %arg2
+func.func @prologue(%A: memref<4x3xf32>, %B: memref<3x16xf32>, %C: memref<4x16xf32>,
+                    %r: memref<4xf32>, %x: memref<4x16xf32>, %e: memref<4x16xf32>) {
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<4x16xf32>) outs(%e : memref<4x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %v = math.exp %l : f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @no_prologue_across_a_read(
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         %[[C:.*]] = vector.load %arg2
+// CHECK-NEXT:    math.exp %[[C]]
+// CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
+func.func @no_prologue_across_a_read(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
+                                     %C: memref<4x16xf32>, %r: memref<4xf32>,
+                                     %e: memref<4x16xf32>) {
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<4x16xf32>) outs(%e : memref<4x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %v = math.exp %l : f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @no_prologue_factors_written(
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         vector.store %{{.*}}, %arg3
+// CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
+func.func @no_prologue_factors_written(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
+                                       %C: memref<4x16xf32>, %r: memref<4xf32>) {
+  %one = arith.constant 1.0 : f32
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.fill ins(%one : f32) outs(%r : memref<4xf32>)
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @prologue_with_a_tail(
+// CHECK:         math.exp
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
+func.func @prologue_with_a_tail(%A: memref<4x3xf32>, %B: memref<3x20xf32>, %C: memref<4x20xf32>,
+                                %r: memref<4xf32>, %x: memref<4x16xf32>, %e: memref<4x16xf32>) {
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x20xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<4x16xf32>) outs(%e : memref<4x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %v = math.exp %l : f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x20xf32>) outs(%C : memref<4x20xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
