@@ -108,7 +108,13 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     effects between) that reads the contraction's output tile element by
     element (the features after the logits) runs as its epilogue, on each
     register tile's finished accumulators; the output tile is then stored
-    only if something else reads it.
+    only if something else reads it. An elementwise generic that updates a
+    contraction's output tile in place earlier in the block (kv's rescale of
+    the summary), with no op between that may touch the tile, writes what the
+    update reads or has memory effects other than a linalg op's, runs as its
+    prologue, on each register tile's accumulators as they are loaded; where
+    the contraction takes another form (AMX, dot products, a tail of columns)
+    the update runs on its own at the contraction.
     With `amx`, a contraction of f32 tiles whose M and N are multiples of 16
     and K of 32 runs on AMX tiles instead: each operand split in two bf16
     parts (hi, and the rest rounded), packed (A row-major, B in pairs along
@@ -220,20 +226,21 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
 }
 
 def SpectraReuseTileBuffers : Pass<"spectra-reuse-tile-buffers", "::mlir::func::FuncOp"> {
-  let summary = "an elementwise op writes its output tile over the input tile it last reads (CPU)";
+  let summary = "an elementwise op writes its output tile over an input tile it is the last to read (CPU)";
   let description = [{
     The tile kernels give every tile its own buffer. kv's logits and its
     features phi = exp(l - c) are two [T x m] tiles (16 KiB each at T = 32,
     m = 128); with the weights, the summary and the staged rows the tile's
     working set overflows L1, while the logits are dead once phi is formed.
     In a tile loop's body, an all-parallel linalg.generic G with an input A
-    and an output B, both by the identity map and allocations of one type,
-    writes B over A where every use of A and B (through views too) is in the
-    body, A is not used after G and its first use in the body writes it whole
-    (a fill, or a generic with A an output by the identity map whose payload
-    does not read it, and no input in A), B's first use is G, which writes it
-    whole, and no other operand of G is A, B or a view of either. Every use of
-    B then becomes a use of A. The GPU schedule keeps both (a warp chain holds them in
+    and an output B, both by the identity map and stack allocations of one
+    type, writes B over A where every use of A and B (through views too) is
+    in the body and none passes the buffer on (a yield, a memref result that
+    is no view), A is not used after G and its first use in the body writes
+    it whole (a fill, or an all-parallel generic with A an output by the
+    identity map whose payload does not read it, and no input in A), B's first
+    use is G, which writes it whole, and no other operand of G is A, B or a
+    view of either. Every use of B then becomes a use of A. The GPU schedule keeps both (a warp chain holds them in
     registers, and it matches distinct buffers).
 
     ```mlir

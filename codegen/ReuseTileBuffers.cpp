@@ -1,4 +1,4 @@
-//===- ReuseTileBuffers.cpp - an elementwise op writes over the tile it last reads ===//
+//===- ReuseTileBuffers.cpp - an elementwise op writes over its dead input tile ===//
 //
 // A step of the CPU schedule (Passes.td, spectra-reuse-tile-buffers). The tile
 // kernels give every tile its own buffer: kv's logits and its features
@@ -11,9 +11,12 @@
 //
 // In a tile loop's body (scf.for marked spectra.tile_loop), an all-parallel
 // linalg.generic G with an input A and an output B, both indexed by the identity
-// map and both allocations of the same type, writes B over A where
+// map and both stack allocations (memref.alloca) of the same type, writes B over A
+// where G is A's last reader and
 //  - every use of A and of B, through views of them too, is in the body (a use is
-//    placed at its ancestor among the body's ops: a loop of stores at the loop);
+//    placed at its ancestor among the body's ops: a loop of stores at the loop), and
+//    none passes the buffer on otherwise (a yield, an op with a memref result that is
+//    no view of it), where its later uses could not be followed;
 //  - A is not used after G, and its first use in the body writes it whole (a fill,
 //    or an all-parallel generic with A an output by the identity map whose payload
 //    does not read A's old value, and no input in A): what A holds on entry to the
@@ -43,11 +46,13 @@ using namespace mlir;
 
 namespace {
 
-/// The ops of `body` that use an allocation, directly or through views of it (each use as
-/// its ancestor in `body`, a view as itself and as its users' ancestors), in the body's
-/// order; nullopt where a use is outside the body or the value is no allocation.
+/// The ops of `body` that use a stack allocation, directly or through views of it (each use
+/// as its ancestor in `body`, a view as itself and as its users' ancestors), in the body's
+/// order; nullopt where a use is outside the body, a user passes the buffer on other than
+/// as a view (a terminator, an op with a memref result), or the value is no memref.alloca
+/// (a heap buffer's dealloc would move to the other buffer).
 std::optional<SmallVector<Operation *>> bodyUses(Value buffer, Block &body) {
-  if (!buffer.getDefiningOp<memref::AllocaOp>() && !buffer.getDefiningOp<memref::AllocOp>())
+  if (!buffer.getDefiningOp<memref::AllocaOp>())
     return std::nullopt;
   SmallVector<Operation *> uses;
   SmallVector<Value> work = {buffer};
@@ -59,8 +64,13 @@ std::optional<SmallVector<Operation *>> bodyUses(Value buffer, Block &body) {
         return std::nullopt;
       if (!llvm::is_contained(uses, at))
         uses.push_back(at);
-      if (auto view = dyn_cast<ViewLikeOpInterface>(user); view && view.getViewSource() == v)
+      if (auto view = dyn_cast<ViewLikeOpInterface>(user); view && view.getViewSource() == v) {
         llvm::append_range(work, user->getResults());
+        continue;
+      }
+      if (user->hasTrait<OpTrait::IsTerminator>() ||
+          llvm::any_of(user->getResultTypes(), [](Type t) { return isa<BaseMemRefType>(t); }))
+        return std::nullopt;
     }
   }
   llvm::sort(uses, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });

@@ -13,7 +13,8 @@
 //    tile's epilogue, and C is stored only if something else reads it; an
 //    elementwise generic that updates C in place before it (kv's rescale of the
 //    summary), with nothing between touching C or writing what it reads, runs as
-//    the tile's prologue on the accumulators as they are loaded;
+//    the tile's prologue on the accumulators as they are loaded (on its own at the
+//    contraction where that takes another form: AMX, dot products, a column tail);
 //  - contractions C[m, n] += A[m, k] B[n, k] (both operands contiguous along
 //    k: the causal kernels' q k^T products) become dot products: per
 //    (row, column) pair of a register tile a vector accumulator along k,
@@ -1436,12 +1437,28 @@ private:
   int64_t VL, MR, NV;
 };
 
+/// Whether buffers x and y may be the same memory: views of one buffer, or of two function
+/// arguments of one type (the kernels' in-place calls: dx may be dxin).
+bool mayAlias(Value x, Value y) {
+  Value rx = spectra::viewRoot(x), ry = spectra::viewRoot(y);
+  if (rx == ry)
+    return true;
+  auto ax = dyn_cast<BlockArgument>(rx), ay = dyn_cast<BlockArgument>(ry);
+  return ax && ay && isa<FunctionOpInterface>(ax.getOwner()->getParentOp()) &&
+         isa<FunctionOpInterface>(ay.getOwner()->getParentOp()) && rx.getType() == ry.getType();
+}
+
 /// Whether `g` can run as the prologue of a contraction into C ([M x N]): a 2-D all-parallel
 /// generic over C's shape whose one output is C by the identity map (its payload may read
 /// C's old value: an update in place), whose inputs are not in C's buffer and are indexed by
 /// loop dims with the column dim innermost, and whose body is arith and math on scalars.
 bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
   MLIRContext *ctx = g.getContext();
+  for (Value v : g->getOperands()) {
+    auto type = dyn_cast<MemRefType>(v.getType());
+    if (!type || !type.hasStaticShape())
+      return false;
+  }
   if (g.getNumLoops() != 2 || g.getNumReductionLoops() != 0 || !g.hasPureBufferSemantics() ||
       g.getNumDpsInits() != 1 || g.getDpsInits()[0] != C ||
       !g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity())
@@ -1455,7 +1472,7 @@ bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
         !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
       return false;
   for (OpOperand *in : g.getDpsInputOperands()) {
-    if (spectra::viewRoot(in->get()) == spectra::viewRoot(C))
+    if (mayAlias(in->get(), C))
       return false;
     AffineMap map = g.getMatchingIndexingMap(in);
     for (AffineExpr x : map.getResults())
@@ -1469,8 +1486,8 @@ bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
 }
 
 /// The prologue of a contraction C[m, n] += A B (2 inputs, C by (m, n)): the last op before
-/// it that touches C's buffer, where that op is prologueShaped and no op between the two
-/// (linalg ops, or ops without memory effects) writes a buffer it reads. It can then run at
+/// it that may touch C's memory, where that op is prologueShaped and no op between the two
+/// (linalg ops, or ops without memory effects) writes memory it reads. It can then run at
 /// the contraction, on each register tile's accumulators as they are loaded (kv's rescale
 /// of the summary S by exp(old - new) before phi^T v is added: S read and written once per
 /// tile, not twice). Null otherwise.
@@ -1481,9 +1498,8 @@ linalg::GenericOp prologueOf(linalg::GenericOp op) {
           AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
     return {};
   Value C = op.getDpsInits()[0];
-  Value base = spectra::viewRoot(C);
   SmallVector<int64_t> shape = op.getStaticLoopRanges();
-  llvm::DenseSet<Value> written;  // the buffers the ops between write
+  SmallVector<Value> written;  // what the ops between write
   for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode()) {
     if (isMemoryEffectFree(prev))
       continue;
@@ -1491,18 +1507,17 @@ linalg::GenericOp prologueOf(linalg::GenericOp op) {
     if (!linalgOp)
       return {};
     bool touchesC = llvm::any_of(prev->getOperands(), [&](Value v) {
-      return isa<MemRefType>(v.getType()) && spectra::viewRoot(v) == base;
+      return isa<MemRefType>(v.getType()) && mayAlias(v, C);
     });
     if (!touchesC) {
-      for (Value out : linalgOp.getDpsInits())
-        written.insert(spectra::viewRoot(out));
+      llvm::append_range(written, linalgOp.getDpsInits());
       continue;
     }
     auto g = dyn_cast<linalg::GenericOp>(prev);
     if (!g || !prologueShaped(g, C, shape[0], shape[1]))
       return {};
     for (Value in : g.getDpsInputs())
-      if (written.contains(spectra::viewRoot(in)))
+      if (llvm::any_of(written, [&](Value w) { return mayAlias(in, w); }))
         return {};
     return g;
   }
@@ -1551,6 +1566,15 @@ struct VectorizeTilesPass
     for (Operation *op : ops)
       if (auto generic = dyn_cast<linalg::GenericOp>(op); generic && !zeroed.contains(op))
         if (linalg::GenericOp p = prologueOf(generic); p && !fused.contains(p)) {
+          // The contraction's epilogue writes as the register tiles finish, while later
+          // tiles' prologues still read: it must write nothing the prologue reads.
+          auto e = epilogues.find(op);
+          if (e != epilogues.end() &&
+              llvm::any_of(e->second.op.getDpsInits(), [&](Value out) {
+                return llvm::any_of(p.getDpsInputs(),
+                                    [&](Value in) { return mayAlias(in, out); });
+              }))
+            continue;
           prologues[op] = p;
           fused.insert(p);
         }

@@ -134,13 +134,15 @@ func.func @zeroed_rows(%n: index, %rows: index, %z: memref<16xf32>) {
 
 #id = affine_map<(i, j) -> (i, j)>
 #col = affine_map<(i, j) -> (j)>
+#tr = affine_map<(i, j) -> (j, i)>
 
 // Left alone: the input is read after the op (its values are still needed), its first use in
 // the body reads what the last iteration left (a running tile), the output is read before
 // the op writes it, the output is used after the loop, the two differ in type, the op reads
-// the output's old value, and a loop not marked spectra.tile_loop.
+// the output's old value, a loop not marked spectra.tile_loop, the input read by another map,
+// and the input used after the loop.
 // CHECK-LABEL: func.func @kept
-// CHECK-COUNT-14: memref.alloca()
+// CHECK-COUNT-18: memref.alloca()
 // CHECK-NOT:     memref.alloca()
 func.func @kept(%n: index, %z: memref<16xf32>, %out: memref<4x16xf32>) {
   %c0 = arith.constant 0 : index
@@ -160,6 +162,10 @@ func.func @kept(%n: index, %z: memref<16xf32>, %out: memref<4x16xf32>) {
   %b6 = memref.alloca() : memref<4x16xf32>
   %a7 = memref.alloca() : memref<4x16xf32>
   %b7 = memref.alloca() : memref<4x16xf32>
+  %a8 = memref.alloca() : memref<16x16xf32>
+  %b8 = memref.alloca() : memref<16x16xf32>
+  %a9 = memref.alloca() : memref<4x16xf32>
+  %b9 = memref.alloca() : memref<4x16xf32>
   scf.for %r0 = %c0 to %n step %c4 {
     // The input read after the op.
     linalg.fill ins(%zero : f32) outs(%a1 : memref<4x16xf32>)
@@ -174,13 +180,35 @@ func.func @kept(%n: index, %z: memref<16xf32>, %out: memref<4x16xf32>) {
       %s = arith.addf %o, %x : f32
       linalg.yield %s : f32
     }
-    // The input's first use reads it: a tile carried from the last iteration.
+    // The input's first use reads it (a tile carried from the last iteration) before it is
+    // set anew and read last by the op.
+    linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+        ins(%a2 : memref<4x16xf32>) outs(%z : memref<16xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %s = arith.addf %o, %x : f32
+      linalg.yield %s : f32
+    }
+    linalg.fill ins(%zero : f32) outs(%a2 : memref<4x16xf32>)
     linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
         ins(%a2 : memref<4x16xf32>) outs(%b2 : memref<4x16xf32>) {
     ^bb0(%x: f32, %o: f32):
+      %e = math.exp %x : f32
+      linalg.yield %e : f32
+    }
+    // The input read transposed.
+    linalg.fill ins(%zero : f32) outs(%a8 : memref<16x16xf32>)
+    linalg.generic {indexing_maps = [#tr, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a8 : memref<16x16xf32>) outs(%b8 : memref<16x16xf32>) {
+    ^bb0(%x: f32, %o: f32):
       linalg.yield %x : f32
     }
-    linalg.fill ins(%zero : f32) outs(%a2 : memref<4x16xf32>)
+    // The input used after the loop (below).
+    linalg.fill ins(%zero : f32) outs(%a9 : memref<4x16xf32>)
+    linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a9 : memref<4x16xf32>) outs(%b9 : memref<4x16xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      linalg.yield %x : f32
+    }
     // The output read before the op writes it.
     linalg.fill ins(%zero : f32) outs(%a3 : memref<4x16xf32>)
     linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
@@ -219,6 +247,7 @@ func.func @kept(%n: index, %z: memref<16xf32>, %out: memref<4x16xf32>) {
     }
   } {spectra.tile_loop}
   memref.copy %b4, %out : memref<4x16xf32> to memref<4x16xf32>
+  memref.copy %a9, %out : memref<4x16xf32> to memref<4x16xf32>
   // Not a tile loop.
   scf.for %r0 = %c0 to %n step %c4 {
     linalg.fill ins(%zero : f32) outs(%a7 : memref<4x16xf32>)

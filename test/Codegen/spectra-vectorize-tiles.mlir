@@ -760,28 +760,38 @@ func.func @column_running(%x: memref<16x8xf32>, %m: memref<8xf32>, %s: memref<8x
 // rescale of the summary by exp(old - new), a factor per row), with an op between that
 // touches neither C nor the factors, runs as the register tiles' prologue: each
 // accumulator is loaded and multiplied by its row's factor, and C is not read and written
-// by a loop of its own. An op between that reads C, or writes the factors, keeps the update
-// where it was; with a tail of columns (20 at 8 lanes) it runs on its own at the contraction.
+// by a loop of its own. An op between that reads C, or writes the factors (a linalg op, a
+// store, or an argument of the factors' type, which may be the same memory), keeps the
+// update where it was; with a tail of columns (20 at 8 lanes) or in the dot form it runs on
+// its own at the contraction.
 #a = affine_map<(m, n, k) -> (m, k)>
 #b = affine_map<(m, n, k) -> (k, n)>
 #c = affine_map<(m, n, k) -> (m, n)>
 #full = affine_map<(i, j) -> (i, j)>
 #row = affine_map<(i, j) -> (i)>
 // CHECK-LABEL: func.func @prologue(
+// CHECK-NOT:     vector.store %{{.*}}, %arg2
 // CHECK:         math.exp
 // CHECK:         scf.for %[[ROW:.*]] = %c0 to %c4 step %c2 {
-// CHECK:           %[[C00:.*]] = vector.load %arg2[%[[ROW]], %c0] : memref<4x16xf32>, vector<8xf32>
+// CHECK-NEXT:      %[[ROW1:.*]] = arith.addi %[[ROW]], %c1 : index
+// CHECK-NEXT:      %[[C00:.*]] = vector.load %arg2[%[[ROW]], %c0] : memref<4x16xf32>, vector<8xf32>
 // CHECK-NEXT:      %[[R0:.*]] = memref.load %arg3[%[[ROW]]] : memref<4xf32>
 // CHECK-NEXT:      %[[R0V:.*]] = vector.broadcast %[[R0]] : f32 to vector<8xf32>
 // CHECK-NEXT:      %[[I00:.*]] = arith.mulf %[[C00]], %[[R0V]] : vector<8xf32>
 // CHECK-NEXT:      %[[C01:.*]] = vector.load %arg2[%[[ROW]], %c8]
 // CHECK-NEXT:      %[[I01:.*]] = arith.mulf %[[C01]], %[[R0V]] : vector<8xf32>
-// CHECK:           scf.for %{{.*}} = %c0 to %c3 step %c1 iter_args(%{{.*}} = %[[I00]], %{{.*}} = %[[I01]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}})
+// CHECK-NEXT:      %[[C10:.*]] = vector.load %arg2[%[[ROW1]], %c0]
+// CHECK-NEXT:      %[[R1:.*]] = memref.load %arg3[%[[ROW1]]] : memref<4xf32>
+// CHECK-NEXT:      %[[R1V:.*]] = vector.broadcast %[[R1]] : f32 to vector<8xf32>
+// CHECK-NEXT:      %[[I10:.*]] = arith.mulf %[[C10]], %[[R1V]] : vector<8xf32>
+// CHECK-NEXT:      %[[C11:.*]] = vector.load %arg2[%[[ROW1]], %c8]
+// CHECK-NEXT:      %[[I11:.*]] = arith.mulf %[[C11]], %[[R1V]] : vector<8xf32>
+// CHECK-NEXT:      scf.for %{{.*}} = %c0 to %c3 step %c1 iter_args(%{{.*}} = %[[I00]], %{{.*}} = %[[I01]], %{{.*}} = %[[I10]], %{{.*}} = %[[I11]])
 // CHECK-COUNT-4:   vector.fma
 // CHECK-COUNT-4:   vector.store %{{.*}}, %arg2
 // CHECK-NOT:     vector.store %{{.*}}, %arg2
 func.func @prologue(%A: memref<4x3xf32>, %B: memref<3x16xf32>, %C: memref<4x16xf32>,
-                    %r: memref<4xf32>, %x: memref<4x16xf32>, %e: memref<4x16xf32>) {
+                    %r: memref<4xf32>, %x: memref<4x8xf32>, %e: memref<4x8xf32>) {
   linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
       ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
   ^bb0(%s: f32, %o: f32):
@@ -789,7 +799,7 @@ func.func @prologue(%A: memref<4x3xf32>, %B: memref<3x16xf32>, %C: memref<4x16xf
     linalg.yield %p : f32
   }
   linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
-      ins(%x : memref<4x16xf32>) outs(%e : memref<4x16xf32>) {
+      ins(%x : memref<4x8xf32>) outs(%e : memref<4x8xf32>) {
   ^bb0(%l: f32, %o: f32):
     %v = math.exp %l : f32
     linalg.yield %v : f32
@@ -881,6 +891,123 @@ func.func @prologue_with_a_tail(%A: memref<4x3xf32>, %B: memref<3x20xf32>, %C: m
   }
   linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<4x3xf32>, memref<3x20xf32>) outs(%C : memref<4x20xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @no_prologue_across_a_store(
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         memref.store %{{.*}}, %arg3
+// CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
+func.func @no_prologue_across_a_store(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
+                                      %C: memref<4x16xf32>, %r: memref<4xf32>, %i: index) {
+  %one = arith.constant 1.0 : f32
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  memref.store %one, %r[%i] : memref<4xf32>
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// Arguments of one type may be the same memory: a fill of %r2 between may write %r.
+// CHECK-LABEL: func.func @no_prologue_aliased_arguments(
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         vector.store %{{.*}}, %arg4
+// CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
+func.func @no_prologue_aliased_arguments(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
+                                         %C: memref<4x16xf32>, %r: memref<4xf32>,
+                                         %r2: memref<4xf32>) {
+  %one = arith.constant 1.0 : f32
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.fill ins(%one : f32) outs(%r2 : memref<4xf32>)
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// The dot form (C[m, n] += A[m, k] B[n, k]) stores C from its own loop: the update runs on
+// its own first, at the contraction (after the exp between).
+// CHECK-LABEL: func.func @prologue_dot(
+// CHECK:         math.exp
+// CHECK:         %[[OLD:.*]] = vector.load %arg2
+// CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
+// CHECK-NEXT:    vector.store %[[NEW]], %arg2
+// CHECK:         vector.fma
+#bt = affine_map<(m, n, k) -> (n, k)>
+func.func @prologue_dot(%A: memref<4x16xf32>, %B: memref<8x16xf32>, %C: memref<4x8xf32>,
+                        %r: memref<4xf32>, %x: memref<4x16xf32>, %e: memref<4x16xf32>) {
+  linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%r : memref<4xf32>) outs(%C : memref<4x8xf32>) {
+  ^bb0(%s: f32, %o: f32):
+    %p = arith.mulf %o, %s : f32
+    linalg.yield %p : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<4x16xf32>) outs(%e : memref<4x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %v = math.exp %l : f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [#a, #bt, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x16xf32>, memref<8x16xf32>) outs(%C : memref<4x8xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+// An update that is already a contraction's epilogue (it reads that contraction's output
+// element by element) stays that one's: it runs once, on the first contraction's
+// accumulators, and the second contraction loads C as written.
+// CHECK-LABEL: func.func @prologue_taken_as_epilogue(
+// CHECK-COUNT-4: arith.addf %{{.*}} : vector<8xf32>
+// CHECK:         vector.store %{{.*}}, %arg2
+// CHECK-NOT:     arith.addf
+// CHECK:         return
+func.func @prologue_taken_as_epilogue(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
+                                      %C: memref<4x16xf32>) {
+  %X = memref.alloca() : memref<4x16xf32>
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%X : memref<4x16xf32>) {
+  ^bb0(%x0: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x0, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#full, #full], iterator_types = ["parallel", "parallel"]}
+      ins(%X : memref<4x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %v = arith.addf %o, %l : f32
+    linalg.yield %v : f32
+  }
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<4x3xf32>, memref<3x16xf32>) outs(%C : memref<4x16xf32>) {
   ^bb0(%x0: f32, %y: f32, %acc: f32):
     %p = arith.mulf %x0, %y : f32
     %s = arith.addf %acc, %p : f32
