@@ -12,7 +12,7 @@
 // In a tile loop's body (scf.for marked spectra.tile_loop), an all-parallel
 // linalg.generic G with an input A and an output B, both indexed by the identity
 // map and both stack allocations (memref.alloca) of the same type, writes B over A
-// where G is A's last reader and
+// where
 //  - every use of A and of B, through views of them too, is in the body (a use is
 //    placed at its ancestor among the body's ops: a loop of stores at the loop), and
 //    none passes the buffer on otherwise (a yield, an op with a memref result that is
