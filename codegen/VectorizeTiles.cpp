@@ -27,8 +27,8 @@
 //  - reductions along the innermost dimension keep a vector accumulator and
 //    reduce it horizontally once per row; reductions along the outer
 //    dimension accumulate whole vectors, in four partial accumulators that
-//    take the rows in turn where each combiner is addf or maximumf and the
-//    rows are at least 8 and a multiple of 4;
+//    take the rows in turn where each combiner is addf, maximumf or a subf
+//    from the output, and the rows are at least 8 and a multiple of 4;
 //  - linalg.fill becomes vector stores.
 // Tails narrower than the vector width use narrower vectors, except a few columns past
 // the last whole vector of a body with an exp (SGQ's 65th feature at 16 lanes): those run
@@ -747,16 +747,18 @@ private:
     return success();
   }
 
-  /// The combiner of reduced output k where the body is combiner(x, out_k) with addf or
-  /// maximumf and x reads no output's value (a running value of another output would be a
-  /// partial's, not the column's); none otherwise (no diagnostic: the caller then keeps one
-  /// accumulator).
+  /// How the partials of reduced output k combine, where the body is combiner(x, out_k)
+  /// with addf or maximumf, or out_k - x with subf (the partials then combine by addf: each
+  /// starts from -0, and -0 - x is -x exactly, zeros included), and x reads no output's
+  /// value (a running value of another output would be a partial's, not the column's); none
+  /// otherwise (no diagnostic: the caller then keeps one accumulator).
   std::optional<vector::CombiningKind> simpleCombiner(linalg::GenericOp op, unsigned k) {
     Block &body = op.getRegion().front();
     unsigned numIns = op.getNumDpsInputs();
     BlockArgument acc = body.getArgument(numIns + k);
     Operation *def = combinerOp(op, k);
-    if (!def || !isa<arith::AddFOp, arith::MaximumFOp>(def))
+    if (!def || !isa<arith::AddFOp, arith::MaximumFOp, arith::SubFOp>(def) ||
+        (isa<arith::SubFOp>(def) && def->getOperand(0) != acc))
       return std::nullopt;
     // x and what it is computed from, within the body: no output argument among them.
     SmallVector<Value> work;
@@ -776,16 +778,17 @@ private:
         continue;
       llvm::append_range(work, from->getOperands());
     }
-    return isa<arith::AddFOp>(def) ? vector::CombiningKind::ADD : vector::CombiningKind::MAXIMUMF;
+    return isa<arith::MaximumFOp>(def) ? vector::CombiningKind::MAXIMUMF : vector::CombiningKind::ADD;
   }
 
   /// Reductions down the rows: whole vectors of columns, accumulated row by row. One
   /// accumulator per output would be one chain as long as the tile's rows (32 dependent
   /// maxima or adds, each waiting the op's latency: kv's column maximum took 3% of kv on an
-  /// Intel core for 1% of its operations). Where each reduced output combines with addf or
-  /// maximumf, kColumnPartials accumulators take the rows in turn (row i into partial
-  /// i mod kColumnPartials; the first starts from the output, the others from the identity)
-  /// and are combined as a tree at the end. A sum's order changes; a maximum's result does
+  /// Intel core for 1% of its operations). Where each reduced output combines with addf,
+  /// maximumf or subf from it (simpleCombiner), kColumnPartials accumulators take the rows
+  /// in turn (row i into partial i mod kColumnPartials; the first starts from the output,
+  /// the others from the identity, -0 for a sum or a difference) and are combined as a tree
+  /// at the end (a difference's partials by addf). A sum's order changes; a maximum's result does
   /// not for NaN-free data (the CPU's maxima become compare-and-select, which orders NaN).
   static constexpr int64_t kColumnPartials = 4;
   LogicalResult lowerColumnReduction(linalg::GenericOp op) {

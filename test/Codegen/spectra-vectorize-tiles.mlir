@@ -691,6 +691,43 @@ func.func @column_partials(%x: memref<16x8xf32>, %m: memref<8xf32>, %e: memref<1
   }
   return
 }
+// A difference from the output (the query backward's dz -= ...) takes partials too: the
+// others start from -0 (-0 - x is -x exactly) and the four combine by addf. One from the
+// other side (x - out) keeps one accumulator.
+// CHECK-LABEL: func.func @column_difference(
+// CHECK: %[[NZ:.*]] = arith.constant dense<-0.000000e+00> : vector<8xf32>
+// CHECK: %[[OUT:.*]] = vector.load %arg1[%c0] : memref<8xf32>, vector<8xf32>
+// CHECK: %[[P:.*]]:4 = scf.for %{{.*}} = %c0 to %c16 step %c4 iter_args(%[[A0:.*]] = %[[OUT]], %[[A1:.*]] = %[[NZ]], %[[A2:.*]] = %[[NZ]], %[[A3:.*]] = %[[NZ]])
+// CHECK: arith.subf %[[A0]], %{{.*}} : vector<8xf32>
+// CHECK: arith.subf %[[A1]], %{{.*}} : vector<8xf32>
+// CHECK: arith.subf %[[A2]], %{{.*}} : vector<8xf32>
+// CHECK: arith.subf %[[A3]], %{{.*}} : vector<8xf32>
+// CHECK: %[[S01:.*]] = arith.addf %[[P]]#0, %[[P]]#1 : vector<8xf32>
+// CHECK: %[[S23:.*]] = arith.addf %[[P]]#2, %[[P]]#3 : vector<8xf32>
+// CHECK: %[[S:.*]] = arith.addf %[[S01]], %[[S23]] : vector<8xf32>
+// CHECK: vector.store %[[S]], %arg1[%c0]
+func.func @column_difference(%x: memref<16x8xf32>, %m: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%m : memref<8xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.subf %acc, %v : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+// CHECK-LABEL: func.func @column_reversed_difference(
+// CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8xf32>)
+// CHECK: arith.subf
+// CHECK-NOT: scf.for
+func.func @column_reversed_difference(%x: memref<16x8xf32>, %m: memref<8xf32>) {
+  linalg.generic {indexing_maps = [#full, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : memref<16x8xf32>) outs(%m : memref<8xf32>) {
+  ^bb0(%v: f32, %acc: f32):
+    %r = arith.subf %v, %acc : f32
+    linalg.yield %r : f32
+  }
+  return
+}
 // CHECK-LABEL: func.func @column_product(
 // CHECK: scf.for %{{.*}} = %c0 to %c16 step %c1 iter_args(%{{.*}} = %{{.*}}) -> (vector<8xf32>)
 // CHECK: arith.mulf
