@@ -54,6 +54,25 @@ bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *read
   return false;
 }
 
+bool mlir::spectra::runsOnAccumulators(linalg::GenericOp e) {
+  for (Operation &inner : e.getRegion().front().without_terminator())
+    if (inner.getNumRegions() != 0 ||
+        !llvm::isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
+        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
+      return false;
+  AffineExpr col = getAffineDimExpr(1, e.getContext());
+  for (AffineMap map : e.getIndexingMapsArray()) {
+    for (AffineExpr x : map.getResults())
+      if (!isa<AffineDimExpr>(x))
+        return false;
+    // Vectors run along the column dim: it must be innermost wherever it appears.
+    for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
+      if (map.getResult(r) == col)
+        return false;
+  }
+  return true;
+}
+
 std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
   MLIRContext *ctx = op.getContext();
   if (op.getNumLoops() != 3 || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
@@ -69,24 +88,12 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
       !e.hasPureBufferSemantics())
     return std::nullopt;
   SmallVector<int64_t> shape = op.getStaticLoopRanges(), eshape = e.getStaticLoopRanges();
-  if (eshape[0] != shape[0] || eshape[1] != shape[1])
+  if (eshape[0] != shape[0] || eshape[1] != shape[1] || !runsOnAccumulators(e))
     return std::nullopt;
-  for (Operation &inner : e.getRegion().front().without_terminator())
-    if (inner.getNumRegions() != 0 ||
-        !llvm::isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
-        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
-      return std::nullopt;
   std::optional<unsigned> input;
   Value base = root(C);
   for (OpOperand &operand : e->getOpOperands()) {
     AffineMap map = e.getMatchingIndexingMap(&operand);
-    for (AffineExpr x : map.getResults())
-      if (!isa<AffineDimExpr>(x))
-        return std::nullopt;
-    // Vectors run along the column dim: it must be innermost wherever it appears.
-    for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
-      if (map.getResult(r) == getAffineDimExpr(1, ctx))
-        return std::nullopt;
     unsigned i = operand.getOperandNumber();
     bool isInit = i >= e.getNumDpsInputs();
     if (isInit) {

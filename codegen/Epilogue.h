@@ -38,6 +38,12 @@ Value viewRoot(Value view);
 /// is not a local alloca (an argument: the caller may read it).
 bool readElsewhere(Value tile, Operation *writer, Operation *reader);
 
+/// Whether a 2-D elementwise generic can run on a contraction tile's accumulators (as its
+/// epilogue, or on the CPU its prologue): a body of arith and math on scalars, and every
+/// operand indexed by loop dims with the column dim innermost wherever it appears (vectors
+/// run along the columns).
+bool runsOnAccumulators(linalg::GenericOp e);
+
 /// The epilogue of a contraction C[m, n] += A B (2 inputs, output indexed (m, n)): the next
 /// op with memory effects, when it is an all-parallel 2-D generic over C's shape that reads
 /// C itself (identity map) once, whose outputs are written element by element (identity

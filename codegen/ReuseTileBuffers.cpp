@@ -83,10 +83,7 @@ int64_t operandsIn(Operation *op, Value buffer) {
                         [&](Value v) { return spectra::viewRoot(v) == buffer; });
 }
 
-bool allParallel(linalg::GenericOp op) {
-  return llvm::all_of(op.getIteratorTypesArray(),
-                      [](utils::IteratorType t) { return t == utils::IteratorType::parallel; });
-}
+bool allParallel(linalg::GenericOp op) { return op.getNumParallelLoops() == op.getNumLoops(); }
 
 /// Whether `op` writes all of `buffer` without reading what it held: a fill of it, or an
 /// all-parallel generic with it an output by the identity map, its payload not reading the

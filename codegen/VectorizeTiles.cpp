@@ -1453,10 +1453,9 @@ bool mayAlias(Value x, Value y) {
 
 /// Whether `g` can run as the prologue of a contraction into C ([M x N]): a 2-D all-parallel
 /// generic over C's shape whose one output is C by the identity map (its payload may read
-/// C's old value: an update in place), whose inputs are not in C's buffer and are indexed by
-/// loop dims with the column dim innermost, and whose body is arith and math on scalars.
+/// C's old value: an update in place), whose inputs are not in C's memory, that runs on
+/// the accumulators (spectra::runsOnAccumulators), and whose operands are static memrefs.
 bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
-  MLIRContext *ctx = g.getContext();
   for (Value v : g->getOperands()) {
     auto type = dyn_cast<MemRefType>(v.getType());
     if (!type || !type.hasStaticShape())
@@ -1467,25 +1466,9 @@ bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
       !g.getMatchingIndexingMap(g.getDpsInitOperand(0)).isIdentity())
     return false;
   SmallVector<int64_t> shape = g.getStaticLoopRanges();
-  if (shape[0] != M || shape[1] != N)
+  if (shape[0] != M || shape[1] != N || !spectra::runsOnAccumulators(g))
     return false;
-  for (Operation &inner : g.getRegion().front().without_terminator())
-    if (inner.getNumRegions() != 0 ||
-        !isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) ||
-        !llvm::all_of(inner.getResultTypes(), [](Type t) { return t.isIntOrIndexOrFloat(); }))
-      return false;
-  for (OpOperand *in : g.getDpsInputOperands()) {
-    if (mayAlias(in->get(), C))
-      return false;
-    AffineMap map = g.getMatchingIndexingMap(in);
-    for (AffineExpr x : map.getResults())
-      if (!isa<AffineDimExpr>(x))
-        return false;
-    for (unsigned r = 0; r + 1 < map.getNumResults(); ++r)
-      if (map.getResult(r) == getAffineDimExpr(1, ctx))
-        return false;
-  }
-  return true;
+  return llvm::none_of(g.getDpsInputs(), [&](Value in) { return mayAlias(in, C); });
 }
 
 /// The prologue of a contraction C[m, n] += A B (2 inputs, C by (m, n)): the last op before
