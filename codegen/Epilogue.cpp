@@ -10,6 +10,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/Matchers.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
 
@@ -33,6 +34,15 @@ Value mlir::spectra::viewRoot(Value v) {
 namespace {
 Value root(Value v) { return viewRoot(v); }
 } // namespace
+
+bool mlir::spectra::mayAlias(Value x, Value y) {
+  Value rx = root(x), ry = root(y);
+  if (rx == ry)
+    return true;
+  auto ax = dyn_cast<BlockArgument>(rx), ay = dyn_cast<BlockArgument>(ry);
+  return ax && ay && isa<FunctionOpInterface>(ax.getOwner()->getParentOp()) &&
+         isa<FunctionOpInterface>(ay.getOwner()->getParentOp()) && rx.getType() == ry.getType();
+}
 
 bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *reader) {
   Value base = root(tile);
@@ -91,13 +101,13 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
   if (eshape[0] != shape[0] || eshape[1] != shape[1] || !runsOnAccumulators(e))
     return std::nullopt;
   std::optional<unsigned> input;
-  Value base = root(C);
   for (OpOperand &operand : e->getOpOperands()) {
     AffineMap map = e.getMatchingIndexingMap(&operand);
     unsigned i = operand.getOperandNumber();
     bool isInit = i >= e.getNumDpsInputs();
     if (isInit) {
-      if (!map.isIdentity() || root(operand.get()) == root(A) || root(operand.get()) == root(B))
+      // Written as each register tile finishes, while later tiles still read A and B.
+      if (!map.isIdentity() || mayAlias(operand.get(), A) || mayAlias(operand.get(), B))
         return std::nullopt;
       continue;
     }
@@ -105,7 +115,7 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
       input = i;
       continue;
     }
-    if (root(operand.get()) == base)
+    if (mayAlias(operand.get(), C))
       return std::nullopt;
   }
   if (!input)
@@ -131,11 +141,13 @@ linalg::FillOp mlir::spectra::zeroFillBefore(linalg::GenericOp op) {
     return {};
   Value C = op.getDpsInits()[0];
   // Back over ops that touch no memory, and fills of other buffers (they write nothing the
-  // contraction writes), to the fill of C.
+  // contraction writes; +0 where the buffer may be C's memory), to the fill of C.
   Operation *prev = op->getPrevNode();
   auto otherFill = [&](Operation *o) {
     auto f = dyn_cast<linalg::FillOp>(o);
-    return f && f.getDpsInits()[0] != C && root(f.getDpsInits()[0]) != root(C);
+    // One that may write C's memory (an argument of C's type) only where it writes +0 too.
+    return f && f.getDpsInits()[0] != C &&
+           (!mayAlias(f.getDpsInits()[0], C) || matchPattern(f.getInputs()[0], m_PosZeroFloat()));
   };
   while (prev && (isMemoryEffectFree(prev) || otherFill(prev)))
     prev = prev->getPrevNode();
@@ -143,7 +155,7 @@ linalg::FillOp mlir::spectra::zeroFillBefore(linalg::GenericOp op) {
   if (!fill || fill.getDpsInits()[0] != C || !matchPattern(fill.getInputs()[0], m_PosZeroFloat()))
     return {};
   // An operand in the same buffer would have read the zeros.
-  if (llvm::any_of(op.getDpsInputs(), [&](Value in) { return root(in) == root(C); }))
+  if (llvm::any_of(op.getDpsInputs(), [&](Value in) { return mayAlias(in, C); }))
     return {};
   return fill;
 }

@@ -33,6 +33,10 @@ struct Epilogue {
 /// buffer of its own).
 Value viewRoot(Value view);
 
+/// Whether buffers x and y may be the same memory: views of one buffer, or of two function
+/// arguments of one type (the kernels' in-place calls: dx may be dxin).
+bool mayAlias(Value x, Value y);
+
 /// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and
 /// `reader` (fills only write; views are followed to their users). True for a buffer that
 /// is not a local alloca (an argument: the caller may read it).
@@ -47,15 +51,15 @@ bool runsOnAccumulators(linalg::GenericOp e);
 /// The epilogue of a contraction C[m, n] += A B (2 inputs, output indexed (m, n)): the next
 /// op with memory effects, when it is an all-parallel 2-D generic over C's shape that reads
 /// C itself (identity map) once, whose outputs are written element by element (identity
-/// maps) and are not A or B, whose other operands are not in C's buffer and index the
-/// column dim innermost, and whose body is arith and math on scalars. The ops without
+/// maps) and may not be A or B, whose other operands may not be C's memory (mayAlias) and
+/// index the column dim innermost, and whose body is arith and math on scalars. The ops without
 /// memory effects between the two (views, indices) move above the contraction, so the
 /// epilogue's operands are defined where the contraction runs.
 std::optional<Epilogue> epilogueOf(linalg::GenericOp op);
 
 /// The linalg.fill that sets a contraction's whole output tile C to +0 just before it (only
-/// ops without memory effects, and fills of other buffers, between; no input of the
-/// contraction in C's buffer), or null. The contraction writes every element of C, so its
+/// ops without memory effects, and fills of other buffers, between: of +0 where they may be
+/// C's memory; no input of the contraction that may be C's memory), or null. The contraction writes every element of C, so its
 /// accumulators can start at 0 instead (CPU: registers; GPU: each warp tile's fragment) and
 /// the fill goes.
 linalg::FillOp zeroFillBefore(linalg::GenericOp op);

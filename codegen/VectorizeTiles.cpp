@@ -1440,17 +1440,6 @@ private:
   int64_t VL, MR, NV;
 };
 
-/// Whether buffers x and y may be the same memory: views of one buffer, or of two function
-/// arguments of one type (the kernels' in-place calls: dx may be dxin).
-bool mayAlias(Value x, Value y) {
-  Value rx = spectra::viewRoot(x), ry = spectra::viewRoot(y);
-  if (rx == ry)
-    return true;
-  auto ax = dyn_cast<BlockArgument>(rx), ay = dyn_cast<BlockArgument>(ry);
-  return ax && ay && isa<FunctionOpInterface>(ax.getOwner()->getParentOp()) &&
-         isa<FunctionOpInterface>(ay.getOwner()->getParentOp()) && rx.getType() == ry.getType();
-}
-
 /// Whether `g` can run as the prologue of a contraction into C ([M x N]): a 2-D all-parallel
 /// generic over C's shape whose one output is C by the identity map (its payload may read
 /// C's old value: an update in place), whose inputs are not in C's memory, that runs on
@@ -1468,7 +1457,7 @@ bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
   SmallVector<int64_t> shape = g.getStaticLoopRanges();
   if (shape[0] != M || shape[1] != N || !spectra::runsOnAccumulators(g))
     return false;
-  return llvm::none_of(g.getDpsInputs(), [&](Value in) { return mayAlias(in, C); });
+  return llvm::none_of(g.getDpsInputs(), [&](Value in) { return spectra::mayAlias(in, C); });
 }
 
 /// The prologue of a contraction C[m, n] += A B (2 inputs, C by (m, n)): the last op before
@@ -1493,7 +1482,7 @@ linalg::GenericOp prologueOf(linalg::GenericOp op) {
     if (!linalgOp)
       return {};
     bool touchesC = llvm::any_of(prev->getOperands(), [&](Value v) {
-      return isa<MemRefType>(v.getType()) && mayAlias(v, C);
+      return isa<MemRefType>(v.getType()) && spectra::mayAlias(v, C);
     });
     if (!touchesC) {
       llvm::append_range(written, linalgOp.getDpsInits());
@@ -1503,7 +1492,7 @@ linalg::GenericOp prologueOf(linalg::GenericOp op) {
     if (!g || !prologueShaped(g, C, shape[0], shape[1]))
       return {};
     for (Value in : g.getDpsInputs())
-      if (llvm::any_of(written, [&](Value w) { return mayAlias(in, w); }))
+      if (llvm::any_of(written, [&](Value w) { return spectra::mayAlias(in, w); }))
         return {};
     return g;
   }
@@ -1558,7 +1547,7 @@ struct VectorizeTilesPass
           if (e != epilogues.end() &&
               llvm::any_of(e->second.op.getDpsInits(), [&](Value out) {
                 return llvm::any_of(p.getDpsInputs(),
-                                    [&](Value in) { return mayAlias(in, out); });
+                                    [&](Value in) { return spectra::mayAlias(in, out); });
               }))
             continue;
           prologues[op] = p;

@@ -515,6 +515,112 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 
 // -----
 
+// Tests that two function arguments of one type count as one memory (the kernels' in-place
+// calls pass dx as dxin): an epilogue writing an argument of B's type could overwrite B
+// while later register tiles still read it, and one reading an argument of C's type could
+// read C; both then run as their own loops after the contraction's stores.
+#ea_a = affine_map<(m, n, k) -> (m, k)>
+#ea_b = affine_map<(m, n, k) -> (k, n)>
+#ea_c = affine_map<(m, n, k) -> (m, n)>
+#ea_full = affine_map<(i, j) -> (i, j)>
+// CHECK-LABEL: func.func @no_epilogue_output_may_be_b(
+// CHECK: vector.fma
+// CHECK: vector.store %{{.*}}, %arg2
+// CHECK: scf.for
+// CHECK: vector.load %arg2
+// CHECK: math.exp
+// CHECK: vector.store %{{.*}}, %arg3
+// CHECK-LABEL: func.func @no_epilogue_input_may_be_c(
+// CHECK: vector.fma
+// CHECK: vector.store %{{.*}}, %arg2
+// CHECK: scf.for
+// CHECK: vector.load %arg2
+// CHECK: vector.load %arg3
+// CHECK: math.exp
+func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32>,
+                                       %C: memref<2x16xf32>, %out: memref<2x16xf32>) {
+  linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x2xf32>, memref<2x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32>) outs(%out : memref<2x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
+                                      %C: memref<2x16xf32>, %D: memref<2x16xf32>) {
+  %view = memref.alloca() : memref<2x16xf32>
+  linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#ea_full, #ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
+      ins(%C, %D : memref<2x16xf32>, memref<2x16xf32>) outs(%view : memref<2x16xf32>) {
+  ^bb0(%l: f32, %d: f32, %o: f32):
+    %t = arith.addf %l, %d : f32
+    %e = math.exp %t : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+
+// -----
+
+// Tests that a contraction's zero fill stays where an input may be C's memory (an argument
+// of C's type) or a fill between the two may write it (the fill of such an argument): the
+// accumulators then load C.
+#za_a = affine_map<(m, n, k) -> (m, k)>
+#za_b = affine_map<(m, n, k) -> (k, n)>
+#za_c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @zero_fill_input_may_be_c(
+// CHECK: vector.store {{.*}}, %arg0
+// CHECK: vector.load %arg0
+// CHECK: scf.for
+// CHECK-LABEL: func.func @zero_fill_across_a_fill_that_may_be_c(
+// CHECK: vector.store {{.*}}, %arg2
+// CHECK: vector.store {{.*}}, %arg3
+// CHECK: vector.load %arg2
+// CHECK: scf.for
+func.func @zero_fill_input_may_be_c(%C: memref<8x8xf32>, %A: memref<8x8xf32>, %B: memref<8x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<8x8xf32>)
+  linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<8x8xf32>, memref<8x8xf32>) outs(%C : memref<8x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @zero_fill_across_a_fill_that_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
+                                                 %C: memref<2x16xf32>, %D: memref<2x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<2x16xf32>)
+  linalg.fill ins(%one : f32) outs(%D : memref<2x16xf32>)
+  linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
 // Tests that rows of whole vectors are reduced in groups of 8 (the vector width): each row's
 // accumulator is folded into the group's as its loop ends (two shuffles and one op per fold,
 // halves of blocks of 8, 4, 2 lanes), so one vector holds the 8 rows' results in order and
