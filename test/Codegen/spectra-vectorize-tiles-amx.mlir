@@ -5,7 +5,8 @@
 // pairs along k ([K/2 x 2N]: rows 2i and 2i + 1 interleaved), A's row-major; each part is the
 // f32 value rounded to bf16 (hi) and the rest rounded (lo). Per 16 x 16 tile of C: a zeroed
 // accumulator (the fill goes), four operand tiles, three tile products (lo hi', hi lo', hi hi')
-// and one store. The exp after it (an epilogue on the FMA path) reads C as its own loop.
+// and one store. The exp after it (an epilogue on the FMA path) reads C as its own loop. (C
+// has 48 rows: an argument of W's type could be W's memory, and would keep the fill.)
 #a = affine_map<(m, n, k) -> (m, k)>
 #b = affine_map<(m, n, k) -> (k, n)>
 #c = affine_map<(m, n, k) -> (m, n)>
@@ -13,8 +14,8 @@
 // CHECK-LABEL: func.func @amx_plain(
 // CHECK-DAG: %[[BLO:.*]] = memref.alloca() : memref<16x128xbf16>
 // CHECK-DAG: %[[BHI:.*]] = memref.alloca() : memref<16x128xbf16>
-// CHECK-DAG: %[[ALO:.*]] = memref.alloca() : memref<32x32xbf16>
-// CHECK-DAG: %[[AHI:.*]] = memref.alloca() : memref<32x32xbf16>
+// CHECK-DAG: %[[ALO:.*]] = memref.alloca() : memref<48x32xbf16>
+// CHECK-DAG: %[[AHI:.*]] = memref.alloca() : memref<48x32xbf16>
 // CHECK: scf.for %[[I:.*]] = %c0 to %c16 step %c1 {
 // CHECK: %[[K0:.*]] = arith.muli %[[I]], %c2
 // CHECK: %[[X0:.*]] = vector.load %arg1[%[[K0]], %c0] : memref<32x64xf32>, vector<16xf32>
@@ -25,38 +26,38 @@
 // CHECK: %[[H1:.*]] = arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
 // CHECK: %[[PAIRS:.*]] = vector.interleave %[[H0]], %[[H1]] : vector<16xbf16> -> vector<32xbf16>
 // CHECK: vector.store %[[PAIRS]], %[[BHI]][%[[I]], %c0] : memref<16x128xbf16>, vector<32xbf16>
-// CHECK: scf.for %[[R:.*]] = %c0 to %c32 step %c1 {
-// CHECK: vector.load %arg0[%[[R]], %c0] : memref<32x32xf32>, vector<16xf32>
-// CHECK: vector.store %{{.*}}, %[[AHI]][%[[R]], %c0] : memref<32x32xbf16>, vector<16xbf16>
-// CHECK: scf.for %[[M:.*]] = %c0 to %c32 step %c16 {
+// CHECK: scf.for %[[R:.*]] = %c0 to %c48 step %c1 {
+// CHECK: vector.load %arg0[%[[R]], %c0] : memref<48x32xf32>, vector<16xf32>
+// CHECK: vector.store %{{.*}}, %[[AHI]][%[[R]], %c0] : memref<48x32xbf16>, vector<16xbf16>
+// CHECK: scf.for %[[M:.*]] = %c0 to %c48 step %c16 {
 // CHECK-NEXT: scf.for %[[N:.*]] = %c0 to %c64 step %c16 {
 // CHECK-NEXT: %[[ACC:.*]] = amx.tile_zero : !amx.tile<16x16xf32>
 // CHECK-NEXT: %[[COL:.*]] = arith.muli %[[N]], %c2
-// CHECK-NEXT: %[[AH:.*]] = amx.tile_load %[[AHI]][%[[M]], %c0] : memref<32x32xbf16> into !amx.tile<16x32xbf16>
+// CHECK-NEXT: %[[AH:.*]] = amx.tile_load %[[AHI]][%[[M]], %c0] : memref<48x32xbf16> into !amx.tile<16x32xbf16>
 // CHECK-NEXT: %[[AL:.*]] = amx.tile_load %[[ALO]][%[[M]], %c0]
 // CHECK-NEXT: %[[BH:.*]] = amx.tile_load %[[BHI]][%c0, %[[COL]]] : memref<16x128xbf16> into !amx.tile<16x32xbf16>
 // CHECK-NEXT: %[[BL:.*]] = amx.tile_load %[[BLO]][%c0, %[[COL]]]
 // CHECK-NEXT: %[[P1:.*]] = amx.tile_mulf %[[AL]], %[[BH]], %[[ACC]]
 // CHECK-NEXT: %[[P2:.*]] = amx.tile_mulf %[[AH]], %[[BL]], %[[P1]]
 // CHECK-NEXT: %[[P3:.*]] = amx.tile_mulf %[[AH]], %[[BH]], %[[P2]]
-// CHECK-NEXT: amx.tile_store %arg2[%[[M]], %[[N]]], %[[P3]] : memref<32x64xf32>, !amx.tile<16x16xf32>
-// CHECK: vector.load %arg2[%{{.*}}, %{{.*}}] : memref<32x64xf32>, vector<16xf32>
+// CHECK-NEXT: amx.tile_store %arg2[%[[M]], %[[N]]], %[[P3]] : memref<48x64xf32>, !amx.tile<16x16xf32>
+// CHECK: vector.load %arg2[%{{.*}}, %{{.*}}] : memref<48x64xf32>, vector<16xf32>
 // CHECK-NEXT: math.exp
 // CHECK-NOT: vector.fma
 // CHECK-NOT: linalg.
-func.func @amx_plain(%A: memref<32x32xf32>, %W: memref<32x64xf32>, %C: memref<32x64xf32>,
-                     %E: memref<32x64xf32>) {
+func.func @amx_plain(%A: memref<48x32xf32>, %W: memref<32x64xf32>, %C: memref<48x64xf32>,
+                     %E: memref<48x64xf32>) {
   %zero = arith.constant 0.0 : f32
-  linalg.fill ins(%zero : f32) outs(%C : memref<32x64xf32>)
+  linalg.fill ins(%zero : f32) outs(%C : memref<48x64xf32>)
   linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%A, %W : memref<32x32xf32>, memref<32x64xf32>) outs(%C : memref<32x64xf32>) {
+      ins(%A, %W : memref<48x32xf32>, memref<32x64xf32>) outs(%C : memref<48x64xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
     %p = arith.mulf %x, %y : f32
     %s = arith.addf %acc, %p : f32
     linalg.yield %s : f32
   }
   linalg.generic {indexing_maps = [#e, #e], iterator_types = ["parallel", "parallel"]}
-      ins(%C : memref<32x64xf32>) outs(%E : memref<32x64xf32>) {
+      ins(%C : memref<48x64xf32>) outs(%E : memref<48x64xf32>) {
   ^bb0(%x: f32, %o: f32):
     %y = math.exp %x : f32
     linalg.yield %y : f32
