@@ -102,13 +102,15 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     vector accumulators whose lanes combine as a tree (a reassociating
     vector.reduction for sums, shuffles and maximumf for maxima). A
     contraction into a tile that the linalg.fill just before it set to +0
-    (no op with memory effects between, no operand in the same buffer)
+    (no op with memory effects between, no operand that may be the same
+    memory: a view of the buffer, or a function argument of its type)
     starts its accumulators at 0 and only writes the tile; the fill goes.
     An elementwise generic right after a contraction (no op with memory
     effects between) that reads the contraction's output tile element by
-    element (the features after the logits) runs as its epilogue, on each
-    register tile's finished accumulators; the output tile is then stored
-    only if something else reads it. An elementwise generic that updates a
+    element (the features after the logits), and writes nothing that may be
+    the contraction's inputs, runs as its epilogue, on each register tile's
+    finished accumulators; the output tile is then stored only if something
+    else reads it. An elementwise generic that updates a
     contraction's output tile in place earlier in the block (kv's rescale of
     the summary), with no op between that may touch the tile, writes what the
     update reads or has memory effects other than a linalg op's, runs as its
