@@ -33,6 +33,26 @@ Value mlir::spectra::viewRoot(Value v) {
 
 namespace {
 Value root(Value v) { return viewRoot(v); }
+
+/// Whether x and y are unit-stride subviews of one source, at static offsets and sizes,
+/// whose index ranges miss each other in some dimension (SGQ's features for P and -P:
+/// columns 1-32 and 33-64 of one tile).
+bool disjointViews(Value x, Value y) {
+  auto sx = x.getDefiningOp<memref::SubViewOp>(), sy = y.getDefiningOp<memref::SubViewOp>();
+  if (!sx || !sy || sx.getSource() != sy.getSource())
+    return false;
+  ArrayRef<int64_t> ox = sx.getStaticOffsets(), oy = sy.getStaticOffsets(),
+                    nx = sx.getStaticSizes(), ny = sy.getStaticSizes();
+  auto known = [](ArrayRef<int64_t> v) { return llvm::none_of(v, ShapedType::isDynamic); };
+  auto unit = [](ArrayRef<int64_t> v) { return llvm::all_of(v, [](int64_t s) { return s == 1; }); };
+  if (!known(ox) || !known(oy) || !known(nx) || !known(ny) || !unit(sx.getStaticStrides()) ||
+      !unit(sy.getStaticStrides()) || ox.size() != oy.size())
+    return false;
+  for (size_t d = 0; d < ox.size(); ++d)
+    if (ox[d] + nx[d] <= oy[d] || oy[d] + ny[d] <= ox[d])
+      return true;
+  return false;
+}
 } // namespace
 
 bool mlir::spectra::mayAlias(Value x, Value y) {
@@ -106,8 +126,12 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
     unsigned i = operand.getOperandNumber();
     bool isInit = i >= e.getNumDpsInputs();
     if (isInit) {
-      // Written as each register tile finishes, while later tiles still read A and B.
-      if (!map.isIdentity() || mayAlias(operand.get(), A) || mayAlias(operand.get(), B))
+      // Written as each register tile finishes, while later tiles still read A and B, and
+      // load C (another view of C's buffer that overlaps it would be written before it is
+      // read).
+      if (!map.isIdentity() || mayAlias(operand.get(), A) || mayAlias(operand.get(), B) ||
+          (operand.get() != C && root(operand.get()) == root(C) &&
+           !disjointViews(operand.get(), C)))
         return std::nullopt;
       continue;
     }
@@ -140,14 +164,12 @@ linalg::FillOp mlir::spectra::zeroFillBefore(linalg::GenericOp op) {
           AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
     return {};
   Value C = op.getDpsInits()[0];
-  // Back over ops that touch no memory, and fills of other buffers (they write nothing the
-  // contraction writes; +0 where the buffer may be C's memory), to the fill of C.
+  // Back over ops that touch no memory, and fills of buffers that cannot be C's memory (they
+  // write nothing the contraction writes), to the fill of C.
   Operation *prev = op->getPrevNode();
   auto otherFill = [&](Operation *o) {
     auto f = dyn_cast<linalg::FillOp>(o);
-    // One that may write C's memory (an argument of C's type) only where it writes +0 too.
-    return f && f.getDpsInits()[0] != C &&
-           (!mayAlias(f.getDpsInits()[0], C) || matchPattern(f.getInputs()[0], m_PosZeroFloat()));
+    return f && !mayAlias(f.getDpsInits()[0], C);
   };
   while (prev && (isMemoryEffectFree(prev) || otherFill(prev)))
     prev = prev->getPrevNode();

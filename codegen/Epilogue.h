@@ -34,7 +34,9 @@ struct Epilogue {
 Value viewRoot(Value view);
 
 /// Whether buffers x and y may be the same memory: views of one buffer, or of two function
-/// arguments of one type (the kernels' in-place calls: dx may be dxin).
+/// arguments of one type (the kernels' in-place calls: dx may be dxin). Arguments of
+/// different types are taken to be apart, and two of one type to be the same memory element
+/// for element or apart (the kernels' calling convention), not offset views of one buffer.
 bool mayAlias(Value x, Value y);
 
 /// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and
@@ -51,17 +53,19 @@ bool runsOnAccumulators(linalg::GenericOp e);
 /// The epilogue of a contraction C[m, n] += A B (2 inputs, output indexed (m, n)): the next
 /// op with memory effects, when it is an all-parallel 2-D generic over C's shape that reads
 /// C itself (identity map) once, whose outputs are written element by element (identity
-/// maps) and may not be A or B, whose other operands may not be C's memory (mayAlias) and
-/// index the column dim innermost, and whose body is arith and math on scalars. The ops without
-/// memory effects between the two (views, indices) move above the contraction, so the
-/// epilogue's operands are defined where the contraction runs.
+/// maps), may not be A or B (mayAlias) and are C or miss it (another buffer, or a subview
+/// of C's source beside C's), whose other inputs
+/// may not be C's memory, whose operands index the column dim innermost, and whose body is
+/// arith and math on scalars. The ops without memory effects between the two (views,
+/// indices) move above the contraction, so the epilogue's operands are defined where the
+/// contraction runs.
 std::optional<Epilogue> epilogueOf(linalg::GenericOp op);
 
 /// The linalg.fill that sets a contraction's whole output tile C to +0 just before it (only
-/// ops without memory effects, and fills of other buffers, between: of +0 where they may be
-/// C's memory; no input of the contraction that may be C's memory), or null. The contraction writes every element of C, so its
-/// accumulators can start at 0 instead (CPU: registers; GPU: each warp tile's fragment) and
-/// the fill goes.
+/// ops without memory effects, and fills of buffers that cannot be C's memory, between; no
+/// input of the contraction that may be C's memory), or null. The contraction writes every
+/// element of C, so its accumulators can start at 0 instead (CPU: registers; GPU: each warp
+/// tile's fragment) and the fill goes.
 linalg::FillOp zeroFillBefore(linalg::GenericOp op);
 
 } // namespace mlir::spectra

@@ -102,13 +102,15 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     vector accumulators whose lanes combine as a tree (a reassociating
     vector.reduction for sums, shuffles and maximumf for maxima). A
     contraction into a tile that the linalg.fill just before it set to +0
-    (no op with memory effects between, no operand that may be the same
-    memory: a view of the buffer, or a function argument of its type)
+    (between them no op with memory effects but fills of buffers that cannot
+    be the tile's memory; no operand that may be the same memory: a view of
+    the buffer, or a function argument of its type)
     starts its accumulators at 0 and only writes the tile; the fill goes.
     An elementwise generic right after a contraction (no op with memory
     effects between) that reads the contraction's output tile element by
-    element (the features after the logits), and writes nothing that may be
-    the contraction's inputs, runs as its epilogue, on each register tile's
+    element (the features after the logits), reads nothing else that may be
+    that tile and writes nothing that may be the contraction's inputs or
+    another view of the tile, runs as its epilogue, on each register tile's
     finished accumulators; the output tile is then stored only if something
     else reads it. An elementwise generic that updates a
     contraction's output tile in place earlier in the block (kv's rescale of

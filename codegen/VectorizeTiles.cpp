@@ -1513,9 +1513,10 @@ struct VectorizeTilesPass
       if (isa<linalg::FillOp, linalg::GenericOp>(op))
         ops.push_back(op);
     });
-    // A contraction into a tile that the fill just before it (nothing with memory effects
-    // between) set to +0 writes the whole tile: its accumulators start at 0 and the fill
-    // goes, so the tile is neither stored as zeros nor loaded back.
+    // A contraction into a tile that the fill just before it (between them nothing with
+    // memory effects but fills of buffers that cannot be the tile's memory) set to +0 writes
+    // the whole tile: its accumulators start at 0 and the fill goes, so the tile is neither
+    // stored as zeros nor loaded back.
     llvm::DenseSet<Operation *> zeroed, dropped;
     for (Operation *op : ops)
       if (auto generic = dyn_cast<linalg::GenericOp>(op))
@@ -1524,8 +1525,9 @@ struct VectorizeTilesPass
           dropped.insert(fill);
         }
     // Epilogues: an elementwise generic right after a contraction (nothing with memory
-    // effects between) that reads the contraction's output tile C element by element runs
-    // on the register tiles' accumulators; C is then stored only if something else reads it.
+    // effects between) that reads the contraction's output tile C element by element, and
+    // may write neither its inputs nor another view of C, runs on the register tiles'
+    // accumulators; C is then stored only if something else reads it.
     llvm::DenseMap<Operation *, spectra::Epilogue> epilogues;
     llvm::DenseSet<Operation *> fused;
     for (Operation *op : ops)

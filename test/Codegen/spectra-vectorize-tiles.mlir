@@ -313,7 +313,7 @@ func.func @zero_filled_operand(%C: memref<8x8xf32>, %B: memref<8x8xf32>) {
 
 // Tests that the fill of another buffer between the fill and the contraction (the keys'
 // backward zeroes two tiles, then fills them by products) does not keep the first fill:
-// %C's zeros go, %D's stay.
+// %C's zeros go, %D's stay (%D has another type: an argument of %C's type could be %C).
 #x_a = affine_map<(m, n, k) -> (m, k)>
 #x_b = affine_map<(m, n, k) -> (k, n)>
 #x_c = affine_map<(m, n, k) -> (m, n)>
@@ -324,10 +324,10 @@ func.func @zero_filled_operand(%C: memref<8x8xf32>, %B: memref<8x8xf32>) {
 // CHECK: scf.for
 // CHECK: vector.store {{.*}}, %arg2
 func.func @two_fills(%A: memref<2x3xf32>, %B: memref<3x16xf32>, %C: memref<2x16xf32>,
-                     %D: memref<2x16xf32>) {
+                     %D: memref<4x16xf32>) {
   %zero = arith.constant 0.0 : f32
   linalg.fill ins(%zero : f32) outs(%C : memref<2x16xf32>)
-  linalg.fill ins(%zero : f32) outs(%D : memref<2x16xf32>)
+  linalg.fill ins(%zero : f32) outs(%D : memref<4x16xf32>)
   linalg.generic {indexing_maps = [#x_a, #x_b, #x_c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
@@ -518,11 +518,29 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // Tests that two function arguments of one type count as one memory (the kernels' in-place
 // calls pass dx as dxin): an epilogue writing an argument of B's type could overwrite B
 // while later register tiles still read it, and one reading an argument of C's type could
-// read C; both then run as their own loops after the contraction's stores.
+// read C; both then run as their own loops after the contraction's stores. So does one
+// writing another view of C's buffer that overlaps C (written before later tiles load C);
+// one beside C (SGQ's features of P and -P, columns of one tile) stays the epilogue.
 #ea_a = affine_map<(m, n, k) -> (m, k)>
 #ea_b = affine_map<(m, n, k) -> (k, n)>
 #ea_c = affine_map<(m, n, k) -> (m, n)>
 #ea_full = affine_map<(i, j) -> (i, j)>
+// CHECK-LABEL: func.func @no_epilogue_output_in_c_buffer(
+// CHECK: %[[BUF:.*]] = memref.alloca() : memref<2x32xf32>
+// CHECK: %[[CV:.*]] = memref.subview %[[BUF]][0, 0]
+// CHECK: %[[OV:.*]] = memref.subview %[[BUF]][0, 8]
+// CHECK: vector.fma
+// CHECK: vector.store %{{.*}}, %[[CV]]
+// CHECK: scf.for
+// CHECK: vector.load %[[CV]]
+// CHECK: math.exp
+// CHECK: vector.store %{{.*}}, %[[OV]]
+// CHECK-LABEL: func.func @epilogue_beside_c(
+// CHECK: %[[BUF:.*]] = memref.alloca() : memref<2x32xf32>
+// CHECK: %[[OV:.*]] = memref.subview %[[BUF]][0, 16]
+// CHECK: %[[ACC:.*]]:4 = scf.for
+// CHECK: math.exp %[[ACC]]#0
+// CHECK: vector.store %{{.*}}, %[[OV]]
 // CHECK-LABEL: func.func @no_epilogue_output_may_be_b(
 // CHECK: vector.fma
 // CHECK: vector.store %{{.*}}, %arg2
@@ -537,6 +555,44 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // CHECK: vector.load %arg2
 // CHECK: vector.load %arg3
 // CHECK: math.exp
+func.func @no_epilogue_output_in_c_buffer(%A: memref<2x3xf32>, %B: memref<3x16xf32>) {
+  %buf = memref.alloca() : memref<2x32xf32>
+  %C = memref.subview %buf[0, 0] [2, 16] [1, 1] : memref<2x32xf32> to memref<2x16xf32, strided<[32, 1]>>
+  %out = memref.subview %buf[0, 8] [2, 16] [1, 1] : memref<2x32xf32> to memref<2x16xf32, strided<[32, 1], offset: 8>>
+  linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32, strided<[32, 1]>>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32, strided<[32, 1]>>) outs(%out : memref<2x16xf32, strided<[32, 1], offset: 8>>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}
+func.func @epilogue_beside_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>) {
+  %buf = memref.alloca() : memref<2x32xf32>
+  %C = memref.subview %buf[0, 0] [2, 16] [1, 1] : memref<2x32xf32> to memref<2x16xf32, strided<[32, 1]>>
+  %out = memref.subview %buf[0, 16] [2, 16] [1, 1] : memref<2x32xf32> to memref<2x16xf32, strided<[32, 1], offset: 16>>
+  linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32, strided<[32, 1]>>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32, strided<[32, 1]>>) outs(%out : memref<2x16xf32, strided<[32, 1], offset: 16>>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}
 func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32>,
                                        %C: memref<2x16xf32>, %out: memref<2x16xf32>) {
   linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
@@ -556,7 +612,7 @@ func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32>
 }
 func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
                                       %C: memref<2x16xf32>, %D: memref<2x16xf32>) {
-  %view = memref.alloca() : memref<2x16xf32>
+  %res = memref.alloca() : memref<2x16xf32>
   linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
@@ -565,7 +621,7 @@ func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
     linalg.yield %s : f32
   }
   linalg.generic {indexing_maps = [#ea_full, #ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
-      ins(%C, %D : memref<2x16xf32>, memref<2x16xf32>) outs(%view : memref<2x16xf32>) {
+      ins(%C, %D : memref<2x16xf32>, memref<2x16xf32>) outs(%res : memref<2x16xf32>) {
   ^bb0(%l: f32, %d: f32, %o: f32):
     %t = arith.addf %l, %d : f32
     %e = math.exp %t : f32
@@ -577,8 +633,8 @@ func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // -----
 
 // Tests that a contraction's zero fill stays where an input may be C's memory (an argument
-// of C's type) or a fill between the two may write it (the fill of such an argument): the
-// accumulators then load C.
+// of C's type: A here, B has another) or a fill between the two may write it (the fill of
+// such an argument, whatever it writes): the accumulators then load C.
 #za_a = affine_map<(m, n, k) -> (m, k)>
 #za_b = affine_map<(m, n, k) -> (k, n)>
 #za_c = affine_map<(m, n, k) -> (m, n)>
@@ -591,11 +647,11 @@ func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // CHECK: vector.store {{.*}}, %arg3
 // CHECK: vector.load %arg2
 // CHECK: scf.for
-func.func @zero_fill_input_may_be_c(%C: memref<8x8xf32>, %A: memref<8x8xf32>, %B: memref<8x8xf32>) {
+func.func @zero_fill_input_may_be_c(%C: memref<8x16xf32>, %A: memref<8x16xf32>, %B: memref<16x16xf32>) {
   %zero = arith.constant 0.0 : f32
-  linalg.fill ins(%zero : f32) outs(%C : memref<8x8xf32>)
+  linalg.fill ins(%zero : f32) outs(%C : memref<8x16xf32>)
   linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
-      ins(%A, %B : memref<8x8xf32>, memref<8x8xf32>) outs(%C : memref<8x8xf32>) {
+      ins(%A, %B : memref<8x16xf32>, memref<16x16xf32>) outs(%C : memref<8x16xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
     %p = arith.mulf %x, %y : f32
     %s = arith.addf %acc, %p : f32
