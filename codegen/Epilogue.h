@@ -54,9 +54,8 @@ bool runsOnAccumulators(linalg::GenericOp e);
 /// op with memory effects, when it is an all-parallel 2-D generic over C's shape that reads
 /// C itself (identity map) once, whose outputs are written element by element (identity
 /// maps), may not be A or B (mayAlias) and are C or miss it (another buffer, or a subview
-/// of C's source beside C's), whose other inputs
-/// may not be C's memory, whose operands index the column dim innermost, and whose body is
-/// arith and math on scalars. The ops without memory effects between the two (views,
+/// of C's source beside C's), whose other inputs may not be C's memory, whose operands
+/// index the column dim innermost, and whose body is arith and math on scalars. The ops without memory effects between the two (views,
 /// indices) move above the contraction, so the epilogue's operands are defined where the
 /// contraction runs.
 std::optional<Epilogue> epilogueOf(linalg::GenericOp op);

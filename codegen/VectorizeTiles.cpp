@@ -1526,7 +1526,7 @@ struct VectorizeTilesPass
         }
     // Epilogues: an elementwise generic right after a contraction (nothing with memory
     // effects between) that reads the contraction's output tile C element by element, and
-    // may write neither its inputs nor another view of C, runs on the register tiles'
+    // may write neither its inputs nor a view that overlaps C, runs on the register tiles'
     // accumulators; C is then stored only if something else reads it.
     llvm::DenseMap<Operation *, spectra::Epilogue> epilogues;
     llvm::DenseSet<Operation *> fused;
