@@ -764,8 +764,8 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     // The full tiles of the kernels without a contraction (the moments) unstaged: their
     // copies were most of their work.
     pm.addNestedPass<func::FuncOp>(createSpectraFullTilesInPlace());
-    // A tile whose last reader is an elementwise op takes that op's output (kv's features over its logits):
-    // one [T x m] tile less in L1.
+    // A tile whose last reader is an elementwise op takes that op's output (kv's features
+    // over its logits): one [T x m] tile less in L1.
     pm.addNestedPass<func::FuncOp>(createSpectraReuseTileBuffers());
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());

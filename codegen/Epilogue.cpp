@@ -55,6 +55,15 @@ bool disjointViews(Value x, Value y) {
 }
 } // namespace
 
+Value mlir::spectra::contractionOutput(linalg::GenericOp op) {
+  MLIRContext *ctx = op.getContext();
+  if (op.getNumLoops() != 3 || op.getNumDpsInits() != 1 ||
+      op.getIndexingMapsArray().back() !=
+          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+    return Value();
+  return op.getDpsInits()[0];
+}
+
 bool mlir::spectra::mayAlias(Value x, Value y) {
   Value rx = root(x), ry = root(y);
   if (rx == ry)
@@ -104,12 +113,10 @@ bool mlir::spectra::runsOnAccumulators(linalg::GenericOp e) {
 }
 
 std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
-  MLIRContext *ctx = op.getContext();
-  if (op.getNumLoops() != 3 || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
-      op.getIndexingMapsArray().back() !=
-          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+  Value C = contractionOutput(op);
+  if (!C || op.getNumDpsInputs() != 2)
     return std::nullopt;
-  Value A = op.getDpsInputs()[0], B = op.getDpsInputs()[1], C = op.getDpsInits()[0];
+  Value A = op.getDpsInputs()[0], B = op.getDpsInputs()[1];
   Operation *next = op->getNextNode();
   while (next && isMemoryEffectFree(next))
     next = next->getNextNode();
@@ -158,12 +165,9 @@ std::optional<Epilogue> mlir::spectra::epilogueOf(linalg::GenericOp op) {
 
 
 linalg::FillOp mlir::spectra::zeroFillBefore(linalg::GenericOp op) {
-  MLIRContext *ctx = op.getContext();
-  if (op.getNumLoops() != 3 || op.getNumDpsInits() != 1 ||
-      op.getIndexingMapsArray().back() !=
-          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+  Value C = contractionOutput(op);
+  if (!C)
     return {};
-  Value C = op.getDpsInits()[0];
   // Back over ops that touch no memory, and fills of buffers that cannot be C's memory (they
   // write nothing the contraction writes), to the fill of C.
   Operation *prev = op->getPrevNode();

@@ -39,6 +39,10 @@ Value viewRoot(Value view);
 /// for element or apart (the kernels' calling convention), not offset views of one buffer.
 bool mayAlias(Value x, Value y);
 
+/// The output C of a generic over (m, n, k) with one output, indexed (m, n): a tile
+/// contraction's (its inputs and payload not checked); null otherwise.
+Value contractionOutput(linalg::GenericOp op);
+
 /// Whether `tile` (a view of a local buffer) is read by anything other than `writer` and
 /// `reader` (fills only write; views are followed to their users). True for a buffer that
 /// is not a local alloca (an argument: the caller may read it).

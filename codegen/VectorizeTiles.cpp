@@ -1467,12 +1467,9 @@ bool prologueShaped(linalg::GenericOp g, Value C, int64_t M, int64_t N) {
 /// of the summary S by exp(old - new) before phi^T v is added: S read and written once per
 /// tile, not twice). Null otherwise.
 linalg::GenericOp prologueOf(linalg::GenericOp op) {
-  MLIRContext *ctx = op.getContext();
-  if (op.getNumLoops() != 3 || op.getNumDpsInputs() != 2 || op.getNumDpsInits() != 1 ||
-      op.getIndexingMapsArray().back() !=
-          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+  Value C = spectra::contractionOutput(op);
+  if (!C || op.getNumDpsInputs() != 2)
     return {};
-  Value C = op.getDpsInits()[0];
   SmallVector<int64_t> shape = op.getStaticLoopRanges();
   SmallVector<Value> written;  // what the ops between write
   for (Operation *prev = op->getPrevNode(); prev; prev = prev->getPrevNode()) {

@@ -164,11 +164,8 @@ struct Chain {
 /// With `T`/`M`: only for that output shape.
 std::optional<MmaPlan> producerPlan(linalg::GenericOp g, bool transposed, int64_t T = 0,
                                     int64_t M = 0) {
-  MLIRContext *ctx = g.getContext();
-  if (!g.hasPureBufferSemantics() || g.getNumLoops() != 3 || g.getNumDpsInputs() != 2 ||
-      g.getNumDpsInits() != 1 || !planMma(g) ||
-      g.getIndexingMapsArray().back() !=
-          AffineMap::get(3, 0, {getAffineDimExpr(0, ctx), getAffineDimExpr(1, ctx)}, ctx))
+  if (!g.hasPureBufferSemantics() || !contractionOutput(g) || g.getNumDpsInputs() != 2 ||
+      !planMma(g))
     return std::nullopt;
   SmallVector<utils::IteratorType> it = g.getIteratorTypesArray();
   if (it[0] != utils::IteratorType::parallel || it[1] != utils::IteratorType::parallel ||
