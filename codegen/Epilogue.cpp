@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/Epilogue.h"
+#include "codegen/TileKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -68,9 +69,13 @@ bool mlir::spectra::mayAlias(Value x, Value y) {
   Value rx = root(x), ry = root(y);
   if (rx == ry)
     return true;
-  auto ax = dyn_cast<BlockArgument>(rx), ay = dyn_cast<BlockArgument>(ry);
-  return ax && ay && isa<FunctionOpInterface>(ax.getOwner()->getParentOp()) &&
-         isa<FunctionOpInterface>(ay.getOwner()->getParentOp()) && rx.getType() == ry.getType();
+  auto marked = [](Value r) {
+    auto arg = dyn_cast<BlockArgument>(r);
+    auto fn = arg ? dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp()) : nullptr;
+    return fn && arg.getOwner()->isEntryBlock() &&
+           fn.getArgAttr(arg.getArgNumber(), kKernelMayAliasArgAttr);
+  };
+  return marked(rx) && marked(ry) && rx.getType() == ry.getType();
 }
 
 bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *reader) {

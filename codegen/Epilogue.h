@@ -33,10 +33,11 @@ struct Epilogue {
 /// buffer of its own).
 Value viewRoot(Value view);
 
-/// Whether buffers x and y may be the same memory: views of one buffer, or of two function
-/// arguments of one type (the kernels' in-place calls: dx may be dxin). Arguments of
-/// different types are taken to be apart, and two of one type to be the same memory element
-/// for element or apart (the kernels' calling convention), not offset views of one buffer.
+/// Whether buffers x and y may be the same memory: views of one buffer, or of two arguments
+/// of one function, of one type, both marked spectra.may_alias (kKernelMayAliasArgAttr in
+/// TileKernels.h: an in-place call's pair, such as moments_backward's dx and dxin, taken to
+/// be the same memory element for element, not offset views of one buffer). Other
+/// arguments are distinct memory.
 bool mayAlias(Value x, Value y);
 
 /// The output C of a generic over (m, n, k) with one output, indexed (m, n): a tile

@@ -27,20 +27,20 @@
 //    copies row i of B into row r0 + i of an argument, and written before that by
 //    one op W: a fill, or an all-parallel linalg.generic whose payload does not
 //    read B's old value, with B its only output.
-// Arguments of one type may be the same memory (the kernels' in-place calls: dx
-// may be dxin), and the rewrite moves reads and writes of the arguments:
+// Two arguments may be the same memory where both are marked spectra.may_alias
+// (spectra::mayAlias: moments_backward's dx and dxin), and the rewrite moves reads
+// and writes of the arguments:
 //  - a buffer written in place writes its argument at W, no longer at its copy, so
-//    no op between W and that copy may read or write an argument of its type;
+//    no op between W and that copy may read or write the argument's memory;
 //  - a buffer read in place reads its argument where B was read, no longer at its
-//    copy, so every such read must come before the first write to an argument of
-//    its type, or be that write W's own element-for-element read (identity maps),
+//    copy, so every such read must come before the first write to the argument's
+//    memory, or be that write W's own element-for-element read (identity maps),
 //    which reads each element before W writes it, as the staged body did.
-// Arguments are told apart by type (memrefs of different shapes are never the
-// same memory in the kernels' calls); an op whose effects are unknown counts as
-// touching every argument.
+// An op whose effects are unknown counts as touching every argument.
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Epilogue.h"
 #include "codegen/Passes.h"
 #include "codegen/TileKernels.h"
 
@@ -241,10 +241,11 @@ Value argumentOf(Value value, func::FuncOp fn) {
   return isArgument(value, fn) ? value : Value();
 }
 
-/// Whether `op` (with what it holds) may write, or with `reads` also read, a function
-/// argument of type `type`: by its memory effects, an effect on no named value or an op
-/// without effect information counting as touching every argument.
-bool touchesArgumentOfType(Operation *op, Type type, func::FuncOp fn, bool reads) {
+/// Whether `op` (with what it holds) may write, or with `reads` also read, the memory of
+/// the function argument `arg` (itself, or an argument that may be its buffer:
+/// spectra::mayAlias): by its memory effects, an effect on no named value or an op without
+/// effect information counting as touching every argument.
+bool touchesArgument(Operation *op, Value arg, func::FuncOp fn, bool reads) {
   WalkResult result = op->walk([&](Operation *inner) {
     // Its own effects (a linalg op's on its operands), and those of what it holds, which the
     // walk visits too.
@@ -261,7 +262,7 @@ bool touchesArgumentOfType(Operation *op, Type type, func::FuncOp fn, bool reads
       Value v = e.getValue();
       if (!v)
         return WalkResult::interrupt();
-      if (Value arg = argumentOf(v, fn); arg && arg.getType() == type)
+      if (Value other = argumentOf(v, fn); other && spectra::mayAlias(other, arg))
         return WalkResult::interrupt();
     }
     return WalkResult::advance();
@@ -354,30 +355,30 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
   }
 
   // A stage-out written in place writes its argument at its writer, no longer at its copy:
-  // nothing between the two may touch an argument of its type (a staging copy of an
-  // argument that is the same memory, another copy-out). Dropping one only moves writes back.
+  // nothing between the two may touch its memory (a staging copy of it or of an argument
+  // that may be the same memory, another copy-out). Dropping one only moves writes back.
   llvm::erase_if(chosen, [&](Staging &s) {
     if (s.in)
       return false;
     for (Operation *op = s.writer->getNextNode(); op != s.loop.getOperation();
          op = op->getNextNode())
-      if (touchesArgumentOfType(op, s.arg.getType(), fn, /*reads=*/true))
+      if (touchesArgument(op, s.arg, fn, /*reads=*/true))
         return true;
     return false;
   });
 
-  // Arguments read in place are read before any argument of their type is written, but for
-  // an in-place writer's own element-for-element reads.
+  // Arguments read in place are read before their memory is written (through them or an
+  // argument that may be their buffer), but for an in-place writer's own
+  // element-for-element reads.
   auto position = [&](Operation *op) {
     return std::distance(body.begin(), Block::iterator(topLevel(op, body)));
   };
   auto readsTooLate = [&](const Staging &s) {
-    Type type = s.arg.getType();
     Operation *firstWrite = nullptr;
     for (Operation &op : body.without_terminator()) {
-      bool writes = touchesArgumentOfType(&op, type, fn, /*reads=*/false);
+      bool writes = touchesArgument(&op, s.arg, fn, /*reads=*/false);
       for (const Staging &o : chosen)
-        writes |= !o.in && o.arg.getType() == type && (&op == o.writer || &op == o.loop);
+        writes |= !o.in && spectra::mayAlias(o.arg, s.arg) && (&op == o.writer || &op == o.loop);
       if (writes) {
         firstWrite = &op;
         break;

@@ -574,6 +574,9 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     if (attr.getName() != tile.getFunctionTypeAttrName() &&
         attr.getName() != tile.getSymNameAttrName() && attr.getName() != kKernelTileSharedBytesAttr)
       fn->setAttr(attr.getName(), attr.getValue());
+  for (unsigned i = 0; i < tile.getNumArguments(); ++i)
+    if (DictionaryAttr attrs = tile.getArgAttrDict(i))
+      fn.setArgAttrs(i, attrs);
   auto counted = tile->getAttrOfType<IntegerAttr>(kKernelTileSharedBytesAttr);
   Block *entry = fn.addEntryBlock();
   b.setInsertionPointToStart(entry);

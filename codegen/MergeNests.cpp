@@ -1,6 +1,7 @@
 //===- MergeNests.cpp - independent thread nests as one nest, one barrier -===//
 
 #include "codegen/MergeNests.h"
+#include "codegen/Epilogue.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 #include "codegen/RowLoopNests.h"
@@ -49,11 +50,20 @@ Follow follow(const Footprint &earlier, const Footprint &later) {
     how = Follow::SamePhase;
     return true;
   };
+  // A root the later nest touches that may be `root`'s memory: the root itself (ordered
+  // unless each thread keeps to its own column in both), or another kernel argument that
+  // may be its buffer (spectra::mayAlias: moments_backward's dx and dxin), always ordered.
+  auto meets = [&](Value root, const llvm::SmallPtrSet<Value, 8> &set) {
+    for (Value other : set)
+      if (other == root ? !shared(root) : spectra::mayAlias(other, root))
+        return true;
+    return false;
+  };
   for (Value root : earlier.writes)
-    if ((later.reads.contains(root) || later.writes.contains(root)) && !shared(root))
+    if (meets(root, later.reads) || meets(root, later.writes))
       return Follow::Later;
   for (Value root : earlier.reads)
-    if (later.writes.contains(root) && !shared(root))
+    if (meets(root, later.writes))
       return Follow::Later;
   return how;
 }

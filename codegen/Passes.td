@@ -104,7 +104,7 @@ def SpectraVectorizeTiles : Pass<"spectra-vectorize-tiles", "::mlir::func::FuncO
     contraction into a tile that the linalg.fill just before it set to +0
     (between them no op with memory effects but fills of buffers that cannot
     be the tile's memory; no operand that may be the same memory: a view of
-    the buffer, or a function argument of its type)
+    the buffer, or a function argument marked `spectra.may_alias` as it is)
     starts its accumulators at 0 and only writes the tile; the fill goes.
     An elementwise generic right after a contraction (no op with memory
     effects between) that reads the contraction's output tile element by
@@ -199,12 +199,12 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
     elementwise op (or a fill) and then unstaged; the short tile keeps the
     staged body.
 
-    Arguments of one type may be the same memory (dx may be dxin), so an
-    argument is read in place only where every read of it comes before the
-    first write to an argument of its type, or is that write's own element-
-    for-element read (identity maps), as in the staged body; and a buffer is
-    written in place only where nothing between its writer and its copy-out
-    reads or writes an argument of its type. Loops with a contraction (a
+    Two arguments marked `spectra.may_alias` may be the same memory (dx may be
+    dxin), so an argument is read in place only where every read of it comes
+    before the first write to its memory (through it or an argument that may
+    be it), or is that write's own element-for-element read (identity maps),
+    as in the staged body; and a buffer is written in place only where nothing
+    between its writer and its copy-out reads or writes its argument's memory. Loops with a contraction (a
     linalg op of three or more loops) are left as they are: there the copies
     weigh little, and the doubled body costs compile time.
 

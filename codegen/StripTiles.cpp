@@ -19,15 +19,16 @@
 //    view whose base another operand may share), and is indexed along that loop
 //    by the same axis in every op of the run, or by none in every op and then
 //    never written by the run;
-//  - a function argument the run writes may be the same memory as another of
-//    its type (the kernels' in-place calls: dx may be dxin), so every argument
-//    of that type is indexed by the written one's axis.
+//  - a function argument the run writes may be the same memory as another
+//    argument (spectra::mayAlias: an in-place call's pair, as moments_backward's
+//    dx and dxin), so every such argument is indexed by the written one's axis.
 // Strip j of every op then reads strip j of the buffers the run writes and
 // whole buffers it does not write, so running the ops strip after strip gives
 // the same values as running each op whole.
 //
 //===----------------------------------------------------------------------===//
 
+#include "codegen/Epilogue.h"
 #include "codegen/Passes.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
@@ -129,10 +130,10 @@ bool extend(Run &run, linalg::LinalgOp op, int64_t extent) {
   for (auto &[buffer, axis] : axes) {
     if (axis == kWhole && written.contains(buffer))
       return false;
-    // An argument written here may be another argument of its type (an in-place call).
+    // An argument written here may be another argument (an in-place call's pair).
     if (isa<BlockArgument>(buffer) && written.contains(buffer))
       for (auto &[other, otherAxis] : axes)
-        if (isa<BlockArgument>(other) && other.getType() == buffer.getType() && otherAxis != axis)
+        if (other != buffer && otherAxis != axis && spectra::mayAlias(other, buffer))
           return false;
   }
   run.ops.push_back(op);

@@ -188,6 +188,9 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
   fn->setAttr(kKernelGridAttr, b.getStringAttr(grid));
   fn->setAttr(kKernelArgNamesAttr, b.getArrayAttr(names));
   fn->setAttr(kKernelArgRolesAttr, b.getArrayAttr(roles));
+  for (auto [i, a] : llvm::enumerate(args))
+    if (a.mayAlias)
+      fn.setArgAttr(i, kKernelMayAliasArgAttr, b.getUnitAttr());
   Kernel k{fn, fn.addEntryBlock(), {}};
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);

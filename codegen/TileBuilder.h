@@ -412,11 +412,14 @@ struct Kernel {
   Value arg(unsigned i) { return entry->getArgument(i); }
 };
 
-/// One kernel argument: its type, name and role (TileKernels.h, "The kernel ABI").
+/// One kernel argument: its type, name and role (TileKernels.h, "The kernel ABI"), and
+/// whether the runtime may pass it as the same buffer as another argument so marked
+/// (kKernelMayAliasArgAttr).
 struct Arg {
   Type type;
   StringRef name;
   StringRef role;
+  bool mayAlias = false;
 };
 
 /// A kernel function with its ABI attributes (TileKernels.h, "The kernel ABI"); the first

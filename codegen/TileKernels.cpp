@@ -617,7 +617,8 @@ void buildMomentsBackward(OpBuilder &b, Location loc, ComponentOp component, con
   Kernel k = makeKernel(b, loc, name, "moments_backward", "keys",
                         {{t.rows, "x", "rows"}, {t.mask, "keep", "mask"},
                          {t.scale, "a", "slice"}, {t.scale, "b", "slice"},
-                         {t.rows, "dxin", "rows"}, {t.rows, "dx", "rows"}},
+                         {t.rows, "dxin", "rows", /*mayAlias=*/true},
+                         {t.rows, "dx", "rows", /*mayAlias=*/true}},
                         0, 0);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);

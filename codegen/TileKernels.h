@@ -69,7 +69,8 @@
 // = one per slice, "one") and per argument its name and role (spectra.arg_names,
 // spectra.arg_roles): "rows" ([N, ...] rows of the slice), "mask" ([N] keep flags),
 // "slice" (one per (batch, head) slice), "partial" (a row chunk's share of a sum,
-// merged by a combine kernel) or "shared" (the same for every slice). The GPU
+// merged by a combine kernel) or "shared" (the same for every slice). Arguments are
+// distinct memory except those marked spectra.may_alias (an in-place call's pair). The GPU
 // schedule (spectra-map-tiles-to-gpu) batches the arguments by role, and the
 // runtimes read the ABI from these attributes (through the compiled artifact)
 // instead of restating it. (A GPU schedule may give a "slices" or "one" kernel several
@@ -142,6 +143,11 @@ inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
+/// On a kernel argument (a unit argument attribute): the runtime may pass it as the same
+/// buffer as another argument of its type marked so, element for element (moments_backward's
+/// dxin and dx: the statistics' gradient added in place). Arguments not both marked are
+/// distinct memory; the schedules order and fuse by that (spectra::mayAlias, Epilogue.h).
+inline constexpr llvm::StringLiteral kKernelMayAliasArgAttr = "spectra.may_alias";
 /// On a row kernel built with antipodal weights (TileKernelOptions::antipodalWeights): the
 /// pairs per block of W's rows it assumes (the ABI's "antipodal=PAIRS;", checked by the
 /// runtime against the W it is given).

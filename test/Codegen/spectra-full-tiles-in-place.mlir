@@ -117,7 +117,7 @@ func.func @moments(%x: memref<?x8xf32>, %y: memref<?x8xf32>, %keep: memref<?xf32
 // its output, then unstaged. dx may be dxin: the writer reads dxin element for element, so a
 // whole tile reads x and dxin and writes dx through views, with no copy.
 // CHECK-LABEL: func.func @backward
-// CHECK-SAME:    (%[[X:.*]]: memref<?x8xf32>, %[[DXIN:.*]]: memref<?x8xf32>, %[[DX:.*]]: memref<?x8xf32>)
+// CHECK-SAME:    (%[[X:[a-z0-9]*]]: memref<?x8xf32>, %[[DXIN:[a-z0-9]*]]: memref<?x8xf32> {spectra.may_alias}, %[[DX:[a-z0-9]*]]: memref<?x8xf32> {spectra.may_alias})
 // CHECK:         scf.for %[[R0:.*]] = %{{.*}} to
 // CHECK:         scf.if
 // CHECK-NEXT:      %[[XV:.*]] = memref.subview %[[X]][%[[R0]], 0] [4, 8] [1, 1]
@@ -131,7 +131,7 @@ func.func @moments(%x: memref<?x8xf32>, %y: memref<?x8xf32>, %keep: memref<?xf32
 // CHECK:           linalg.generic {{.*}} outs(%{{.*}} : memref<4x8xf32>)
 // CHECK:           scf.for
 // CHECK:             memref.subview %[[DX]]
-func.func @backward(%x: memref<?x8xf32>, %dxin: memref<?x8xf32>, %dx: memref<?x8xf32>) {
+func.func @backward(%x: memref<?x8xf32>, %dxin: memref<?x8xf32> {spectra.may_alias}, %dx: memref<?x8xf32> {spectra.may_alias}) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
@@ -188,7 +188,7 @@ func.func @backward(%x: memref<?x8xf32>, %dxin: memref<?x8xf32>, %dx: memref<?x8
 // x is read again after the output's writer: dx may be x, so x stays staged (read before
 // anything is written, as before); the output is still written in place.
 // CHECK-LABEL: func.func @read_after_write
-// CHECK-SAME:    (%[[X:.*]]: memref<?x8xf32>, %[[DX:.*]]: memref<?x8xf32>, %[[SUM:.*]]: memref<8xf32>)
+// CHECK-SAME:    (%[[X:[a-z0-9]*]]: memref<?x8xf32> {spectra.may_alias}, %[[DX:[a-z0-9]*]]: memref<?x8xf32> {spectra.may_alias}, %[[SUM:[a-z0-9]*]]: memref<8xf32>)
 // CHECK:         scf.if
 // CHECK-NEXT:      %[[OUTV:.*]] = memref.subview %[[DX]]
 // CHECK-NEXT:      linalg.fill
@@ -199,7 +199,63 @@ func.func @backward(%x: memref<?x8xf32>, %dxin: memref<?x8xf32>, %dx: memref<?x8
 // CHECK-NEXT:      ^bb0
 // CHECK-NOT:       memref.subview %[[DX]]
 // CHECK:         } else {
-func.func @read_after_write(%x: memref<?x8xf32>, %dx: memref<?x8xf32>, %sum: memref<8xf32>) {
+func.func @read_after_write(%x: memref<?x8xf32> {spectra.may_alias}, %dx: memref<?x8xf32> {spectra.may_alias}, %sum: memref<8xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %zero = arith.constant 0.0 : f32
+  %xt = memref.alloca() : memref<4x8xf32>
+  %ot = memref.alloca() : memref<4x8xf32>
+  %n = memref.dim %x, %c0 : memref<?x8xf32>
+  scf.for %r0 = %c0 to %n step %c4 {
+    %left = arith.subi %n, %r0 : index
+    %rows = arith.minsi %left, %c4 : index
+    linalg.fill ins(%zero : f32) outs(%xt : memref<4x8xf32>)
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %x[%r, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+      %to = memref.subview %xt[%i, 0] [1, 8] [1, 1] : memref<4x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x8xf32, strided<[8, 1], offset: ?>>) outs(%to : memref<1x8xf32, strided<[8, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+    linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%xt : memref<4x8xf32>) outs(%ot : memref<4x8xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %s = arith.mulf %a, %a : f32
+      linalg.yield %s : f32
+    }
+    linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+        ins(%xt : memref<4x8xf32>) outs(%sum : memref<8xf32>) {
+    ^bb0(%a: f32, %s: f32):
+      %t = arith.addf %s, %a : f32
+      linalg.yield %t : f32
+    }
+    scf.for %i = %c0 to %rows step %c1 {
+      %r = arith.addi %r0, %i : index
+      %from = memref.subview %ot[%i, 0] [1, 8] [1, 1] : memref<4x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+      %to = memref.subview %dx[%r, 0] [1, 8] [1, 1] : memref<?x8xf32> to memref<1x8xf32, strided<[8, 1], offset: ?>>
+      linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+          ins(%from : memref<1x8xf32, strided<[8, 1], offset: ?>>) outs(%to : memref<1x8xf32, strided<[8, 1], offset: ?>>) {
+      ^bb0(%in: f32, %out: f32):
+        linalg.yield %in : f32
+      }
+    }
+  } {spectra.tile_loop}
+  return
+}
+
+// The same with x and dx unmarked: distinct memory, so x is read in place too.
+// CHECK-LABEL: func.func @read_after_write_distinct
+// CHECK-SAME:    (%[[X:[a-z0-9]*]]: memref<?x8xf32>, %[[DX:[a-z0-9]*]]: memref<?x8xf32>, %[[SUM:[a-z0-9]*]]: memref<8xf32>)
+// CHECK:         scf.if
+// CHECK-NOT:       scf.for
+// CHECK:           linalg.generic {{.*}} ins(%[[XV:[a-z0-9_]*]] : memref<4x8xf32, strided
+// CHECK:           linalg.generic {{.*}} ins(%[[XV]] : memref<4x8xf32, strided{{.*}}) outs(%[[SUM]] :
+// CHECK:         } else {
+func.func @read_after_write_distinct(%x: memref<?x8xf32>, %dx: memref<?x8xf32>, %sum: memref<8xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
@@ -304,7 +360,7 @@ func.func @writer_reads_output(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
 // The writer reads x transposed, and dx may be x: x stays staged (its every row read before
 // dx is written), and the output is written in place.
 // CHECK-LABEL: func.func @transposed_read
-// CHECK-SAME:    (%[[X:.*]]: memref<?x4xf32>, %[[DX:.*]]: memref<?x4xf32>)
+// CHECK-SAME:    (%[[X:[a-z0-9]*]]: memref<?x4xf32> {spectra.may_alias}, %[[DX:[a-z0-9]*]]: memref<?x4xf32> {spectra.may_alias})
 // CHECK:         scf.if
 // CHECK-NEXT:      %[[OUTV:.*]] = memref.subview %[[DX]]
 // CHECK-NEXT:      linalg.fill
@@ -312,7 +368,7 @@ func.func @writer_reads_output(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
 // CHECK:           linalg.generic {{.*}} ins(%{{.*}} : memref<4x4xf32>) outs(%[[OUTV]] :
 // CHECK-NOT:       scf.for
 // CHECK:         } else {
-func.func @transposed_read(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
+func.func @transposed_read(%x: memref<?x4xf32> {spectra.may_alias}, %dx: memref<?x4xf32> {spectra.may_alias}) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
@@ -358,7 +414,7 @@ func.func @transposed_read(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
 // change before y's rows are read. So the output keeps its copy-out, which comes after every
 // read of x and y; x and y, read before it, are read in place.
 // CHECK-LABEL: func.func @write_before_a_staged_read
-// CHECK-SAME:    (%[[X:.*]]: memref<?x4xf32>, %[[Y:.*]]: memref<?x4xf32>, %[[DX:.*]]: memref<?x4xf32>, %[[SUM:.*]]: memref<4xf32>)
+// CHECK-SAME:    (%[[X:[a-z0-9]*]]: memref<?x4xf32>, %[[Y:[a-z0-9]*]]: memref<?x4xf32> {spectra.may_alias}, %[[DX:[a-z0-9]*]]: memref<?x4xf32> {spectra.may_alias}, %[[SUM:[a-z0-9]*]]: memref<4xf32>)
 // CHECK:         scf.if
 // CHECK-NEXT:      %[[XV:.*]] = memref.subview %[[X]]
 // CHECK-NEXT:      %[[YV:.*]] = memref.subview %[[Y]]
@@ -368,7 +424,7 @@ func.func @transposed_read(%x: memref<?x4xf32>, %dx: memref<?x4xf32>) {
 // CHECK:             memref.subview %[[OT]]
 // CHECK:             memref.subview %[[DX]]
 // CHECK:         } else {
-func.func @write_before_a_staged_read(%x: memref<?x4xf32>, %y: memref<?x4xf32>, %dx: memref<?x4xf32>, %sum: memref<4xf32>) {
+func.func @write_before_a_staged_read(%x: memref<?x4xf32>, %y: memref<?x4xf32> {spectra.may_alias}, %dx: memref<?x4xf32> {spectra.may_alias}, %sum: memref<4xf32>) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index

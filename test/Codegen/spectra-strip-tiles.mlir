@@ -136,13 +136,40 @@ func.func @written_then_read_whole(%k: memref<4x32xf32>, %b: memref<32xf32>, %t:
   return
 }
 
-// Two in-place arguments: %o is written along the features and %i, of the same type, may be
-// the same memory (dx may be dxin); %i is read whole (summed over its features), which strip
+// Two in-place arguments: %o is written along the features and %i, both marked
+// spectra.may_alias, may be the same memory (dx may be dxin); %i is read whole (summed over its features), which strip
 // 0 would do before strip 1 of %o is written, so the run ends before that op.
 // CHECK-LABEL: func.func @in_place
 // CHECK-NOT:     scf.for
 // CHECK:         return
-func.func @in_place(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32>, %i: memref<4x32xf32>) {
+func.func @in_place(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32> {spectra.may_alias},
+                    %i: memref<4x32xf32> {spectra.may_alias}) {
+  %zero = arith.constant 0.0 : f32
+  %l = memref.alloca() : memref<4x32xf32>
+  linalg.fill ins(%zero : f32) outs(%l : memref<4x32xf32>)
+  linalg.generic {indexing_maps = [#kn, #kw, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%k, %w : memref<4x8xf32>, memref<8x32xf32>) outs(%l : memref<4x32xf32>) {
+  ^bb0(%a: f32, %x: f32, %acc: f32):
+    %m = arith.mulf %a, %x : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  linalg.generic {indexing_maps = [#kn, #ij, #ij], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%i, %l : memref<4x32xf32>, memref<4x32xf32>) outs(%o : memref<4x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  }
+  return
+}
+
+// The same unmarked: arguments of one type not marked spectra.may_alias are distinct
+// memory, so the run goes on and the ops run strip after strip.
+// CHECK-LABEL: func.func @distinct_arguments
+// CHECK:         scf.for
+// CHECK:         return
+func.func @distinct_arguments(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32>, %i: memref<4x32xf32>) {
   %zero = arith.constant 0.0 : f32
   %l = memref.alloca() : memref<4x32xf32>
   linalg.fill ins(%zero : f32) outs(%l : memref<4x32xf32>)

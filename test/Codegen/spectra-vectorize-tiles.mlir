@@ -515,10 +515,12 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 
 // -----
 
-// Tests that two function arguments of one type count as one memory (the kernels' in-place
-// calls pass dx as dxin): an epilogue writing an argument of B's type could overwrite B
-// while later register tiles still read it, and one reading an argument of C's type could
-// read C; both then run as their own loops after the contraction's stores. So does one
+// Tests that two function arguments marked spectra.may_alias count as one memory (the
+// in-place call of moments_backward passes dx as dxin): an epilogue writing an argument that
+// may be B could overwrite B while later register tiles still read it, and one reading an
+// argument that may be C could read C; both then run as their own loops after the
+// contraction's stores. Unmarked, two arguments of one type are distinct: the epilogue
+// stays. So does one
 // writing another view of C's buffer that overlaps C (written before later tiles load C);
 // one beside C (SGQ's features of P and -P, columns of one tile) stays the epilogue.
 #ea_a = affine_map<(m, n, k) -> (m, k)>
@@ -555,6 +557,12 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // CHECK: vector.load %arg2
 // CHECK: vector.load %arg3
 // CHECK: math.exp
+// CHECK-LABEL: func.func @epilogue_output_of_b_type_unmarked(
+// CHECK: %[[ACC:.*]]:4 = scf.for
+// CHECK: %[[E:.*]] = math.exp %[[ACC]]#0
+// CHECK-NEXT: vector.store %[[E]], %arg3
+// CHECK-NOT: scf.for
+// CHECK: return
 func.func @no_epilogue_output_in_c_buffer(%A: memref<2x3xf32>, %B: memref<3x16xf32>) {
   %buf = memref.alloca() : memref<2x32xf32>
   %C = memref.subview %buf[0, 0] [2, 16] [1, 1] : memref<2x32xf32> to memref<2x16xf32, strided<[32, 1]>>
@@ -593,8 +601,8 @@ func.func @epilogue_beside_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>) {
   }
   return
 }
-func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32>,
-                                       %C: memref<2x16xf32>, %out: memref<2x16xf32>) {
+func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32> {spectra.may_alias},
+                                       %C: memref<2x16xf32>, %out: memref<2x16xf32> {spectra.may_alias}) {
   linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<2x2xf32>, memref<2x16xf32>) outs(%C : memref<2x16xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
@@ -611,7 +619,8 @@ func.func @no_epilogue_output_may_be_b(%A: memref<2x2xf32>, %B: memref<2x16xf32>
   return
 }
 func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
-                                      %C: memref<2x16xf32>, %D: memref<2x16xf32>) {
+                                      %C: memref<2x16xf32> {spectra.may_alias},
+                                      %D: memref<2x16xf32> {spectra.may_alias}) {
   %res = memref.alloca() : memref<2x16xf32>
   linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
@@ -629,12 +638,30 @@ func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
   }
   return
 }
+func.func @epilogue_output_of_b_type_unmarked(%A: memref<2x2xf32>, %B: memref<2x16xf32>,
+                                              %C: memref<2x16xf32>, %out: memref<2x16xf32>) {
+  linalg.generic {indexing_maps = [#ea_a, #ea_b, #ea_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<2x2xf32>, memref<2x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [#ea_full, #ea_full], iterator_types = ["parallel", "parallel"]}
+      ins(%C : memref<2x16xf32>) outs(%out : memref<2x16xf32>) {
+  ^bb0(%l: f32, %o: f32):
+    %e = math.exp %l : f32
+    linalg.yield %e : f32
+  }
+  return
+}
 
 // -----
 
 // Tests that a contraction's zero fill stays where an input may be C's memory (an argument
-// of C's type: A here, B has another) or a fill between the two may write it (the fill of
-// such an argument, whatever it writes): the accumulators then load C.
+// marked spectra.may_alias, as C is: A here) or a fill between the two may write it (the
+// fill of such an argument, whatever it writes): the accumulators then load C. Unmarked,
+// an input of C's type is distinct memory and the fill goes.
 #za_a = affine_map<(m, n, k) -> (m, k)>
 #za_b = affine_map<(m, n, k) -> (k, n)>
 #za_c = affine_map<(m, n, k) -> (m, n)>
@@ -647,7 +674,13 @@ func.func @no_epilogue_input_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // CHECK: vector.store {{.*}}, %arg3
 // CHECK: vector.load %arg2
 // CHECK: scf.for
-func.func @zero_fill_input_may_be_c(%C: memref<8x16xf32>, %A: memref<8x16xf32>, %B: memref<16x16xf32>) {
+// CHECK-LABEL: func.func @zero_fill_input_of_c_type_unmarked(
+// CHECK-NOT: vector.load %arg0
+// CHECK: scf.for
+// CHECK-NOT: vector.load %arg0
+// CHECK: return
+func.func @zero_fill_input_may_be_c(%C: memref<8x16xf32> {spectra.may_alias},
+                                    %A: memref<8x16xf32> {spectra.may_alias}, %B: memref<16x16xf32>) {
   %zero = arith.constant 0.0 : f32
   linalg.fill ins(%zero : f32) outs(%C : memref<8x16xf32>)
   linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
@@ -660,13 +693,27 @@ func.func @zero_fill_input_may_be_c(%C: memref<8x16xf32>, %A: memref<8x16xf32>, 
   return
 }
 func.func @zero_fill_across_a_fill_that_may_be_c(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
-                                                 %C: memref<2x16xf32>, %D: memref<2x16xf32>) {
+                                                 %C: memref<2x16xf32> {spectra.may_alias},
+                                                 %D: memref<2x16xf32> {spectra.may_alias}) {
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
   linalg.fill ins(%zero : f32) outs(%C : memref<2x16xf32>)
   linalg.fill ins(%one : f32) outs(%D : memref<2x16xf32>)
   linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%A, %B : memref<2x3xf32>, memref<3x16xf32>) outs(%C : memref<2x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @zero_fill_input_of_c_type_unmarked(%C: memref<8x16xf32>, %A: memref<8x16xf32>,
+                                              %B: memref<16x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%C : memref<8x16xf32>)
+  linalg.generic {indexing_maps = [#za_a, #za_b, #za_c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%A, %B : memref<8x16xf32>, memref<16x16xf32>) outs(%C : memref<8x16xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
     %p = arith.mulf %x, %y : f32
     %s = arith.addf %acc, %p : f32
@@ -1122,7 +1169,8 @@ func.func @no_prologue_across_a_store(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
   }
   return
 }
-// Arguments of one type may be the same memory: a fill of %r2 between may write %r.
+// Arguments marked spectra.may_alias may be the same memory: a fill of %r2 between may
+// write %r.
 // CHECK-LABEL: func.func @no_prologue_aliased_arguments(
 // CHECK:         %[[OLD:.*]] = vector.load %arg2
 // CHECK-NEXT:    %[[NEW:.*]] = arith.mulf %[[OLD]]
@@ -1130,8 +1178,8 @@ func.func @no_prologue_across_a_store(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
 // CHECK:         vector.store %{{.*}}, %arg4
 // CHECK:         scf.for %{{.*}} = %c0 to %c3 step %c1
 func.func @no_prologue_aliased_arguments(%A: memref<4x3xf32>, %B: memref<3x16xf32>,
-                                         %C: memref<4x16xf32>, %r: memref<4xf32>,
-                                         %r2: memref<4xf32>) {
+                                         %C: memref<4x16xf32>, %r: memref<4xf32> {spectra.may_alias},
+                                         %r2: memref<4xf32> {spectra.may_alias}) {
   %one = arith.constant 1.0 : f32
   linalg.generic {indexing_maps = [#row, #full], iterator_types = ["parallel", "parallel"]}
       ins(%r : memref<4xf32>) outs(%C : memref<4x16xf32>) {
