@@ -143,11 +143,10 @@ inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
-/// On a kernel argument (a unit argument attribute): the runtime may pass it as the same
-/// buffer as another argument of its type marked so, element for element (moments_backward's
-/// dxin and dx: the statistics' gradient added in place). Arguments not both marked are
-/// distinct memory; the schedules order and fuse by that (spectra::mayAlias, Epilogue.h).
-inline constexpr llvm::StringLiteral kKernelMayAliasArgAttr = "spectra.may_alias";
+/// On a kernel argument: the runtime may pass it as the same buffer as another argument of
+/// its type marked so (moments_backward's dxin and dx: the statistics' gradient added in
+/// place). SpectraDialect.h's kMayAliasArgAttr, which the dialect verifies.
+inline constexpr llvm::StringLiteral kKernelMayAliasArgAttr = kMayAliasArgAttr;
 /// On a row kernel built with antipodal weights (TileKernelOptions::antipodalWeights): the
 /// pairs per block of W's rows it assumes (the ABI's "antipodal=PAIRS;", checked by the
 /// runtime against the W it is given).

@@ -36,6 +36,8 @@ def Spectra_Dialect : Dialect {
     paper ship as a library written in this dialect (dialect/library).
   }];
   let hasConstantMaterializer = 1;
+  // spectra.may_alias on a kernel's memref arguments (SpectraDialect.h).
+  let hasRegionArgAttrVerify = 1;
 }
 
 /// Base class of every spectra op. Dialect-wide invariant: every op verifies

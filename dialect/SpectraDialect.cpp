@@ -22,6 +22,22 @@ void SpectraDialect::initialize() {
       >();
 }
 
+/// The dialect's one argument attribute, spectra.may_alias: a unit attribute on an argument
+/// of a function.
+LogicalResult SpectraDialect::verifyRegionArgAttribute(Operation *op, unsigned region,
+                                                       unsigned index, NamedAttribute attr) {
+  if (attr.getName() != kMayAliasArgAttr)
+    return op->emitError() << "unknown argument attribute '" << attr.getName().getValue()
+                           << "' (the spectra dialect's argument attributes: '"
+                           << kMayAliasArgAttr << "')";
+  if (!isa<UnitAttr>(attr.getValue()))
+    return op->emitError() << "'" << kMayAliasArgAttr << "' on argument #" << index
+                           << " takes no value (a unit attribute), got " << attr.getValue();
+  // Any type: after the lowering to LLVM the argument is the memref's pointer. (MLIR asks
+  // this only of a function's arguments.)
+  return success();
+}
+
 /// Folded index sizes (next_pow2 of a constant) become arith constants.
 Operation *SpectraDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type,
                                                Location loc) {

@@ -1300,3 +1300,19 @@ spectra.weight_recipe @w(%m, %d) {
   %p, %a = spectra.spherical_radial [%four] radius %rho : tensor<?xf32> -> tensor<9x4xf32>, tensor<?xf32>
   spectra.yield %p, %a : tensor<9x4xf32>, tensor<?xf32>
 }
+
+// -----
+
+// Tests spectra.may_alias: a unit attribute on a function's argument.
+// expected-error@+1 {{'spectra.may_alias' on argument #0 takes no value (a unit attribute), got 1 : i64}}
+func.func @may_alias_with_a_value(%x: memref<4xf32> {spectra.may_alias = 1}) {
+  return
+}
+
+
+// -----
+
+// expected-error@+1 {{unknown argument attribute 'spectra.mayalias' (the spectra dialect's argument attributes: 'spectra.may_alias')}}
+func.func @may_alias_misspelt(%x: memref<4xf32> {spectra.mayalias}) {
+  return
+}
