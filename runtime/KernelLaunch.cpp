@@ -712,8 +712,10 @@ std::vector<torch::Tensor> launchCausalBackward(const KernelLauncher &launcher,
       shape.push_back(t.size(i));
     return t.reshape(shape).contiguous();
   };
-  // The queries' pass advances copies of the carried states (S transposed: [C, dv, F]).
-  buf["St0"] = perSlice(saved.S).transpose(2, 3).contiguous();
+  // The queries' pass advances copies of the carried states (S transposed: [C, dv, F]). A
+  // copy always: at dv = 1 the transpose is already contiguous, and contiguous() would hand
+  // the kernel the saved S itself (a second backward would start from advanced states).
+  buf["St0"] = perSlice(saved.S).transpose(2, 3).clone(torch::MemoryFormat::Contiguous);
   buf["z0"] = perSlice(saved.z).clone();
   buf["c0"] = perSlice(saved.shift).clone();
   // The keys' pass: each chunk's summary of the suffix state, then the state carried into

@@ -212,6 +212,36 @@ TEST(FusedCausal, StatesCarriedAcrossRowChunks) {
   at::set_num_threads(threads);
 }
 
+/// A second backward through one forward (retain_graph) starts from the states the forward
+/// saved: the queries' pass advances copies of them. At dv = 1 S's transpose [C, dv, F] is
+/// already contiguous, so a copy must still be made: it once advanced the saved S itself,
+/// and where the rows run in chunks (more threads than slices, as in StatesCarriedAcrossRowChunks;
+/// a single chunk's state starts under a shift of -inf, which hid it) the second backward's
+/// gradients then differed from the first's.
+TEST(FusedCausal, ASecondBackwardSeesTheForwardsStates) {
+  ASSERT_LT(FusedCpuAttention::kChunkRows, 1300);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(8);
+  FusedCpuAttention fused("posrf-orf", config(16, 8), /*causal=*/true);
+  ASSERT_FALSE(fused.launcher(torch::Tensor(), 1).wholeSequencePerSlice(2));
+  Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
+  for (int64_t dv : {1, 6}) {
+    Inputs in = inputs(1, 2, 1300, 8, dv, 0.7, 5);
+    torch::Tensor q = in.q.to(torch::kFloat32).requires_grad_(),
+                  k = in.k.to(torch::kFloat32).requires_grad_(),
+                  v = in.v.to(torch::kFloat32).requires_grad_();
+    torch::Tensor out = fused.attention(q, k, v, w, std::nullopt);
+    torch::Tensor g = torch::randn(out.sizes());
+    auto first = torch::autograd::grad({out}, {q, k, v}, {g}, /*retain_graph=*/true);
+    auto second = torch::autograd::grad({out}, {q, k, v}, {g}, /*retain_graph=*/true);
+    for (size_t i = 0; i < first.size(); ++i)
+      EXPECT_TRUE(torch::equal(first[i], second[i]))
+          << "dv=" << dv << " gradient " << i << ": max difference "
+          << (first[i] - second[i]).abs().max().item<double>();
+  }
+  at::set_num_threads(threads);
+}
+
 TEST(FusedCausal, KeyMaskWithJunkUnderThePadding) {
   expectFusedMatches("posrf-orf", 70, 0.8, 2e-5, 2e-4, /*masked=*/true);
 }
