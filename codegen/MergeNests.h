@@ -33,8 +33,9 @@
 // hoisted above either, and the registers overflow.
 // Buffers are told apart by their roots under the views: an alloca (a tile in
 // shared memory) or a kernel argument (distinct tensors, taken not to overlap,
-// as RowLoopNests.h takes them); a nest with an effect on anything else, or an
-// effect with no buffer, ends a run.
+// as RowLoopNests.h takes them, but for two marked spectra.may_alias, which
+// count as one: spectra::mayAlias); a nest with an effect on anything else, or
+// an effect with no buffer, ends a run.
 //
 // Emulated on the CPU, the merged nest runs each thread's share of every member
 // before the next thread's: a member reading what another member wrote in

@@ -204,9 +204,10 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
     before the first write to its memory (through it or an argument that may
     be it), or is that write's own element-for-element read (identity maps),
     as in the staged body; and a buffer is written in place only where nothing
-    between its writer and its copy-out reads or writes its argument's memory. Loops with a contraction (a
-    linalg op of three or more loops) are left as they are: there the copies
-    weigh little, and the doubled body costs compile time.
+    between its writer and its copy-out reads or writes its argument's memory.
+    Loops with a contraction (a linalg op of three or more loops) are left as
+    they are: there the copies weigh little, and the doubled body costs compile
+    time.
 
     ```mlir
     scf.for %r0 = %c0 to %n step %c32 {      // spectra.tile_loop
@@ -537,7 +538,8 @@ def SpectraMergeNests : Pass<"spectra-merge-nests", "::mlir::ModuleOp"> {
     warps) with only ops free of memory effects between them is scheduled into
     phases. Two nests conflict where one writes a buffer the other reads or
     writes; buffers are told apart by their roots under the views (an alloca, a
-    kernel argument), and a nest with an effect on anything else ends the run. A
+    kernel argument; two arguments marked `spectra.may_alias` count as one), and
+    a nest with an effect on anything else ends the run. A
     nest goes to the first phase after those of the nests it conflicts with, so it
     moves above nests it is independent of; where both keep each thread to a
     column of its own of the buffers they share (the same offset from the thread's

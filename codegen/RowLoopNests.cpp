@@ -1,6 +1,7 @@
 //===- RowLoopNests.cpp - a tile's row loops as one thread nest -----------===//
 
 #include "codegen/RowLoopNests.h"
+#include "codegen/Epilogue.h"
 #include "codegen/MapTilesToGpu.h"
 #include "codegen/Passes.h"
 
@@ -126,7 +127,9 @@ Access trace(Value memref, scf::ForOp loop, Value rowsOf = Value()) {
 /// Whether the iterations of `loop` are independent (RowLoopNests.h): every write goes to
 /// the iteration's row of a buffer defined outside the loop, every access to a buffer the
 /// loop writes stays in that row of the same view, and no effect is unknown. Distinct
-/// buffers (allocas, the kernel's arguments: distinct tensors) do not overlap.
+/// buffers (allocas, the kernel's arguments: distinct tensors) do not overlap, but for
+/// arguments marked as possibly one buffer (spectra::mayAlias): a loop that writes one of
+/// them and touches the other is not independent.
 /// `topLevelPure`: the ops directly in the loop's body, but `nest`, must be free of memory
 /// effects.
 bool independentRows(scf::ForOp loop, Operation *nest, bool topLevelPure) {
@@ -158,6 +161,10 @@ bool independentRows(scf::ForOp loop, Operation *nest, bool topLevelPure) {
   };
   if (!spectra::forEachMemrefEffect(loop.getRegion(), visit) || written.empty())
     return false;
+  for (const Access &a : accesses)
+    for (Value w : written)
+      if (a.root && a.root != w && spectra::mayAlias(a.root, w))
+        return false;
   // Each buffer the loop writes: every access to it in one row of one view.
   llvm::DenseMap<Value, Value> rowsOfBuffer;
   for (const Access &a : accesses) {

@@ -17,7 +17,8 @@
 // size 1, with no view made in the loop above it; or a scalar store indexed
 // so), and may access a buffer the loop writes only in that row of the same
 // view; its ops outside the nest are free of memory effects. Distinct buffers
-// (allocas, the kernel's arguments) are taken not to overlap. The loop's rows
+// (allocas, the kernel's arguments) are taken not to overlap, but for two
+// arguments marked spectra.may_alias (spectra::mayAlias), which count as one. The loop's rows
 // are bounded by a constant (its upper bound one, or the min of one and a
 // value), so the nest's size is static; each thread's rows run up to the
 // loop's upper bound. A loop over the rows past the end of a partial tile

@@ -69,8 +69,9 @@
 // = one per slice, "one") and per argument its name and role (spectra.arg_names,
 // spectra.arg_roles): "rows" ([N, ...] rows of the slice), "mask" ([N] keep flags),
 // "slice" (one per (batch, head) slice), "partial" (a row chunk's share of a sum,
-// merged by a combine kernel) or "shared" (the same for every slice). Arguments are
-// distinct memory except those marked spectra.may_alias (an in-place call's pair). The GPU
+// merged by a combine kernel) or "shared" (the same for every slice). No argument a kernel
+// writes overlaps another unless both are marked spectra.may_alias (an in-place call's
+// pair); arguments only read may share a tensor (the moments' x and y). The GPU
 // schedule (spectra-map-tiles-to-gpu) batches the arguments by role, and the
 // runtimes read the ABI from these attributes (through the compiled artifact)
 // instead of restating it. (A GPU schedule may give a "slices" or "one" kernel several

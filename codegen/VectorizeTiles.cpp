@@ -1092,12 +1092,16 @@ private:
     b.setInsertionPointToStart(&entryBlock());
     return memref::AllocaOp::create(b, loc, type);
   }
-  /// Whether `v` is an argument of the function that nothing in it writes: a pack of it
-  /// holds for the whole call.
+  /// Whether `v` is an argument of the function that nothing in it writes, and that no
+  /// other argument may be the buffer of (spectra::mayAlias): a pack of it holds for the
+  /// whole call.
   bool readOnlyArgument(Value v) {
     auto arg = dyn_cast<BlockArgument>(v);
     if (!arg || arg.getOwner() != &entryBlock())
       return false;
+    for (BlockArgument other : entryBlock().getArguments())
+      if (other != arg && spectra::mayAlias(other, arg))
+        return false;
     for (OpOperand &use : v.getUses()) {
       Operation *user = use.getOwner();
       if (auto generic = dyn_cast<linalg::GenericOp>(user)) {

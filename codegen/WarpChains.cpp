@@ -410,11 +410,15 @@ std::optional<Chain> analyze(linalg::GenericOp first, int64_t W, bool transposed
         bufferEffects(op);
     if (!rw)
       return true;
+    // By root, and an argument that may be another's buffer (spectra::mayAlias) as that one.
+    auto meets = [](const llvm::SmallPtrSet<Value, 8> &set, Value v) {
+      return set.contains(v) || llvm::any_of(set, [&](Value o) { return mayAlias(o, v); });
+    };
     for (Value r : rw->first)
-      if (deferredWrites.contains(r))
+      if (meets(deferredWrites, r))
         return true;
     for (Value w : rw->second)
-      if (deferredReads.contains(w) || deferredWrites.contains(w))
+      if (meets(deferredReads, w) || meets(deferredWrites, w))
         return true;
     return false;
   };

@@ -28,10 +28,12 @@
 
 namespace mlir::spectra {
 
-/// On a function's memref argument (a unit attribute): the caller may pass it as the same
-/// buffer as another argument of its type marked so, element for element (an in-place call,
-/// as moments_backward's dx and dxin). Arguments not both marked are distinct memory; the
-/// compiler's schedules order and fuse by that (codegen/Epilogue.h, spectra::mayAlias).
+/// On a function's argument (a unit attribute; a memref, or its pointer once lowered to
+/// LLVM): the caller may pass it as the same buffer as another argument of its type marked
+/// so, element for element (an in-place call, as moments_backward's dx and dxin). No
+/// argument a kernel writes overlaps another unless both are marked (arguments only read
+/// may share a tensor, as the moments' x and y); the compiler's schedules order and fuse
+/// by that (codegen/Epilogue.h, spectra::mayAlias).
 inline constexpr llvm::StringLiteral kMayAliasArgAttr = "spectra.may_alias";
 
 /// Starts an error that names the violated constraint (`id`, e.g. "C2", as

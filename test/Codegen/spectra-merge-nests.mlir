@@ -617,3 +617,27 @@ func.func @in_place_arguments(%dxin: memref<64xf32> {spectra.may_alias},
   } {mapping = [#gpu.thread<x>], spectra.thread_nest}
   return
 }
+
+// The other way round: a nest reading dxin waits for the barrier after the nest writing dx.
+// CHECK-LABEL: func.func @in_place_write_first
+// CHECK: scf.forall (%[[T:.*]]) in (64) {
+// CHECK-NEXT:   memref.store %{{.*}}, %arg1[%[[T]]]
+// CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: scf.forall (%[[U:.*]]) in (64) {
+// CHECK-NEXT:   memref.load %arg0[%[[U]]]
+// CHECK-NEXT:   memref.store
+// CHECK-NEXT: } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+// CHECK-NEXT: return
+func.func @in_place_write_first(%dxin: memref<64xf32> {spectra.may_alias},
+                                %dx: memref<64xf32> {spectra.may_alias}) {
+  %one = arith.constant 1.0 : f32
+  %s = memref.alloca() : memref<64xf32, #gpu.address_space<workgroup>>
+  scf.forall (%t) in (64) {
+    memref.store %one, %dx[%t] : memref<64xf32>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  scf.forall (%t) in (64) {
+    %x = memref.load %dxin[%t] : memref<64xf32>
+    memref.store %x, %s[%t] : memref<64xf32, #gpu.address_space<workgroup>>
+  } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  return
+}

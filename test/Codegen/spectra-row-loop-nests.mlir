@@ -192,3 +192,48 @@ func.func @crossing_columns(%n: index, %shift: index) {
   }
   return
 }
+
+// Rows of dx written from the next row of dxin: with the two marked spectra.may_alias (one
+// buffer in an in-place call), row r's write may be row r - 1's read, so the loop stays; left
+// unmarked they are distinct tensors and the rows become one nest.
+// CHECK-LABEL: func.func @in_place_rows
+// CHECK-NOT: scf.forall
+// CHECK: scf.for
+// CHECK-NEXT: arith.addi
+// CHECK: scf.forall (%{{.*}}) in (32) {
+// CHECK-LABEL: func.func @distinct_rows
+// CHECK: scf.forall (%{{.*}}) in (256) {
+// CHECK: arith.divui
+// CHECK: scf.for
+func.func @in_place_rows(%dxin: memref<?x32xf32> {spectra.may_alias}, %dx: memref<?x32xf32> {spectra.may_alias}, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %rows = arith.minsi %n, %c16 : index
+  scf.for %r = %c0 to %rows step %c1 {
+    %next = arith.addi %r, %c1 : index
+    %src = memref.subview %dxin[%next, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %dst = memref.subview %dx[%r, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    scf.forall (%t) in (32) {
+      %x = memref.load %src[%c0, %t] : memref<1x32xf32, strided<[32, 1], offset: ?>>
+      memref.store %x, %dst[%c0, %t] : memref<1x32xf32, strided<[32, 1], offset: ?>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  return
+}
+func.func @distinct_rows(%dxin: memref<?x32xf32>, %dx: memref<?x32xf32>, %n: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %rows = arith.minsi %n, %c16 : index
+  scf.for %r = %c0 to %rows step %c1 {
+    %next = arith.addi %r, %c1 : index
+    %src = memref.subview %dxin[%next, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %dst = memref.subview %dx[%r, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    scf.forall (%t) in (32) {
+      %x = memref.load %src[%c0, %t] : memref<1x32xf32, strided<[32, 1], offset: ?>>
+      memref.store %x, %dst[%c0, %t] : memref<1x32xf32, strided<[32, 1], offset: ?>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  }
+  return
+}

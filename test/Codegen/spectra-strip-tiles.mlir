@@ -137,8 +137,9 @@ func.func @written_then_read_whole(%k: memref<4x32xf32>, %b: memref<32xf32>, %t:
 }
 
 // Two in-place arguments: %o is written along the features and %i, both marked
-// spectra.may_alias, may be the same memory (dx may be dxin); %i is read whole (summed over its features), which strip
-// 0 would do before strip 1 of %o is written, so the run ends before that op.
+// spectra.may_alias, may be the same memory (dx may be dxin); %i is read whole (summed over
+// its features), which strip 0 would do before strip 1 of %o is written, so the run ends
+// before that op.
 // CHECK-LABEL: func.func @in_place
 // CHECK-NOT:     scf.for
 // CHECK:         return
@@ -167,7 +168,10 @@ func.func @in_place(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf
 // The same unmarked: arguments of one type not marked spectra.may_alias are distinct
 // memory, so the run goes on and the ops run strip after strip.
 // CHECK-LABEL: func.func @distinct_arguments
-// CHECK:         scf.for
+// CHECK:         scf.for %{{.*}} = %c0 to %c32 step %c16 {
+// CHECK:           linalg.fill {{.*}} outs(%[[L:.*]] : memref<4x16xf32>)
+// CHECK:           linalg.generic {{.*}} outs(%[[L]] : memref<4x16xf32>)
+// CHECK:           linalg.generic {{.*}} ins(%arg3, %[[L]] : memref<4x32xf32>, memref<4x16xf32>)
 // CHECK:         return
 func.func @distinct_arguments(%k: memref<4x8xf32>, %w: memref<8x32xf32>, %o: memref<4x32xf32>, %i: memref<4x32xf32>) {
   %zero = arith.constant 0.0 : f32

@@ -5,8 +5,7 @@
 // pairs along k ([K/2 x 2N]: rows 2i and 2i + 1 interleaved), A's row-major; each part is the
 // f32 value rounded to bf16 (hi) and the rest rounded (lo). Per 16 x 16 tile of C: a zeroed
 // accumulator (the fill goes), four operand tiles, three tile products (lo hi', hi lo', hi hi')
-// and one store. The exp after it (an epilogue on the FMA path) reads C as its own loop. (C
-// has 48 rows: an argument of W's type could be W's memory, and would keep the fill.)
+// and one store. The exp after it (an epilogue on the FMA path) reads C as its own loop.
 #a = affine_map<(m, n, k) -> (m, k)>
 #b = affine_map<(m, n, k) -> (k, n)>
 #c = affine_map<(m, n, k) -> (m, n)>

@@ -559,7 +559,9 @@ func.func @no_epilogue_across_a_write(%A: memref<2x3xf32>, %B: memref<3x16xf32>,
 // CHECK: math.exp
 // CHECK-LABEL: func.func @epilogue_output_of_b_type_unmarked(
 // CHECK: %[[ACC:.*]]:4 = scf.for
-// CHECK: %[[E:.*]] = math.exp %[[ACC]]#0
+// CHECK-NEXT: vector.load %arg1
+// CHECK: vector.store %[[ACC]]#0, %arg2
+// CHECK-NEXT: %[[E:.*]] = math.exp %[[ACC]]#0
 // CHECK-NEXT: vector.store %[[E]], %arg3
 // CHECK-NOT: scf.for
 // CHECK: return
@@ -675,8 +677,12 @@ func.func @epilogue_output_of_b_type_unmarked(%A: memref<2x2xf32>, %B: memref<2x
 // CHECK: vector.load %arg2
 // CHECK: scf.for
 // CHECK-LABEL: func.func @zero_fill_input_of_c_type_unmarked(
-// CHECK-NOT: vector.load %arg0
+// CHECK: %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<8xf32>
+// CHECK-NOT: vector.store
 // CHECK: scf.for
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %[[ZERO]],
+// CHECK-NOT: vector.load %arg0
+// CHECK: vector.store %{{.*}}, %arg0
 // CHECK-NOT: vector.load %arg0
 // CHECK: return
 func.func @zero_fill_input_may_be_c(%C: memref<8x16xf32> {spectra.may_alias},

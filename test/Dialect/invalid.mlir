@@ -1309,7 +1309,6 @@ func.func @may_alias_with_a_value(%x: memref<4xf32> {spectra.may_alias = 1}) {
   return
 }
 
-
 // -----
 
 // expected-error@+1 {{unknown argument attribute 'spectra.mayalias' (the spectra dialect's argument attributes: 'spectra.may_alias')}}
