@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "codegen/Epilogue.h"
-#include "codegen/TileKernels.h"
+#include "dialect/SpectraDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -73,7 +73,7 @@ bool mlir::spectra::mayAlias(Value x, Value y) {
     auto arg = dyn_cast<BlockArgument>(r);
     auto fn = arg ? dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp()) : nullptr;
     return fn && arg.getOwner()->isEntryBlock() &&
-           fn.getArgAttr(arg.getArgNumber(), kKernelMayAliasArgAttr);
+           fn.getArgAttr(arg.getArgNumber(), kMayAliasArgAttr);
   };
   return marked(rx) && marked(ry) && rx.getType() == ry.getType();
 }

@@ -34,8 +34,8 @@ struct Epilogue {
 Value viewRoot(Value view);
 
 /// Whether buffers x and y may be the same memory: views of one buffer, or of two arguments
-/// of one function, of one type, both marked spectra.may_alias (kKernelMayAliasArgAttr in
-/// TileKernels.h: an in-place call's pair, such as moments_backward's dx and dxin, taken to
+/// of one function, of one type, both marked spectra.may_alias (kMayAliasArgAttr in
+/// SpectraDialect.h: an in-place call's pair, such as moments_backward's dx and dxin, taken to
 /// be the same memory element for element, not offset views of one buffer). Other
 /// arguments are distinct memory.
 bool mayAlias(Value x, Value y);

@@ -18,10 +18,10 @@
 // so), and may access a buffer the loop writes only in that row of the same
 // view; its ops outside the nest are free of memory effects. Distinct buffers
 // (allocas, the kernel's arguments) are taken not to overlap, but for two
-// arguments marked spectra.may_alias (spectra::mayAlias), which count as one. The loop's rows
-// are bounded by a constant (its upper bound one, or the min of one and a
-// value), so the nest's size is static; each thread's rows run up to the
-// loop's upper bound. A loop over the rows past the end of a partial tile
+// arguments marked spectra.may_alias (spectra::mayAlias), which count as one.
+// The loop's rows are bounded by a constant (its upper bound one, or the min of
+// one and a value), so the nest's size is static; each thread's rows run up to
+// the loop's upper bound. A loop over the rows past the end of a partial tile
 // (from min(x, C) to C: the zeroing of those rows) is left as it is: it runs
 // in the last tile only, where one nest would take a barrier in every tile.
 //

@@ -190,7 +190,7 @@ Kernel makeKernel(OpBuilder &b, Location loc, StringRef name, StringRef kind, St
   fn->setAttr(kKernelArgRolesAttr, b.getArrayAttr(roles));
   for (auto [i, a] : llvm::enumerate(args))
     if (a.mayAlias)
-      fn.setArgAttr(i, kKernelMayAliasArgAttr, b.getUnitAttr());
+      fn.setArgAttr(i, kMayAliasArgAttr, b.getUnitAttr());
   Kernel k{fn, fn.addEntryBlock(), {}};
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(k.entry);

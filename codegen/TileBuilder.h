@@ -414,7 +414,7 @@ struct Kernel {
 
 /// One kernel argument: its type, name and role (TileKernels.h, "The kernel ABI"), and
 /// whether the runtime may pass it as the same buffer as another argument so marked
-/// (kKernelMayAliasArgAttr).
+/// (kMayAliasArgAttr, SpectraDialect.h).
 struct Arg {
   Type type;
   StringRef name;

@@ -70,8 +70,9 @@
 // spectra.arg_roles): "rows" ([N, ...] rows of the slice), "mask" ([N] keep flags),
 // "slice" (one per (batch, head) slice), "partial" (a row chunk's share of a sum,
 // merged by a combine kernel) or "shared" (the same for every slice). No argument a kernel
-// writes overlaps another unless both are marked spectra.may_alias (an in-place call's
-// pair); arguments only read may share a tensor (the moments' x and y). The GPU
+// writes overlaps another unless both are marked spectra.may_alias (kMayAliasArgAttr,
+// SpectraDialect.h: an in-place call's pair, moments_backward's dxin and dx); arguments only
+// read may share a tensor (the moments' x and y). The GPU
 // schedule (spectra-map-tiles-to-gpu) batches the arguments by role, and the
 // runtimes read the ABI from these attributes (through the compiled artifact)
 // instead of restating it. (A GPU schedule may give a "slices" or "one" kernel several
@@ -144,10 +145,6 @@ inline constexpr llvm::StringLiteral kKernelKindAttr = "spectra.kernel";
 inline constexpr llvm::StringLiteral kKernelGridAttr = "spectra.grid";
 inline constexpr llvm::StringLiteral kKernelArgNamesAttr = "spectra.arg_names";
 inline constexpr llvm::StringLiteral kKernelArgRolesAttr = "spectra.arg_roles";
-/// On a kernel argument: the runtime may pass it as the same buffer as another argument of
-/// its type marked so (moments_backward's dxin and dx: the statistics' gradient added in
-/// place). SpectraDialect.h's kMayAliasArgAttr, which the dialect verifies.
-inline constexpr llvm::StringLiteral kKernelMayAliasArgAttr = kMayAliasArgAttr;
 /// On a row kernel built with antipodal weights (TileKernelOptions::antipodalWeights): the
 /// pairs per block of W's rows it assumes (the ABI's "antipodal=PAIRS;", checked by the
 /// runtime against the W it is given).

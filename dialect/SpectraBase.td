@@ -36,7 +36,7 @@ def Spectra_Dialect : Dialect {
     paper ship as a library written in this dialect (dialect/library).
   }];
   let hasConstantMaterializer = 1;
-  // spectra.may_alias on a kernel's memref arguments (SpectraDialect.h).
+  // spectra.may_alias on a function's arguments (SpectraDialect.h).
   let hasRegionArgAttrVerify = 1;
 }
 
