@@ -220,8 +220,12 @@ TEST(FusedCausal, StatesCarriedAcrossRowChunks) {
 /// gradients then differed from the first's.
 TEST(FusedCausal, ASecondBackwardSeesTheForwardsStates) {
   ASSERT_LT(FusedCpuAttention::kChunkRows, 1300);
-  const int threads = at::get_num_threads();
-  at::set_num_threads(8);
+  // Eight intra-op threads for this test only, restored however it ends (an ASSERT returns).
+  struct Threads {
+    int saved = at::get_num_threads();
+    Threads() { at::set_num_threads(8); }
+    ~Threads() { at::set_num_threads(saved); }
+  } threads;
   FusedCpuAttention fused("posrf-orf", config(16, 8), /*causal=*/true);
   ASSERT_FALSE(fused.launcher(torch::Tensor(), 1).wholeSequencePerSlice(2));
   Weights w = WeightFactory(fused.descriptor()).draw(0, torch::kFloat32);
@@ -239,7 +243,6 @@ TEST(FusedCausal, ASecondBackwardSeesTheForwardsStates) {
           << "dv=" << dv << " gradient " << i << ": max difference "
           << (first[i] - second[i]).abs().max().item<double>();
   }
-  at::set_num_threads(threads);
 }
 
 TEST(FusedCausal, KeyMaskWithJunkUnderThePadding) {
