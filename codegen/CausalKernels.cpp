@@ -858,7 +858,7 @@ void buildCausalQueryBackward(OpBuilder &b, Location loc, ComponentOp component,
   ifWeightGrad(tb, wantW, [&] { tb.fill(out.dW, 0); });
   tb.fill(out.dscale, 0);
   State st{Value(), k.arg(19), Value(), k.arg(20), k.arg(18)};
-  SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
+  SmallVector<bool> used = usedArguments(component, partials, s.K, 3 + numParams);
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;  // one set of sums for the tiles and the rows
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;
@@ -893,7 +893,7 @@ void buildCausalKeyBackward(OpBuilder &b, Location loc, ComponentOp component,
   // The suffix state carried into the chunk from the right (causal_suffix_scan): R transposed
   // [DV, F], r [F], e [F] (in the State's St, z, c), advanced in place.
   State st{Value(), k.arg(20), Value(), k.arg(21), k.arg(19)};
-  SmallVector<bool> used = usedArguments(partials, s.K, 3 + numParams);
+  SmallVector<bool> used = usedArguments(component, partials, s.K, 3 + numParams);
   CausalTiles tiles(tb, s, true, used), rowTiles(rb, one, true, used);
   rowTiles.grad.dwwAcc = tiles.grad.dwwAcc;
   rowTiles.grad.dpAcc = tiles.grad.dpAcc;

@@ -934,26 +934,26 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   for (auto alloca : blocks.getBody()->getOps<memref::AllocaOp>())
     if (isWorkgroup(alloca.getType()))
       buffers.push_back(alloca);
-  // Up to 48 KiB the buffers are workgroup attributions (static shared memory); past that,
-  // views at 16-byte aligned offsets of the block's dynamic shared memory, whose size the
-  // launch carries (the runtime opts the kernel in: cuFuncSetAttribute).
+  // The buffers are views at 16-byte aligned offsets of one pool, the block's dynamic shared
+  // memory, whose size the launch carries (past 48 KiB the runtime opts the kernel in:
+  // cuFuncSetAttribute). Not a workgroup attribution per buffer: each attribution is a
+  // shared symbol of its own, whose 64-bit address LLVM forms once and keeps live through
+  // the loops, two registers each (49 in posrf-mm's causal key backward, which then spilled
+  // at the 128 registers two blocks per SM leave). Nor one static pool: its buffers are a
+  // register plus offsets, where the dynamic pool's are the extern symbol plus offsets, and
+  // ptxas spilled more with it (the causal set's readout on sm_90a in f32: 32 bytes, 0).
   int64_t total = 0;
   SmallVector<int64_t> offsets;
   for (memref::AllocaOp a : buffers) {
     offsets.push_back(total);
     total += llvm::alignTo(bufferBytes(a.getType()), 16);
   }
-  bool dynamic = total > kStaticSharedBytes;
-  SmallVector<Type> attributions;
-  if (!dynamic)
-    for (memref::AllocaOp a : buffers)
-      attributions.push_back(a.getType());
   Value dynamicBytes =
-      dynamic ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), total).getResult() : Value();
+      total > 0 ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), total).getResult()
+                : Value();
   auto launchOp = gpu::LaunchOp::create(
       b, loc, ubs[0], ubs.size() > 1 ? ubs[1] : one, one,
-      arith::ConstantIndexOp::create(b, loc, threads), one, one, dynamicBytes, nullptr,
-      ValueRange{}, attributions);
+      arith::ConstantIndexOp::create(b, loc, threads), one, one, dynamicBytes);
   Block &body = launchOp.getBody().front();
   b.setInsertionPointToEnd(&body);
   auto terminator = gpu::TerminatorOp::create(b, loc);
@@ -965,22 +965,19 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     iv.replaceAllUsesWith(blockIds[i]);
   forallBody->getTerminator()->erase();
   body.getOperations().splice(terminator->getIterator(), forallBody->getOperations());
-  if (dynamic) {
+  if (!buffers.empty()) {
     OpBuilder vb = OpBuilder::atBlockBegin(&body);
-    auto bytes = MemRefType::get({ShapedType::kDynamic}, vb.getI8Type(), MemRefLayoutAttrInterface(),
-                                 workgroupSpace(b.getContext()));
+    auto bytes = MemRefType::get({ShapedType::kDynamic}, vb.getI8Type(),
+                                 MemRefLayoutAttrInterface(), workgroupSpace(b.getContext()));
     Value pool = gpu::DynamicSharedMemoryOp::create(vb, loc, bytes);
     for (auto [a, offset] : llvm::zip(buffers, offsets)) {
       Value at = arith::ConstantIndexOp::create(vb, loc, offset);
       a.getResult().replaceAllUsesWith(
           memref::ViewOp::create(vb, loc, a.getType(), pool, at, ValueRange{}).getResult());
-      a.erase();
     }
-  } else {
-    for (auto [a, arg] : llvm::zip(buffers, launchOp.getWorkgroupAttributions())) {
-      a.getResult().replaceAllUsesWith(arg);
+    // Erased after: vb inserts before the body's first op, which may be one of them.
+    for (memref::AllocaOp a : buffers)
       a.erase();
-    }
   }
   blocks.erase();
   // Thread nests: predicated on the thread id, a barrier after each.

@@ -9,7 +9,53 @@ using namespace mlir;
 
 namespace mlir::spectra::tiles {
 
-SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args) {
+/// The values of the params region that depend on a statistic: a statistic's result, and
+/// every result of an op that reads one or holds one in a region of its own.
+static llvm::SmallPtrSet<Value, 16> statisticDependent(ComponentOp component) {
+  llvm::SmallPtrSet<Value, 16> varies;
+  if (component.getParams().empty())
+    return varies;
+  for (Operation &op : component.getParams().front()) {
+    bool reads = isa<StatisticOp>(op) ||
+                 llvm::any_of(op.getOperands(), [&](Value v) { return varies.contains(v); });
+    if (!reads && op.getNumRegions() > 0)
+      op.walk([&](Operation *inner) {
+        reads = reads || isa<StatisticOp>(inner) ||
+                llvm::any_of(inner->getOperands(), [&](Value v) { return varies.contains(v); });
+      });
+    if (reads)
+      varies.insert(op.result_begin(), op.result_end());
+  }
+  return varies;
+}
+
+static ParamsYieldOp paramsYield(ComponentOp component) {
+  if (component.getParams().empty())
+    return {};
+  return dyn_cast<ParamsYieldOp>(component.getParams().front().getTerminator());
+}
+
+SmallVector<bool> parametersWithGradient(ComponentOp component) {
+  ParamsYieldOp yield = paramsYield(component);
+  if (!yield)
+    return {};
+  llvm::SmallPtrSet<Value, 16> varies = statisticDependent(component);
+  SmallVector<bool> out;
+  for (Value v : yield.getScalars())
+    out.push_back(varies.contains(v));
+  return out;
+}
+
+bool scalesWithGradient(ComponentOp component) {
+  ParamsYieldOp yield = paramsYield(component);
+  if (!yield || !yield.getQueryScale())
+    return false;
+  llvm::SmallPtrSet<Value, 16> varies = statisticDependent(component);
+  return varies.contains(yield.getQueryScale()) || varies.contains(yield.getKeyScale());
+}
+
+SmallVector<bool> usedArguments(ComponentOp component, FeaturePartialsOp partials,
+                                unsigned outputs, unsigned args) {
   auto yield = cast<PartialsYieldOp>(partials.getBody().front().getTerminator());
   SmallVector<bool> used(args, false);
   used[0] = used[1] = true;
@@ -18,6 +64,9 @@ SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, un
       for (unsigned which = 0; which < 2; ++which)
         if (!matchPattern(yield.getValues()[2 * (o * args + v) + which], m_AnyZeroFloat()))
           used[v] = true;
+  SmallVector<bool> varies = parametersWithGradient(component);
+  for (unsigned v = 3; v < args; ++v)
+    used[v] = used[v] && v - 3 < varies.size() && varies[v - 3];
   return used;
 }
 
@@ -209,6 +258,9 @@ GradientTiles gradientTiles(TileBuilder &tb, const Dims &s, ArrayRef<bool> used,
   g.dxxScale = dxxScale;
   g.factored.assign(factored.begin(), factored.end());
   g.factored.resize(used.size());
+  for (unsigned v = 0; v < used.size(); ++v)
+    if (!used[v])  // no gradient taken: no base or base sums for it either
+      g.factored[v].reset();
   g.partials = partials;
   g.params.assign(params.begin(), params.end());
   g.ww = ww;
@@ -479,6 +531,8 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
 }
 
 void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc) {
+  if (!scalesWithGradient(tb.component))
+    return;  // a constant scale: acc stays as the kernel filled it (0)
   tb.reduceCols({{dx}, {X}}, {acc}, [](OpBuilder &nb, Location l, ValueRange a) {
     Scalar x{nb, l};
     return SmallVector<Value>{x.add(a[2], x.mul(a[0], a[1]))};

@@ -355,12 +355,25 @@ struct Scalar {
 Value invariantCoefficient(OpBuilder &b, Location loc, ComponentOp component, Value any,
                            ArrayRef<Value> params, int64_t o);
 
-/// Which arguments (wx, xx, ww, params...) the features depend on: those with a
-/// derived partial that is not the constant 0 for some output. The others get no
-/// gradient tile (PosRF's logit does not depend on ||w||^2: no dW ||w||^2 term).
-/// wx and xx always count: their tiles feed dq/dk, also when their sum is zero
+/// Per scalar parameter of the component's params region, whether it depends on a statistic
+/// of the inputs (`spectra.statistic`). The others are functions of m, d and options only,
+/// constants of the compile: nothing upstream of them takes a gradient, so the backward
+/// kernels leave their share of dparams 0 (OPRF's and SADERF's coefficient m^(-1/2), every
+/// parameter of PosRF, GERF, TrigRF).
+SmallVector<bool> parametersWithGradient(ComponentOp component);
+/// Whether the input scales (query_scale, key_scale) depend on a statistic: only then do
+/// the backward kernels accumulate dqscale and dkscale (SADERF's Psi, HCEXP's A; otherwise
+/// the scale is d^(-1/4), a constant, and they stay 0).
+bool scalesWithGradient(ComponentOp component);
+
+/// Which arguments (wx, xx, ww, params...) take a gradient: those the features depend on
+/// (a derived partial that is not the constant 0 for some output), parameters only where
+/// parametersWithGradient says so. The others get no gradient tile (PosRF's logit does not
+/// depend on ||w||^2: no dW ||w||^2 term; OPRF's coefficient is a constant: no column sums
+/// for it). wx and xx always count: their tiles feed dq/dk, also when their sum is zero
 /// (a component whose features ignore ||x||^2).
-SmallVector<bool> usedArguments(FeaturePartialsOp partials, unsigned outputs, unsigned args);
+SmallVector<bool> usedArguments(ComponentOp component, FeaturePartialsOp partials,
+                                unsigned outputs, unsigned args);
 /// k where the ||x||^2 term of every output's chain is k times its w.x term: each output's
 /// d logit / d xx and d logit / d wx constants in the same ratio k, and its coefficient
 /// independent of both (PosRF: one output, k = -1/2; not PosRF-Hyp, whose two outputs
@@ -548,6 +561,7 @@ void finishGradients(TileBuilder &tb, const Dims &s, GradientTiles &g, Value W, 
 /// The input scale's gradient of a tile, sum_n dx_n x_n per column for dx with respect to
 /// the scaled rows x (staged: their scale already applied; padded rows are 0). The runtime
 /// divides by the scale: dL/dscale_c = sum_n dL/dx_nc raw_nc = sum_n dx_nc x_nc / scale_c.
+/// Nothing where the scale is a constant (scalesWithGradient): `acc` keeps its 0.
 void scaleGradient(TileBuilder &tb, Value dx, Value X, Value acc);
 
 /// Chunk `c` (dynamic) of a [C, ...] partial buffer as a static window of the rest.

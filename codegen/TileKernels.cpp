@@ -315,7 +315,7 @@ GradientTiles backwardGradientTiles(TileBuilder &tb, const Dims &s, FeatureParti
                                     ArrayRef<Value> params, Value ww) {
   unsigned args = 3 + params.size();
   std::optional<double> ratio = dxxPerDwx(partials, s.K, args);
-  return gradientTiles(tb, s, usedArguments(partials, s.K, args), ratio,
+  return gradientTiles(tb, s, usedArguments(tb.component, partials, s.K, args), ratio,
                        factoredArguments(partials, s.K, args, ratio.has_value()), partials, params, ww);
 }
 

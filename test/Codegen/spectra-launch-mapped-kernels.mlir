@@ -69,3 +69,33 @@ func.func @side_by_side(%q: memref<64xf32>, %w: memref<2xf32>, %u: memref<2xf32>
   } {mapping = [#gpu.block<x>]}
   return
 }
+
+// The block's buffers are views of one pool, the dynamic shared memory, each at an offset
+// aligned to 16 bytes (their vector<4xf32> accesses are ld/st.shared.v4): SGQ's 65 features
+// make 260-byte tiles, so the next buffer starts at 272, and the launch carries 288 bytes.
+// One pool, not a workgroup attribution per buffer, whose 64-bit addresses each held two
+// registers through the loops (MapTilesToGpu.cpp, launch).
+// CHECK-LABEL: func.func @one_pool
+// CHECK: %[[BYTES:.*]] = arith.constant 288 : i32
+// CHECK: gpu.launch blocks({{.*}}) in ({{.*}}) threads({{.*}}) in ({{.*}}) dynamic_shared_memory_size %[[BYTES]] {
+// CHECK-NEXT: %[[POOL:.*]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+// CHECK-NEXT: %[[AT0:.*]] = arith.constant 0 : index
+// CHECK-NEXT: %[[A:.*]] = memref.view %[[POOL]][%[[AT0]]][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<65xf32, #gpu.address_space<workgroup>>
+// CHECK-NEXT: %[[AT1:.*]] = arith.constant 272 : index
+// CHECK-NEXT: %[[B:.*]] = memref.view %[[POOL]][%[[AT1]]][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<4xf32, #gpu.address_space<workgroup>>
+// CHECK-NOT: memref.alloca
+// CHECK: memref.store %{{.*}}, %[[A]]
+// CHECK: memref.store %{{.*}}, %[[B]]
+func.func @one_pool(%q: memref<65xf32>) attributes {spectra.threads = 65 : i64} {
+  scf.forall (%b) in (1) {
+    %a = memref.alloca() : memref<65xf32, #gpu.address_space<workgroup>>
+    %s = memref.alloca() : memref<4xf32, #gpu.address_space<workgroup>>
+    scf.forall (%t) in (65) {
+      %x = memref.load %q[%t] : memref<65xf32>
+      memref.store %x, %a[%t] : memref<65xf32, #gpu.address_space<workgroup>>
+      %c0 = arith.constant 0 : index
+      memref.store %x, %s[%c0] : memref<4xf32, #gpu.address_space<workgroup>>
+    } {mapping = [#gpu.thread<x>], spectra.thread_nest}
+  } {mapping = [#gpu.block<x>]}
+  return
+}

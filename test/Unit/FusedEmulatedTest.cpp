@@ -407,9 +407,10 @@ TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   // ||x||^2, ||w||^2 and parameter gradients stopped taking tiles of their own
   // (factoredArguments: SADERF's query_backward writes four [T, m] tiles where it wrote
   // eight; f32 took 2 rows before). On tensor cores (bf16, the sm_90a schedule the emulation
-  // runs) they take 8 rows from dynamic shared memory, the most that keep two blocks per SM,
-  // so the mma's 16 rows carry twice the rows 4 would. The launch description says so, and
-  // both match the float64 reference.
+  // runs) they take 16 rows from dynamic shared memory, the most that keep two blocks per SM,
+  // so the mma's 16 rows are all rows (8 while a column sum took the gradient of the constant
+  // coefficient m^(-1/2), whose [T, m] tile no longer fit twice 16 rows). The launch
+  // description says so, and both match the float64 reference.
   char *error = nullptr;
   spectra_cpu_kernel *k =
       spectra_emulated_compile_variant("oprf-orf", 256, 64, 0, "", "f32", 0, 0, &error);
@@ -424,8 +425,8 @@ TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
   spectra_cpu_kernel_free(k);
   k = spectra_emulated_compile_variant("saderf-mm", 256, 64, 0, "", "bf16", 0, 0, &error);
   ASSERT_NE(k, nullptr) << (error ? error : "");
-  EXPECT_EQ(rows("query_backward"), 8);
-  EXPECT_EQ(rows("key_backward"), 8);
+  EXPECT_EQ(rows("query_backward"), 16);
+  EXPECT_EQ(rows("key_backward"), 16);
   spectra_cpu_kernel_free(k);
   VariantConfig config;
   config.m = 256;
