@@ -19,8 +19,9 @@
 //      mapped IR on the CPU (gpu-emulated): blocks and threads as sequential
 //      loops, a nest finished before the next starts (what the barrier gives).
 //  spectra-launch-mapped-kernels: the GPU path from the same mapped IR: the
-//      block forall becomes gpu.launch (workgroup buffers as its workgroup
-//      attributions), each thread nest `if (tid < n)` followed by gpu.barrier;
+//      block forall becomes gpu.launch (workgroup buffers as views of one pool,
+//      its dynamic shared memory), each thread nest `if (tid < n)` followed by
+//      gpu.barrier;
 //      upstream's outlining, NVVM lowering and serialisation follow.
 //
 //===----------------------------------------------------------------------===//
@@ -923,8 +924,8 @@ struct EmulateWarpMmaPass : mlir::spectra::impl::SpectraEmulateWarpMmaBase<Emula
 };
 
 /// The block forall of a mapped kernel as gpu.launch: blocks (x, y) = its bounds,
-/// `threads` threads, workgroup buffers as workgroup attributions; each thread nest
-/// `if (tid.x < n)`, then gpu.barrier.
+/// `threads` threads, workgroup buffers as views of one dynamic shared-memory pool; each
+/// thread nest `if (tid.x < n)`, then gpu.barrier.
 LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   Location loc = blocks.getLoc();
   OpBuilder b(blocks);
@@ -935,13 +936,15 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     if (isWorkgroup(alloca.getType()))
       buffers.push_back(alloca);
   // The buffers are views at 16-byte aligned offsets of one pool, the block's dynamic shared
-  // memory, whose size the launch carries (past 48 KiB the runtime opts the kernel in:
+  // memory, whose size the launch carries (the runtime opts the kernel in at load:
   // cuFuncSetAttribute). Not a workgroup attribution per buffer: each attribution is a
   // shared symbol of its own, whose 64-bit address LLVM forms once and keeps live through
   // the loops, two registers each (49 in posrf-mm's causal key backward, which then spilled
   // at the 128 registers two blocks per SM leave). Nor one static pool: its buffers are a
   // register plus offsets, where the dynamic pool's are the extern symbol plus offsets, and
   // ptxas spilled more with it (the causal set's readout on sm_90a in f32: 32 bytes, 0).
+  // The warp chains' partials, added as the chains are lowered below, stay attributions of
+  // their own (WarpChains.cpp, `shared`).
   int64_t total = 0;
   SmallVector<int64_t> offsets;
   for (memref::AllocaOp a : buffers) {
@@ -1257,7 +1260,7 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.valueDim = o.valueDim;
   // The causal kernels hold twice the tiles (a tile and its one-row split path) besides their
   // [T, T] products: at most 2 rows, so that features with two outputs (TrigRF, PosRF-Hyp)
-  // stay within a block's 48 KiB of static shared memory.
+  // stay within the 48 KiB a block has without opting in.
   tiles.tileRows = o.causal ? std::min<int64_t>(o.tileRows, 2) : o.tileRows;
   tiles.inputType = o.dtype;
   tiles.causal = o.causal;
@@ -1278,8 +1281,8 @@ void mlir::spectra::buildGpuMappedPipeline(OpPassManager &pm, const GpuScheduleO
   tiles.sharedLimit = staticSharedLimit(o.chip);
   tiles.minTileRows = o.minTileRows;
   // On tensor cores, before fewer rows (padding the mma's 16- and 8-row shapes), more shared
-  // memory: dynamic past 48 KiB, up to what keeps two blocks per SM (the registers bound the
-  // blocks an SM holds to two either way). f32 (FMA) takes fewer rows in static memory
+  // memory: past 48 KiB (opted in), up to what keeps two blocks per SM (the registers bound
+  // the blocks an SM holds to two either way). f32 (FMA) takes fewer rows within 48 KiB
   // (measured at d = 64, m = 256 on sm_80: OPRF's query backward spills 24 B at 4 rows, none
   // at 2); tiles that fit nowhere at min-tile-rows go dynamic on both.
   tiles.dynamicSharedLimit = o.dynamicShared && tensorCores ? twoBlockSharedLimit(o.chip) : 0;

@@ -73,8 +73,9 @@ inline constexpr llvm::StringLiteral kKernelSliceBlocksAttr = "spectra.slice_blo
 /// The module attribute holding the launch description (JSON) of the outlined kernels.
 inline constexpr llvm::StringLiteral kGpuKernelsAttr = "spectra.gpu_kernels";
 
-/// A block's static shared memory (48 KiB on every chip); a launch whose buffers need more
-/// takes them from dynamic shared memory (spectra-launch-mapped-kernels).
+/// A block's static shared memory (48 KiB on every chip): a kernel whose buffers need more
+/// needs the runtime's opt-in (its buffers are one dynamic pool either way:
+/// spectra-launch-mapped-kernels).
 inline constexpr int64_t kStaticSharedBytes = 48 * 1024;
 /// The bytes of static shared memory one block may use on `chip` (sm_80, sm_90a: 48 KiB).
 int64_t staticSharedLimit(llvm::StringRef chip);
@@ -120,7 +121,7 @@ struct GpuScheduleOptions : public PassPipelineOptions<GpuScheduleOptions> {
                      "the 48 KiB of static shared memory from dynamic shared memory, before "
                      "fewer rows; on every schedule, tiles that exceed 48 KiB at min-tile-rows may use "
                      "dynamic shared memory up to the block's opt-in maximum (sm_80: 163 KiB, "
-                     "sm_90a: 227 KiB); false: 48 KiB of static shared memory only"),
+                     "sm_90a: 227 KiB); false: at most 48 KiB (no opt-in)"),
       llvm::cl::init(true)};
   Option<bool> causal{*this, "causal",
                       llvm::cl::desc("the causal kernels (with at most 2 tile rows)"),

@@ -462,8 +462,8 @@ def SpectraMapTilesToGpu : Pass<"spectra-map-tiles-to-gpu", "::mlir::ModuleOp"> 
            "sequence would write one partial per chunk-rows rows (spectra.chunks = "
            "\"partials\")">,
     Option<"sharedLimit", "shared-limit", "int64_t", /*default=*/"49152",
-           "bytes of shared memory a block may use (past 48 KiB, spectra-launch-mapped-"
-           "kernels takes the buffers from dynamic shared memory)">,
+           "bytes of shared memory a block may use (spectra-launch-mapped-kernels takes the "
+           "buffers from one pool of dynamic shared memory; past 48 KiB the runtime opts in)">,
     Option<"mmaType", "mma-type", "std::string", /*default=*/"\"\"",
            "the contractions on tensor cores, as warp nests of 16 x 8 tiles "
            "(MapContractionsToMma.h): bf16 or f16 (operands rounded), bf16x3 (operands "
@@ -626,7 +626,8 @@ def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::
   let description = [{
     The GPU path from the mapped IR: the block forall becomes gpu.launch
     (grid = its bounds, block = the kernel's threads, workgroup tiles as
-    workgroup attributions, i.e. static shared memory); each thread nest runs
+    memref.views at 16-byte aligned offsets of one pool, the block's dynamic
+    shared memory, whose bytes the launch carries); each thread nest runs
     under `tid.x < n` and is followed by gpu.barrier; a warp nest runs warp
     `tid.x / 32` under `tid.x / 32 < n`, its spectra.mma tiles lowered to lane
     fragments and nvvm.mma.sync.
@@ -634,7 +635,9 @@ def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::
     ```mlir
     // gpu.launch blocks(%bx, %by, %bz) in (%gx = %C, %gy = %BH, %gz = %c1)
     //            threads(%tx, %ty, %tz) in (%sx = %c256, %sy = %c1, %sz = %c1)
-    //            workgroup(%kt : memref<8x32xf32, #gpu.address_space<workgroup>>) {
+    //            dynamic_shared_memory_size %bytes {
+    //   %pool = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+    //   %kt = memref.view %pool[%c0][] : ... to memref<8x32xf32, #gpu.address_space<workgroup>>
     //   scf.if (%tx < 32) { ... }  gpu.barrier  ...
     ```
   }];

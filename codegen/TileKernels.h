@@ -39,7 +39,9 @@
 //   <map>_key_backward(k, v, keep, Wt, W, ww, rowscale, params, c, dS,
 //            dSt [DV,F], dz, dk [N,D], dv [N,DV], dW, dparams, kscale, dkscale [D],
 //            wgrad [1])
-//       dS, dz, dW, dparams and dqscale/dkscale are this call's share (zeroed first);
+//       dS, dz, dW, dparams and dqscale/dkscale are this call's share (zeroed first;
+//       a parameter or input scale that reads no statistic, a constant of the compile,
+//       keeps its 0: TileBuilder.h, parametersWithGradient, scalesWithGradient);
 //       dqscale = sum_n dx_n x_n over the scaled rows x (the runtime divides by the scale).
 //       wgrad[0] == 0 (W wants no gradient): dW is neither formed nor written.
 //   <map>_kv_combine(Sp [C,F,DV], zp [C,F], zabsp [C,F], cp [C,F], S, z, zabs, c)

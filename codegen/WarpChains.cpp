@@ -1776,7 +1776,8 @@ constexpr int64_t kChainTileValues = 64;
 /// the features' gradient, 8 rows, for one elementwise op) once no column sum took the
 /// gradient of its constant coefficient, and spilled at 128 registers where it did not
 /// without the chain (ptxas, bf16: 56 B on sm_80 against 0, 200 B on sm_90a against 88).
-/// Their one chain so far, kv's (shared with the bidirectional set), holds 24.
+/// No causal_* kernel forms a chain within it at the heads tested (d = 32, 64); the causal
+/// set's kv is the bidirectional kv (kind "kv", 64 values) and keeps its chain.
 constexpr int64_t kCausalChainTileValues = 24;
 
 /// The f32 values a lane holds at once in a chain's registers, as kChainTileValues counts

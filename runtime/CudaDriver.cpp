@@ -208,7 +208,8 @@ Function getFunction(Module module, const std::string &name) {
   return f;
 }
 
-void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes) {
+void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes,
+                        int64_t totalBytes) {
   if (bytes <= 0)
     return;
   ensureContext(device);
@@ -216,7 +217,7 @@ void allowDynamicShared(int device, Function function, const std::string &name, 
   check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
   int most = 0;
   check(api().cuDeviceGetAttribute(&most, kMaxSharedPerBlockOptin, dev), "cuDeviceGetAttribute");
-  TORCH_CHECK(bytes <= most, "spectra: kernel '", name, "' needs ", bytes,
+  TORCH_CHECK(totalBytes <= most, "spectra: kernel '", name, "' needs ", totalBytes,
               " bytes of shared memory per block, more than cuda:", device, "'s opt-in maximum of ",
               most, "; use fewer features (m) or a smaller head");
   check(api().cuFuncSetAttribute(function, kMaxDynamicSharedSizeBytes, int(bytes)),

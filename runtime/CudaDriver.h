@@ -38,8 +38,10 @@ std::pair<int, int> computeCapability(int device);
 int multiprocessors(int device);
 
 /// Lets `function` (`name`, for messages) take `bytes` of dynamic shared memory per block
-/// (above 48 KiB a kernel must opt in); throws when `device` allows less. 0: nothing to do.
-void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes);
+/// (above 48 KiB a kernel must opt in); throws when `device` allows less than `totalBytes`,
+/// its static and dynamic shared memory together. 0 bytes: nothing to do.
+void allowDynamicShared(int device, Function function, const std::string &name, int64_t bytes,
+                        int64_t totalBytes);
 
 /// Launches `name` (for messages) on `stream` in `device`'s primary context;
 /// `params` as cuLaunchKernel takes them.

@@ -224,7 +224,7 @@ struct CudaLauncher : KernelLauncher {
       memrefs.back().append(params);
     }
     cuda::Stream stream = c10::cuda::getCurrentCUDAStream(device).stream();
-    // Tiles past 48 KiB are dynamic shared memory (the function opted in at load).
+    // The tiles are one pool of dynamic shared memory (the function opted in at load).
     cuda::launch(device, functions.at(abi.kind), abi.name, g.grid.data(), g.block.data(),
                  unsigned(abi.dynamicSharedBytes), stream, params.data());
   }
@@ -248,7 +248,8 @@ const FusedCudaAttention::Loaded &FusedCudaAttention::kernelsFor(const torch::Te
   l.module = cuda::loadPtx(device, l.artifact.ptx, descriptor().name + " (" + target + ")");
   for (const auto &[kind, abi] : l.artifact.kernels) {
     l.functions[kind] = cuda::getFunction(l.module, abi.name);
-    cuda::allowDynamicShared(device, l.functions[kind], abi.name, abi.dynamicSharedBytes);
+    cuda::allowDynamicShared(device, l.functions[kind], abi.name, abi.dynamicSharedBytes,
+                             abi.sharedBytes);
   }
   Loaded &stored = loaded.emplace(key, std::move(l)).first->second;
   stored.launcher = std::make_shared<CudaLauncher>(stored.artifact, stored.functions, device);

@@ -3,8 +3,8 @@
 --emit=artifact: the tile layer through spectra-gpu-pipeline, with the launch description)
 and reports per kernel what ptxas says it uses (registers, spill bytes, static shared bytes;
 plus the dynamic shared bytes of the launch description: a kernel's tiles are one pool of
-dynamic shared memory, marked "dyn" where it exceeds 48 KiB and the runtime opts the kernel
-in),
+dynamic shared memory; marked "dyn" where the kernel's shared memory exceeds 48 KiB, past
+what a block has without opting in),
 the occupancy at the launch's block size (resident blocks per SM and warps of 64, from the
 registers, shared memory and threads), the barriers a block passes per full tile of rows
 (BAR/tile, from the launch description: the tile loop's barriers, each times the row loops
@@ -181,7 +181,7 @@ def run_one(args, variant, workdir):
         smem = s["smem"] + dynamic
         blocks, warps = occupancy(args.chip, s["regs"], smem, kernel["block"])
         row = (f"{name:28s} {kernel['kind']:22s} regs {s['regs']:>3} spill {s['spill']:>3} B"
-               f" smem {smem:>6} B{' dyn' if dynamic > 48 * 1024 else '    '}"
+               f" smem {smem:>6} B{' dyn' if dynamic and smem > 48 * 1024 else '    '}"
                f"  rows {kernel.get('tile_rows', '-'):>2}"
                f"  block {kernel['block']:>4}  {blocks:>2} blocks/SM"
                f" {100 * warps:>5.1f}% warps  mma {mma.get(entry, 0):>3}")

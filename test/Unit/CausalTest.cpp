@@ -326,8 +326,8 @@ TEST(FusedCausal, TwoOutputFeaturesTakeTheMostRowsOnTensorCores) {
 }
 
 TEST(FusedCausal, LargerHeadsOnTheGpuScheduleTakeOneRowPerTile) {
-  // d = 64, m = 256: TrigRF's causal kernels (two outputs per feature) do not fit a block's
-  // 48 KiB of static shared memory at 2 rows per tile; they take 1 (the launch description
+  // d = 64, m = 256: TrigRF's causal kernels (two outputs per feature) do not fit the 48 KiB
+  // a block has without opting in at 2 rows per tile; they take 1 (the launch description
   // says so), and run as gpu-emulated within the same tolerances. Over a 256-row chunk.
   char *error = nullptr;
   spectra_cpu_kernel *k =

@@ -402,15 +402,15 @@ TEST(FusedEmulated, SameInputsGiveTheSameBits) {
 }
 
 TEST(FusedEmulated, LargerHeadsFitTheirTileRowsToSharedMemory) {
-  // d = 64, m = 256: OPRF's and SADERF's backward kernels keep their tiles in a block's
-  // 48 KiB of static shared memory at the default 4 rows per tile in f32, since their wx,
+  // d = 64, m = 256: OPRF's and SADERF's backward kernels keep their tiles within the 48 KiB
+  // a block has without opting in at the default 4 rows per tile in f32, since their wx,
   // ||x||^2, ||w||^2 and parameter gradients stopped taking tiles of their own
-  // (factoredArguments: SADERF's query_backward writes four [T, m] tiles where it wrote
+  // (factoredArguments: SADERF's query_backward writes three [T, m] tiles where it wrote
   // eight; f32 took 2 rows before). On tensor cores (bf16, the sm_90a schedule the emulation
-  // runs) they take 16 rows from dynamic shared memory, the most that keep two blocks per SM,
-  // so the mma's 16 rows are all rows (8 while a column sum took the gradient of the constant
-  // coefficient m^(-1/2), whose [T, m] tile no longer fit twice 16 rows). The launch
-  // description says so, and both match the float64 reference.
+  // runs) they take 16 rows, the most that keep two blocks per SM, so the mma's 16 rows are
+  // all rows (8 while they also summed a gradient for the constant coefficient m^(-1/2): its
+  // [T, m] tile took them past what two blocks leave at 16 rows). The launch description
+  // says so, and both match the float64 reference.
   char *error = nullptr;
   spectra_cpu_kernel *k =
       spectra_emulated_compile_variant("oprf-orf", 256, 64, 0, "", "f32", 0, 0, &error);
