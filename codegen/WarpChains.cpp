@@ -1777,7 +1777,7 @@ constexpr int64_t kChainTileValues = 64;
 /// gradient of its constant coefficient, and spilled at 128 registers where it did not
 /// without the chain (ptxas, bf16: 56 B on sm_80 against 0, 200 B on sm_90a against 88).
 /// No causal_* kernel forms a chain within it at the heads tested (d = 32, 64); the causal
-/// set's kv is the bidirectional kv (kind "kv", 64 values) and keeps its chain.
+/// set's kv is the bidirectional kv (kind "kv", under kChainTileValues) and keeps its chain.
 constexpr int64_t kCausalChainTileValues = 24;
 
 /// The f32 values a lane holds at once in a chain's registers, as kChainTileValues counts
@@ -1827,7 +1827,8 @@ std::optional<Chain> fittingChainAt(linalg::GenericOp first, int64_t W, Operatio
     }
   };
   deferContracts();
-  auto kind = first->getParentOfType<func::FuncOp>()->getAttrOfType<StringAttr>(kKernelKindAttr);
+  auto fn = first->getParentOfType<func::FuncOp>();
+  auto kind = fn ? fn->getAttrOfType<StringAttr>(kKernelKindAttr) : StringAttr();
   const int64_t values = kind && kind.getValue().starts_with("causal_") ? kCausalChainTileValues
                                                                         : kChainTileValues;
   auto fits = [&](const Chain &ch) {
