@@ -198,7 +198,7 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
     if (!paramOps)
       return paramOps.takeError();
     p["ops"] = std::move(*paramOps);
-    auto py = llvm::cast<ParamsYieldOp>(component.getParams().front().getTerminator());
+    ParamsYieldOp py = component.getParamsYield();
     p["scalars"] = params.numbers(py.getScalars());
     p["query_scale"] = py.getQueryScale() ? json::Value(params.number(py.getQueryScale())) : nullptr;
     p["key_scale"] = py.getKeyScale() ? json::Value(params.number(py.getKeyScale())) : nullptr;

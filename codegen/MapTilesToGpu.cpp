@@ -718,7 +718,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
     MemRefType type = alloca.getType();
     if (!type.hasStaticShape())
       return alloca.emitOpError("spectra-map-tiles-to-gpu: a tile buffer must have a static shape");
-    sharedBytes += bufferBytes(type);
+    sharedBytes += sharedPoolBytes(type);
     alloca.getResult().setType(MemRefType::get(type.getShape(), type.getElementType(),
                                                type.getLayout(), space));
   }
@@ -783,7 +783,7 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
       deferred.insert(chain->deferred.begin(), chain->deferred.end());
       for (Value tile : chain->registerTiles) {
         auto type = cast<MemRefType>(tile.getType());
-        sharedBytes -= bufferBytes(type);
+        sharedBytes -= sharedPoolBytes(type);
         tile.setType(MemRefType::get(type.getShape(), type.getElementType(), type.getLayout()));
       }
       sharedBytes += chain->partialBytes;
@@ -949,7 +949,7 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   SmallVector<int64_t> offsets;
   for (memref::AllocaOp a : buffers) {
     offsets.push_back(total);
-    total += llvm::alignTo(bufferBytes(a.getType()), 16);
+    total += sharedPoolBytes(a.getType());
   }
   Value dynamicBytes =
       total > 0 ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), total).getResult()

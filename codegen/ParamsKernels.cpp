@@ -73,9 +73,7 @@ public:
     return success();
   }
 
-  ParamsYieldOp yield() {
-    return llvm::cast<ParamsYieldOp>(component.getParams().front().getTerminator());
-  }
+  ParamsYieldOp yield() { return component.getParamsYield(); }
   Value value(Value v) { return values.at(v); }
   /// s times an input scale of the program, or s alone where it has none, as a vector.
   Value scaled(Value inputScale) {

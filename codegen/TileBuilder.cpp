@@ -29,14 +29,8 @@ static llvm::SmallPtrSet<Value, 16> statisticDependent(ComponentOp component) {
   return varies;
 }
 
-static ParamsYieldOp paramsYield(ComponentOp component) {
-  if (component.getParams().empty())
-    return {};
-  return dyn_cast<ParamsYieldOp>(component.getParams().front().getTerminator());
-}
-
 SmallVector<bool> parametersWithGradient(ComponentOp component) {
-  ParamsYieldOp yield = paramsYield(component);
+  ParamsYieldOp yield = component.getParamsYield();
   if (!yield)
     return {};
   llvm::SmallPtrSet<Value, 16> varies = statisticDependent(component);
@@ -47,7 +41,7 @@ SmallVector<bool> parametersWithGradient(ComponentOp component) {
 }
 
 bool scalesWithGradient(ComponentOp component) {
-  ParamsYieldOp yield = paramsYield(component);
+  ParamsYieldOp yield = component.getParamsYield();
   if (!yield || !yield.getQueryScale())
     return false;
   llvm::SmallPtrSet<Value, 16> varies = statisticDependent(component);

@@ -174,13 +174,24 @@ inline int64_t bufferBytes(MemRefType type) {
   return type.getNumElements() * ((type.getElementTypeBitWidth() + 7) / 8);
 }
 
-/// The bytes of a kernel's static tile buffers (its allocas): a GPU block's shared memory
+/// The alignment of each tile buffer in a GPU block's pool of dynamic shared memory
+/// (spectra-launch-mapped-kernels: a memref.view of the pool per buffer).
+inline constexpr int64_t kSharedPoolAlignment = 16;
+
+/// The bytes a tile buffer of `type` takes in that pool: bufferBytes rounded up to
+/// kSharedPoolAlignment, so that a kernel's count is its pool's size.
+inline int64_t sharedPoolBytes(MemRefType type) {
+  return (bufferBytes(type) + kSharedPoolAlignment - 1) / kSharedPoolAlignment *
+         kSharedPoolAlignment;
+}
+
+/// The bytes of a kernel's static tile buffers (its allocas) in a GPU block's shared memory,
 /// before any of them move to registers.
 inline int64_t tileBufferBytes(func::FuncOp kernel) {
   int64_t bytes = 0;
   kernel.walk([&](memref::AllocaOp a) {
     if (a.getType().hasStaticShape())
-      bytes += bufferBytes(a.getType());
+      bytes += sharedPoolBytes(a.getType());
   });
   return bytes;
 }

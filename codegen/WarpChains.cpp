@@ -1763,7 +1763,7 @@ int64_t sharedBytesChange(const Chain &c) {
   int64_t bytes = partialBytes(c);
   for (Value t : c.tiles)
     if (!c.escaping.contains(t))
-      bytes -= bufferBytes(cast<MemRefType>(t.getType()));
+      bytes -= sharedPoolBytes(cast<MemRefType>(t.getType()));
   return bytes;
 }
 

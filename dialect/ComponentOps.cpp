@@ -44,10 +44,14 @@ SmallVector<StringRef> ComponentOp::getOptionNames() {
   return names;
 }
 
+ParamsYieldOp ComponentOp::getParamsYield() {
+  if (getParams().empty() || getParams().front().empty())
+    return {};
+  return llvm::dyn_cast<ParamsYieldOp>(getParams().front().back());
+}
+
 bool ComponentOp::hasInputTransforms() {
-  if (getParams().empty())
-    return false;
-  auto yield = llvm::dyn_cast<ParamsYieldOp>(getParams().front().getTerminator());
+  ParamsYieldOp yield = getParamsYield();
   return yield && yield.getQueryScale();
 }
 
@@ -59,7 +63,7 @@ LogicalResult ComponentOp::verifyRegions() {
     return constraintError(*this, "C1") << "params region must have exactly two f32 arguments "
                                            "(m, d), got "
                                         << params.getNumArguments() << " argument(s)";
-  auto paramsYield = llvm::dyn_cast_or_null<ParamsYieldOp>(params.empty() ? nullptr : &params.back());
+  ParamsYieldOp paramsYield = getParamsYield();
   if (!paramsYield)
     return constraintError(*this, "C2") << "params region must end in spectra.params_yield";
   if (features.empty() || !llvm::isa<FeatureYieldOp>(features.back()))

@@ -73,6 +73,9 @@ def Spectra_ComponentOp : Spectra_Op<"component", [
     ::llvm::SmallVector<::llvm::StringRef> getOptionNames();
     /// True when the params region yields query/key input transforms.
     bool hasInputTransforms();
+    /// The params region's terminator (its scalars and input scales); null where the region
+    /// is empty or does not end in one (the verifier's C2 reports that).
+    ParamsYieldOp getParamsYield();
   }];
 }
 
