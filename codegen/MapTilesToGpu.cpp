@@ -935,28 +935,9 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
   for (auto alloca : blocks.getBody()->getOps<memref::AllocaOp>())
     if (isWorkgroup(alloca.getType()))
       buffers.push_back(alloca);
-  // The buffers are views at 16-byte aligned offsets of one pool, the block's dynamic shared
-  // memory, whose size the launch carries (the runtime opts the kernel in at load:
-  // cuFuncSetAttribute). Not a workgroup attribution per buffer: each attribution is a
-  // shared symbol of its own, whose 64-bit address LLVM forms once and keeps live through
-  // the loops, two registers each (49 in posrf-mm's causal key backward, which then spilled
-  // at the 128 registers two blocks per SM leave). Nor one static pool: its buffers are a
-  // register plus offsets, where the dynamic pool's are the extern symbol plus offsets, and
-  // ptxas spilled more with it (the causal set's readout on sm_90a in f32: 32 bytes, 0).
-  // The warp chains' partials, added as the chains are lowered below, stay attributions of
-  // their own (WarpChains.cpp, `shared`).
-  int64_t total = 0;
-  SmallVector<int64_t> offsets;
-  for (memref::AllocaOp a : buffers) {
-    offsets.push_back(total);
-    total += sharedPoolBytes(a.getType());
-  }
-  Value dynamicBytes =
-      total > 0 ? arith::ConstantIntOp::create(b, loc, b.getI32Type(), total).getResult()
-                : Value();
   auto launchOp = gpu::LaunchOp::create(
       b, loc, ubs[0], ubs.size() > 1 ? ubs[1] : one, one,
-      arith::ConstantIndexOp::create(b, loc, threads), one, one, dynamicBytes);
+      arith::ConstantIndexOp::create(b, loc, threads), one, one, /*dynamicSharedMemorySize=*/Value());
   Block &body = launchOp.getBody().front();
   b.setInsertionPointToEnd(&body);
   auto terminator = gpu::TerminatorOp::create(b, loc);
@@ -968,20 +949,6 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     iv.replaceAllUsesWith(blockIds[i]);
   forallBody->getTerminator()->erase();
   body.getOperations().splice(terminator->getIterator(), forallBody->getOperations());
-  if (!buffers.empty()) {
-    OpBuilder vb = OpBuilder::atBlockBegin(&body);
-    auto bytes = MemRefType::get({ShapedType::kDynamic}, vb.getI8Type(),
-                                 MemRefLayoutAttrInterface(), workgroupSpace(b.getContext()));
-    Value pool = gpu::DynamicSharedMemoryOp::create(vb, loc, bytes);
-    for (auto [a, offset] : llvm::zip(buffers, offsets)) {
-      Value at = arith::ConstantIndexOp::create(vb, loc, offset);
-      a.getResult().replaceAllUsesWith(
-          memref::ViewOp::create(vb, loc, a.getType(), pool, at, ValueRange{}).getResult());
-    }
-    // Erased after: vb inserts before the body's first op, which may be one of them.
-    for (memref::AllocaOp a : buffers)
-      a.erase();
-  }
   blocks.erase();
   // Thread nests: predicated on the thread id, a barrier after each.
   Value tid = launchOp.getThreadIds().x;
@@ -1043,6 +1010,42 @@ LogicalResult launch(scf::ForallOp blocks, int64_t threads) {
     if (!nest->hasAttr(kNoBarrierAttr))
       gpu::BarrierOp::create(nb, nest.getLoc());
     nest.erase();
+  }
+  // The buffers are views at 16-byte aligned offsets of one pool, the block's dynamic shared
+  // memory, whose size the launch carries (the runtime opts the kernel in at load:
+  // cuFuncSetAttribute): first the tiles' buffers, then the warp chains' partials, which the
+  // chains' lowering above adds as workgroup allocas (WarpChains.cpp, `shared`). Not a
+  // workgroup attribution per buffer: each attribution is a shared symbol of its own, whose
+  // 64-bit address LLVM forms once and keeps live through the loops, two registers each (49
+  // in posrf-mm's causal key backward, which then spilled at the 128 registers two blocks per
+  // SM leave). Nor one static pool: its buffers are a register plus offsets, where the dynamic
+  // pool's are the extern symbol plus offsets, and ptxas spilled more with it (the causal
+  // set's readout on sm_90a in f32: 32 bytes, 0).
+  for (auto alloca : body.getOps<memref::AllocaOp>())
+    if (isWorkgroup(alloca.getType()) && !llvm::is_contained(buffers, alloca))
+      buffers.push_back(alloca);
+  if (!buffers.empty()) {
+    int64_t total = 0;
+    SmallVector<int64_t> offsets;
+    for (memref::AllocaOp a : buffers) {
+      offsets.push_back(total);
+      total += sharedPoolBytes(a.getType());
+    }
+    OpBuilder sb(launchOp);
+    launchOp.getDynamicSharedMemorySizeMutable().assign(
+        arith::ConstantIntOp::create(sb, loc, sb.getI32Type(), total).getResult());
+    OpBuilder vb = OpBuilder::atBlockBegin(&body);
+    auto bytes = MemRefType::get({ShapedType::kDynamic}, vb.getI8Type(),
+                                 MemRefLayoutAttrInterface(), workgroupSpace(b.getContext()));
+    Value pool = gpu::DynamicSharedMemoryOp::create(vb, loc, bytes);
+    for (auto [a, offset] : llvm::zip(buffers, offsets)) {
+      Value at = arith::ConstantIndexOp::create(vb, loc, offset);
+      a.getResult().replaceAllUsesWith(
+          memref::ViewOp::create(vb, loc, a.getType(), pool, at, ValueRange{}).getResult());
+    }
+    // Erased after: vb inserts before the body's first op, which may be one of them.
+    for (memref::AllocaOp a : buffers)
+      a.erase();
   }
   return success();
 }

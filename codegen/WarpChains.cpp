@@ -856,13 +856,16 @@ public:
     if (!emulate)
       NVVM::SyncWarpOp::create(b, loc, arith::ConstantIntOp::create(b, loc, b.getI32Type(), -1));
   }
-  /// A buffer shared by the block's warps.
+  /// A buffer shared by the block's warps: a workgroup alloca at the start of the launch's
+  /// body, which spectra-launch-mapped-kernels places in the block's pool of dynamic shared
+  /// memory with the tiles' buffers once every nest is lowered.
   Value shared(ArrayRef<int64_t> shape) {
     if (!emulate) {
       auto type = MemRefType::get(shape, b.getF32Type(), MemRefLayoutAttrInterface(),
                                   gpu::AddressSpaceAttr::get(b.getContext(),
                                                              gpu::AddressSpace::Workgroup));
-      return launch.addWorkgroupAttribution(type, loc);
+      OpBuilder at = OpBuilder::atBlockBegin(&launch.getBody().front());
+      return memref::AllocaOp::create(at, loc, type);
     }
     OpBuilder at(b.getContext());
     atEntry(at);
