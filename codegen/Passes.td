@@ -625,9 +625,10 @@ def SpectraLaunchMappedKernels : Pass<"spectra-launch-mapped-kernels", "::mlir::
   let summary = "mapped kernels to gpu.launch: block ids, predicated thread nests, barriers";
   let description = [{
     The GPU path from the mapped IR: the block forall becomes gpu.launch
-    (grid = its bounds, block = the kernel's threads, workgroup tiles as
-    memref.views at 16-byte aligned offsets of one pool, the block's dynamic
-    shared memory, whose bytes the launch carries); each thread nest runs
+    (grid = its bounds, block = the kernel's threads, workgroup tiles, then
+    the warp chains' partials, as memref.views at 16-byte aligned offsets of
+    one pool, the block's dynamic shared memory, whose bytes the launch
+    carries); each thread nest runs
     under `tid.x < n` and is followed by gpu.barrier; a warp nest runs warp
     `tid.x / 32` under `tid.x / 32 < n`, its spectra.mma tiles lowered to lane
     fragments and nvvm.mma.sync.

@@ -111,7 +111,8 @@ LogicalResult emulateWarpChain(scf::ForallOp nest);
 
 /// The chain on the GPU, inside `launch` (thread id `tid`, `threads` threads, which must be
 /// the nest's warps x 32): straight-line per-thread code with shuffles, mma.sync and
-/// barriers; the partials in new workgroup attributions of `launch`.
+/// barriers; the partials in new workgroup allocas at the start of `launch`'s body, which
+/// spectra-launch-mapped-kernels places in the block's dynamic shared-memory pool.
 LogicalResult lowerWarpChain(scf::ForallOp nest, gpu::LaunchOp launch, Value tid,
                              int64_t threads);
 
