@@ -199,6 +199,7 @@ llvm::Expected<std::string> mlir::spectra::exportFeatureMap(ModuleOp module,
       return paramOps.takeError();
     p["ops"] = std::move(*paramOps);
     ParamsYieldOp py = component.getParamsYield();
+    assert(py && "a verified component ends its params region in spectra.params_yield (C2)");
     p["scalars"] = params.numbers(py.getScalars());
     p["query_scale"] = py.getQueryScale() ? json::Value(params.number(py.getQueryScale())) : nullptr;
     p["key_scale"] = py.getKeyScale() ? json::Value(params.number(py.getKeyScale())) : nullptr;

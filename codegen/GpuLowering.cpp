@@ -213,7 +213,8 @@ namespace {
 /// buffers in order, so a buffer after one of 65 floats (SGQ's 2d+1 features) starts 4 bytes
 /// off 16 and its v4 accesses fault ("misaligned address": found by the first GPU run, an
 /// H200, on posrf-sgq's kv). Every static shared buffer is aligned to 16 bytes, as the
-/// dynamic pool's views already are.
+/// dynamic pool's views already are. The pipeline now makes none (the tiles and the warp
+/// chains' partials are views of the pool): a safeguard for IR that declares its own.
 struct AlignSharedBuffersPass
     : public PassWrapper<AlignSharedBuffersPass, OperationPass<gpu::GPUModuleOp>> {
   MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(AlignSharedBuffersPass)

@@ -765,7 +765,8 @@ LogicalResult mapKernel(func::FuncOp tile, const MapTilesOptions &o) {
   llvm::DenseMap<Operation *, OnTensorCores> tensorCores;
   llvm::DenseSet<Operation *> fused;
   // Warp chains (WarpChains.h): a contraction, its epilogue and the ops reading the tiles it
-  // forms, with those tiles in registers, where the warps' partials fit static shared memory.
+  // forms, with those tiles in registers, where the tiles and the warps' partials fit 48 KiB
+  // (kStaticSharedBytes; all of them are views of the dynamic pool once launched).
   llvm::DenseSet<Operation *> chained, deferred;
   if (mmaType && o.threads % 32 == 0 && o.warpChains)
     for (linalg::LinalgOp op : ops) {
@@ -1189,7 +1190,7 @@ struct DescribeGpuKernelsPass : mlir::spectra::impl::SpectraDescribeGpuKernelsBa
           ArrayRef<FlatSymbolRefAttr>{FlatSymbolRefAttr::get(moved.getNameAttr())}));
       int64_t shared = 0, dynamicShared = 0;
       for (BlockArgument a : moved.getWorkgroupAttributions())
-        shared += bufferBytes(cast<MemRefType>(a.getType()));
+        shared += sharedPoolBytes(cast<MemRefType>(a.getType()));  // aligned to 16 as well
       if (Value size = launchOp.getDynamicSharedMemorySize()) {
         std::optional<int64_t> n = getConstantIntValue(size);
         if (!n) {

@@ -73,7 +73,11 @@ public:
     return success();
   }
 
-  ParamsYieldOp yield() { return component.getParamsYield(); }
+  ParamsYieldOp yield() {
+    ParamsYieldOp y = component.getParamsYield();
+    assert(y && "a verified component ends its params region in spectra.params_yield (C2)");
+    return y;
+  }
   Value value(Value v) { return values.at(v); }
   /// s times an input scale of the program, or s alone where it has none, as a vector.
   Value scaled(Value inputScale) {

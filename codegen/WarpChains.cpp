@@ -36,8 +36,11 @@ using namespace mlir::spectra;
 
 namespace {
 
-/// The block-local buffer a view is of, or null: an alloca, or, once the kernel is a
-/// gpu.launch (the lowering), a workgroup attribution or a view of dynamic shared memory.
+/// The block-local buffer a view is of, or null: an alloca (in the mapped IR, and inside a
+/// gpu.launch while its nests are lowered, before spectra-launch-mapped-kernels makes the
+/// workgroup allocas views of the pool), a view of dynamic shared memory, or a workgroup
+/// attribution (neither made by this project's pipeline any more; accepted for IR that has
+/// them).
 Value localRoot(Value v) {
   Value r = viewRoot(v);
   if (r.getDefiningOp<memref::AllocaOp>() || r.getDefiningOp<memref::ViewOp>())
@@ -1752,10 +1755,13 @@ int64_t partialBytes(const Chain &c) {
   for (Step s : c.steps) {
     if (c.transposed)
       break;
+    // Each partial a buffer of the pool, padded as the pool places it (these sizes are
+    // multiples of 16 already).
     if (s.kind == Kind::Reduce)
-      bytes += s.op.getNumDpsInits() * c.W * 16 * 4;
+      bytes += s.op.getNumDpsInits() * llvm::alignTo(c.W * 16 * 4, kSharedPoolAlignment);
     if (s.kind == Kind::Contract)
-      bytes += c.W * 16 * s.op.getStaticLoopRanges()[s.plan.nDim] * 4;
+      bytes += llvm::alignTo(c.W * 16 * s.op.getStaticLoopRanges()[s.plan.nDim] * 4,
+                             kSharedPoolAlignment);
   }
   return bytes;
 }
