@@ -85,6 +85,14 @@ public:
   /// The bf16 parts of operands the whole function only reads (W, the summaries), packed once
   /// at its entry; shared by the function's ops.
   llvm::DenseMap<Value, std::pair<Value, Value>> *entryPacks = nullptr;
+  /// The next tile's rows of the arguments a tile stages, to be prefetched a register tile's
+  /// rows at a time through the tile's first contraction over its rows (spreadableBase,
+  /// lowerContraction); shared by the pass's ops.
+  struct NextTileRows {
+    Value source;  // the kernel argument [N, W]
+    Value base;    // the staged tile's first row
+  };
+  SmallVector<NextTileRows> *pendingPrefetches = nullptr;
 
   LogicalResult lower(Operation *op) {
     if (auto fill = dyn_cast<linalg::FillOp>(op))
@@ -444,22 +452,70 @@ private:
   /// L2, not L1 (prefetcht2: locality 1): brought into L1 a tile early, they evicted the
   /// working tile's buffers (the one-thread pass 4% slower in the median of six alternating
   /// rounds on a Zen 4, docs/kernels-at-the-limit.md); the staging copy reads them from L2.
+  /// Where a contraction over the tile's rows follows the staging (every row kernel's logits),
+  /// the prefetches are left to it (spreadableBase): each of its register tiles' row blocks
+  /// prefetches its rows of the next tile, so the lines go out through the contraction.
   void prefetchNextTile(linalg::GenericOp op, Value operand) {
     memref::SubViewOp row = rowOfArgument(op, operand);
     if (!row)
       return;
-    auto type = cast<MemRefType>(row.getSource().getType());
-    auto tileRows =
-        op->getParentOfType<func::FuncOp>()->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr);
     Value src = row.getSource();
     Value at = getValueOrCreateConstantIndexOp(b, loc, row.getMixedOffsets()[0]);
+    if (Value base = spreadableBase(op, at)) {
+      pendingPrefetches->push_back({src, base});
+      return;
+    }
+    prefetchRow(src, at, 0);
+  }
+  /// Prefetches row min(at + offset + tile rows, N - 1) of the kernel argument `src` [N, W]
+  /// line by line, into L2.
+  void prefetchRow(Value src, Value at, int64_t offset) {
+    auto type = cast<MemRefType>(src.getType());
+    auto fn = b.getInsertionBlock()->getParent()->getParentOfType<func::FuncOp>();
+    int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
     Value last = arith::SubIOp::create(b, loc, memref::DimOp::create(b, loc, src, 0), idx(1));
     Value next = arith::MinSIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, at, idx(tileRows.getInt())), last);
+        b, loc, arith::AddIOp::create(b, loc, at, idx(tileRows + offset)), last);
     int64_t perLine = std::max<int64_t>(1, 64 * 8 / type.getElementTypeBitWidth());
     for (int64_t c = 0; c < type.getDimSize(1); c += perLine)
       memref::PrefetchOp::create(b, loc, src, ValueRange{next, idx(c)}, /*isWrite=*/false,
                                  /*localityHint=*/1, /*isDataCache=*/true);
+  }
+  /// Where the staging of row `at` (= base + i, i the staging loop's row from 0) is followed,
+  /// in the same tile, by a contraction over the tile's rows whose register tiles can issue
+  /// the next tile's prefetches: `base`, else null. Issued with the staging, all of a tile's
+  /// prefetches went out in one burst beside the staging's own loads, and they came no sooner
+  /// than none (scripts/staging-prefetch.c: 640-810 cycles of staging per tile either way,
+  /// 400-450 spread through the compute; docs/kernels-at-the-limit.md).
+  Value spreadableBase(linalg::GenericOp op, Value at) {
+    if (!pendingPrefetches)
+      return {};
+    auto add = at.getDefiningOp<arith::AddIOp>();
+    auto loop = op->getParentOfType<scf::ForOp>();
+    if (!add || !loop || !matchPattern(loop.getLowerBound(), m_Zero()))
+      return {};
+    Value base = add.getLhs() == loop.getInductionVar() ? add.getRhs() : add.getLhs();
+    if (!llvm::is_contained(add->getOperands(), loop.getInductionVar()) ||
+        loop->isAncestor(base.getParentBlock()->getParentOp()) || base.getParentBlock() == loop.getBody())
+      return {};
+    auto fn = op->getParentOfType<func::FuncOp>();
+    int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
+    // A contraction after the staging loop, in the staging loop's block, over the tile rows,
+    // that lowerContraction lowers to register tiles (B not transposed: no dot products; no
+    // AMX tiles), where it issues them.
+    MLIRContext *ctx = op.getContext();
+    AffineExpr n = getAffineDimExpr(1, ctx), k = getAffineDimExpr(2, ctx);
+    for (Operation *next = loop->getNextNode(); next; next = next->getNextNode()) {
+      bool found = false;
+      next->walk([&](linalg::GenericOp g) {
+        if (!amx && g.getNumLoops() == 3 && g.getStaticLoopRanges()[0] == tileRows &&
+            tileRows % MR == 0 && g.getIndexingMapsArray()[1] == AffineMap::get(3, 0, {k, n}, ctx))
+          found = true;
+      });
+      if (found)
+        return base;
+    }
+    return {};
   }
 
   /// The op yielding output k where the body is combiner(x, out_k) and out_k has no other
@@ -1051,8 +1107,27 @@ private:
         dotTailTile(row0, rows);
     };
     int64_t fullRows = M - M % MR;
+    // The next tile's rows the staging left to this contraction: each register tile's rows
+    // prefetch the same rows of the next tile, spread through the contraction.
+    SmallVector<NextTileRows> spread;
+    if (pendingPrefetches && M % MR == 0) {
+      auto fn = op->getParentOfType<func::FuncOp>();
+      auto rowsAttr = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr);
+      if (rowsAttr && rowsAttr.getInt() == M) {
+        for (NextTileRows p : *pendingPrefetches)
+          if (p.source.getParentBlock()->getParentOp()->isAncestor(op) &&
+              p.base.getParentRegion()->isAncestor(op->getParentRegion()))
+            spread.push_back(p);
+        pendingPrefetches->clear();
+      }
+    }
     if (fullRows > 0)
       loop(0, fullRows, MR, {}, [&](Value row0, ValueRange) {
+        for (NextTileRows p : spread) {
+          Value first = arith::AddIOp::create(b, loc, p.base, row0);
+          for (int64_t r = 0; r < MR; ++r)
+            prefetchRow(p.source, first, r);
+        }
         rowBlock(row0, MR);
         return SmallVector<Value>();
       });
@@ -1558,12 +1633,14 @@ struct VectorizeTilesPass
         }
     OpBuilder b(&getContext());
     llvm::DenseMap<Value, std::pair<Value, Value>> entryPacks;
+    SmallVector<Vectorizer::NextTileRows> pendingPrefetches;
     for (Operation *op : ops) {
       if (!dropped.contains(op) && !fused.contains(op)) {
         b.setInsertionPoint(op);
         Vectorizer v(b, op->getLoc(), vectorWidth, registerRows, registerVectors);
         v.amx = amx;
         v.entryPacks = &entryPacks;
+        v.pendingPrefetches = &pendingPrefetches;
         v.zeroOutput = zeroed.contains(op);
         if (auto it = epilogues.find(op); it != epilogues.end())
           v.epilogue = &it->second;

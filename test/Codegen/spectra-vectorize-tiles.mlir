@@ -202,6 +202,62 @@ func.func @stage(%src: memref<?x32xf32>, %n: index) attributes {spectra.tile_row
 
 // -----
 
+// Tests that where a contraction over the tile's rows follows the staging loop, the staged
+// rows' prefetches leave the staging (where they went out in one burst beside its own loads,
+// and came no sooner than none: scripts/staging-prefetch.c) for that contraction's register
+// tiles: each block of register-rows rows prefetches the same rows of the next tile
+// (spectra.tile_rows = 4 further, at most the last row), two lines a row.
+#row = affine_map<(i, j) -> (i, j)>
+#a = affine_map<(m, n, k) -> (m, k)>
+#b = affine_map<(m, n, k) -> (k, n)>
+#c = affine_map<(m, n, k) -> (m, n)>
+// CHECK-LABEL: func.func @stage_spread(
+// CHECK-SAME: %[[SRC:[^:]*]]: memref<?x32xf32>, %[[R0:[^:]*]]: index
+// CHECK: scf.for
+// CHECK-NOT: memref.prefetch
+// CHECK: vector.store
+// CHECK: scf.for %[[ROW0:.*]] = %c0 to %c4 step %c2 {
+// CHECK-NEXT: %[[FIRST:.*]] = arith.addi %[[R0]], %[[ROW0]]
+// CHECK: %[[LAST:.*]] = arith.subi
+// CHECK: %[[A0:.*]] = arith.addi %[[FIRST]], %c4
+// CHECK: %[[N0:.*]] = arith.minsi %[[A0]], %[[LAST]]
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[N0]], %c0], read, locality<1>, data
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[N0]], %c16], read, locality<1>, data
+// CHECK-NEXT: %[[A1:.*]] = arith.addi %[[FIRST]], %c5
+// CHECK-NEXT: %[[N1:.*]] = arith.minsi %[[A1]], %[[LAST]]
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[N1]], %c0], read, locality<1>, data
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[N1]], %c16], read, locality<1>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: vector.fma
+// CHECK-NOT: memref.prefetch
+// CHECK: return
+func.func @stage_spread(%src: memref<?x32xf32>, %r0: index, %rows: index, %B: memref<32x16xf32>,
+                        %C: memref<4x16xf32>) attributes {spectra.tile_rows = 4 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %tile = memref.alloca() : memref<4x32xf32>
+  scf.for %i = %c0 to %rows step %c1 {
+    %at = arith.addi %r0, %i : index
+    %in = memref.subview %src[%at, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %out = memref.subview %tile[%i, 0] [1, 32] [1, 1] : memref<4x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]}
+        ins(%in : memref<1x32xf32, strided<[32, 1], offset: ?>>) outs(%out : memref<1x32xf32, strided<[32, 1], offset: ?>>) {
+    ^bb0(%x: f32, %y: f32):
+      linalg.yield %x : f32
+    }
+  }
+  linalg.generic {indexing_maps = [#a, #b, #c], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%tile, %B : memref<4x32xf32>, memref<32x16xf32>) outs(%C : memref<4x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %p = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
 // Tests that a row sum reduces its vector accumulator across lanes with a reassociating
 // vector.reduction (LLVM then adds the lanes as a tree; without reassoc it would add them
 // one by one, a chain of 8 dependent adds per row).
