@@ -86,11 +86,12 @@ public:
   /// at its entry; shared by the function's ops.
   llvm::DenseMap<Value, std::pair<Value, Value>> *entryPacks = nullptr;
   /// The next tile's rows of the arguments a tile stages, to be prefetched a register tile's
-  /// rows at a time through the tile's first contraction over its rows (spreadableBase,
-  /// lowerContraction); shared by the pass's ops.
+  /// rows at a time through the next contraction of the staging's block whose rows are the
+  /// tile's (spreadableBase, lowerContraction); shared by the function's ops.
   struct NextTileRows {
     Value source;  // the kernel argument [N, W]
     Value base;    // the staged tile's first row
+    Block *block;  // the block of the staging loop and of the contraction
   };
   SmallVector<NextTileRows> *pendingPrefetches = nullptr;
 
@@ -462,7 +463,7 @@ private:
     Value src = row.getSource();
     Value at = getValueOrCreateConstantIndexOp(b, loc, row.getMixedOffsets()[0]);
     if (Value base = spreadableBase(op, at)) {
-      pendingPrefetches->push_back({src, base});
+      pendingPrefetches->push_back({src, base, op->getParentOfType<scf::ForOp>()->getBlock()});
       return;
     }
     prefetchRow(src, at, 0);
@@ -500,19 +501,17 @@ private:
       return {};
     auto fn = op->getParentOfType<func::FuncOp>();
     int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
-    // A contraction after the staging loop, in the staging loop's block, over the tile rows,
-    // that lowerContraction lowers to register tiles (B not transposed: no dot products; no
-    // AMX tiles), where it issues them.
+    // A contraction after the staging loop in its block (not nested in another op: a strip
+    // loop would issue them once per strip), over the tile rows, that lowerContraction lowers
+    // to register tiles (B not transposed: no dot products; no AMX tiles), where it issues
+    // them.
     MLIRContext *ctx = op.getContext();
     AffineExpr n = getAffineDimExpr(1, ctx), k = getAffineDimExpr(2, ctx);
     for (Operation *next = loop->getNextNode(); next; next = next->getNextNode()) {
-      bool found = false;
-      next->walk([&](linalg::GenericOp g) {
-        if (!amx && g.getNumLoops() == 3 && g.getStaticLoopRanges()[0] == tileRows &&
-            tileRows % MR == 0 && g.getIndexingMapsArray()[1] == AffineMap::get(3, 0, {k, n}, ctx))
-          found = true;
-      });
-      if (found)
+      auto g = dyn_cast<linalg::GenericOp>(next);
+      if (!amx && g && g.getNumLoops() == 3 && g.getNumDpsInputs() == 2 &&
+          g.getStaticLoopRanges()[0] == tileRows && tileRows % MR == 0 &&
+          g.getIndexingMapsArray()[1] == AffineMap::get(3, 0, {k, n}, ctx))
         return base;
     }
     return {};
@@ -1115,10 +1114,10 @@ private:
       auto rowsAttr = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr);
       if (rowsAttr && rowsAttr.getInt() == M) {
         for (NextTileRows p : *pendingPrefetches)
-          if (p.source.getParentBlock()->getParentOp()->isAncestor(op) &&
-              p.base.getParentRegion()->isAncestor(op->getParentRegion()))
+          if (p.block == op->getBlock())
             spread.push_back(p);
-        pendingPrefetches->clear();
+        llvm::erase_if(*pendingPrefetches,
+                       [&](const NextTileRows &p) { return p.block == op->getBlock(); });
       }
     }
     if (fullRows > 0)

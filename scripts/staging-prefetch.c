@@ -1,15 +1,19 @@
 // Where to issue the next tile's prefetches: a microbenchmark of the CPU kernels' staging.
 //
 // The kernels copy each 32-row tile of k and v (4 KiB each at d = 32, f32) into a tile buffer
-// (k times its scale), then compute on the tile for some thousands of cycles. The tile layer
-// prefetches the same rows of the next tile while it stages this one (VectorizeTiles.cpp,
-// prefetchNextTile). This program stages tiles of two 8 MiB streams, as kv does at
+// (k times its scale), then compute on the tile for some thousands of cycles. The vector stage
+// prefetched the same rows of the next tile while it staged this one (`burst`); since this
+// measurement it issues them through the tile's logits contraction, a register tile's rows at
+// a time (`spread`; VectorizeTiles.cpp, spreadableBase and prefetchRow), and in one burst only
+// where no such contraction follows (AMX hosts, B transposed). This program stages tiles of
+// two 8 MiB streams, as kv does at
 // B=8 H=2 N=4096, with a register-only FMA loop as the compute, and prints the staging's
 // share of the time and its cycles (rdtsc ticks) per tile for:
 //   none      no software prefetch;
-//   burst     the next tile's lines prefetched (prefetcht2) during the staging, as built;
+//   burst     the next tile's lines prefetched (prefetcht2) during the staging (before);
 //   burst2    the same, two tiles ahead;
-//   spread    the next tile's lines prefetched (prefetcht2) a few at a time through the compute;
+//   spread    the next tile's lines prefetched (prefetcht2) a few at a time through the compute
+//             (what the vector stage does now);
 //   spread0   the same with prefetcht0;
 //   hot       the same tile every time (the data in cache: the staging's floor).
 //

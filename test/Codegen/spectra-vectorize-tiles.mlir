@@ -218,7 +218,8 @@ func.func @stage(%src: memref<?x32xf32>, %n: index) attributes {spectra.tile_row
 // CHECK: vector.store
 // CHECK: scf.for %[[ROW0:.*]] = %c0 to %c4 step %c2 {
 // CHECK-NEXT: %[[FIRST:.*]] = arith.addi %[[R0]], %[[ROW0]]
-// CHECK: %[[LAST:.*]] = arith.subi
+// CHECK: %[[DIM:.*]] = memref.dim %[[SRC]], %c0
+// CHECK-NEXT: %[[LAST:.*]] = arith.subi %[[DIM]], %c1
 // CHECK: %[[A0:.*]] = arith.addi %[[FIRST]], %c4
 // CHECK: %[[N0:.*]] = arith.minsi %[[A0]], %[[LAST]]
 // CHECK-NEXT: memref.prefetch %[[SRC]][%[[N0]], %c0], read, locality<1>, data
