@@ -170,6 +170,7 @@ public:
     Value tiles = arith::CeilDivUIOp::create(b, loc, n, idx(s.T));
     auto loop = scf::ForOp::create(b, loc, idx(0), tiles, idx(1));
     loop->setAttr(kTileLoopAttr, b.getUnitAttr());
+    loop->setAttr(kTileLoopReversedAttr, b.getUnitAttr());
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value t = arith::SubIOp::create(b, loc, arith::SubIOp::create(b, loc, tiles, idx(1)),

@@ -161,6 +161,9 @@ inline constexpr llvm::StringLiteral kKernelAlignedBytesAttr = "spectra.aligned_
 /// GPU kernel's barriers per tile are counted in (the launch description's
 /// barriers_per_tile).
 inline constexpr llvm::StringLiteral kTileLoopAttr = "spectra.tile_loop";
+/// On a tile loop that runs its tiles from the last to the first (the causal key backward):
+/// the next tile is the previous rows (the staging prefetches them, VectorizeTiles.cpp).
+inline constexpr llvm::StringLiteral kTileLoopReversedAttr = "spectra.tile_loop_reversed";
 /// On the branch whose then-region runs a causal tile row by row (the exact fallback for a
 /// tile whose factors' range is too wide, CausalKernels.cpp): not the path a tile takes
 /// unless its inputs reach that range, so barriers_per_tile leaves it out.

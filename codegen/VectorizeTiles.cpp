@@ -469,14 +469,28 @@ private:
     prefetchRow(src, at, 0);
   }
   /// Prefetches row min(at + offset + tile rows, N - 1) of the kernel argument `src` [N, W]
-  /// line by line, into L2.
+  /// line by line, into L2; in a tile loop that runs backwards (kTileLoopReversedAttr), row
+  /// max(at + offset - tile rows, 0), the next tile it takes.
   void prefetchRow(Value src, Value at, int64_t offset) {
     auto type = cast<MemRefType>(src.getType());
-    auto fn = b.getInsertionBlock()->getParent()->getParentOfType<func::FuncOp>();
+    Region *region = b.getInsertionBlock()->getParent();
+    auto fn = region->getParentOfType<func::FuncOp>();
     int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
-    Value last = arith::SubIOp::create(b, loc, memref::DimOp::create(b, loc, src, 0), idx(1));
-    Value next = arith::MinSIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, at, idx(tileRows + offset)), last);
+    bool reversed = false;
+    for (Operation *p = region->getParentOp(); p && p != fn; p = p->getParentOp())
+      if (p->hasAttr(spectra::kTileLoopAttr)) {
+        reversed = p->hasAttr(spectra::kTileLoopReversedAttr);
+        break;
+      }
+    Value next;
+    if (reversed) {
+      next = arith::MaxSIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, at, idx(offset - tileRows)), idx(0));
+    } else {
+      Value last = arith::SubIOp::create(b, loc, memref::DimOp::create(b, loc, src, 0), idx(1));
+      next = arith::MinSIOp::create(
+          b, loc, arith::AddIOp::create(b, loc, at, idx(tileRows + offset)), last);
+    }
     int64_t perLine = std::max<int64_t>(1, 64 * 8 / type.getElementTypeBitWidth());
     for (int64_t c = 0; c < type.getDimSize(1); c += perLine)
       memref::PrefetchOp::create(b, loc, src, ValueRange{next, idx(c)}, /*isWrite=*/false,

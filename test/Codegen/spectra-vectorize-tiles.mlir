@@ -259,6 +259,39 @@ func.func @stage_spread(%src: memref<?x32xf32>, %r0: index, %rows: index, %B: me
 
 // -----
 
+// Tests that in a tile loop that runs from the last tile to the first (the causal key
+// backward: spectra.tile_loop_reversed), a staged row prefetches the same row of the tile it
+// takes next, tile_rows (4) rows back and at least row 0, not the one it has just finished.
+#row = affine_map<(i, j) -> (i, j)>
+// CHECK-LABEL: func.func @stage_reversed(
+// CHECK-SAME: %[[SRC:[^:]*]]: memref<?x32xf32>
+// CHECK: %[[AT:.*]] = arith.muli
+// CHECK: %[[BACK:.*]] = arith.addi %[[AT]], %c-4
+// CHECK-NEXT: %[[NEXT:.*]] = arith.maxsi %[[BACK]], %c0
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[NEXT]], %c0], read, locality<1>, data
+// CHECK-NEXT: memref.prefetch %[[SRC]][%[[NEXT]], %c16], read, locality<1>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: return
+func.func @stage_reversed(%src: memref<?x32xf32>, %tiles: index) attributes {spectra.tile_rows = 4 : i64} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %tile = memref.alloca() : memref<4x32xf32>
+  scf.for %t = %c0 to %tiles step %c1 {
+    %at = arith.muli %t, %c4 : index
+    %in = memref.subview %src[%at, 0] [1, 32] [1, 1] : memref<?x32xf32> to memref<1x32xf32, strided<[32, 1], offset: ?>>
+    %out = memref.subview %tile[0, 0] [1, 32] [1, 1] : memref<4x32xf32> to memref<1x32xf32, strided<[32, 1]>>
+    linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]}
+        ins(%in : memref<1x32xf32, strided<[32, 1], offset: ?>>) outs(%out : memref<1x32xf32, strided<[32, 1]>>) {
+    ^bb0(%x: f32, %y: f32):
+      linalg.yield %x : f32
+    }
+  } {spectra.tile_loop, spectra.tile_loop_reversed}
+  return
+}
+
+// -----
+
 // Tests that a row sum reduces its vector accumulator across lanes with a reassociating
 // vector.reduction (LLVM then adds the lanes as a tree; without reassoc it would add them
 // one by one, a chain of 8 dependent adds per row).
