@@ -475,7 +475,7 @@ private:
     auto type = cast<MemRefType>(src.getType());
     Region *region = b.getInsertionBlock()->getParent();
     auto fn = region->getParentOfType<func::FuncOp>();
-    int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
+    int64_t tileRows = tileRowsOf(fn);
     bool reversed = false;
     for (Operation *p = region->getParentOp(); p && p != fn; p = p->getParentOp())
       if (p->hasAttr(spectra::kTileLoopAttr)) {
@@ -496,6 +496,12 @@ private:
       memref::PrefetchOp::create(b, loc, src, ValueRange{next, idx(c)}, /*isWrite=*/false,
                                  /*localityHint=*/1, /*isDataCache=*/true);
   }
+  /// The rows of a tile of the kernel `op` is in (or is): its spectra.tile_rows, else 0.
+  static int64_t tileRowsOf(Operation *op) {
+    auto fn = isa<func::FuncOp>(op) ? cast<func::FuncOp>(op) : op->getParentOfType<func::FuncOp>();
+    auto rows = fn ? fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr) : IntegerAttr();
+    return rows ? rows.getInt() : 0;
+  }
   /// Where the staging of row `at` (= base + i, i the staging loop's row from 0) is followed,
   /// in the same tile, by a contraction over the tile's rows whose register tiles can issue
   /// the next tile's prefetches: `base`, else null. Issued with the staging, all of a tile's
@@ -511,10 +517,9 @@ private:
       return {};
     Value base = add.getLhs() == loop.getInductionVar() ? add.getRhs() : add.getLhs();
     if (!llvm::is_contained(add->getOperands(), loop.getInductionVar()) ||
-        loop->isAncestor(base.getParentBlock()->getParentOp()) || base.getParentBlock() == loop.getBody())
+        loop->isAncestor(base.getParentBlock()->getParentOp()))
       return {};
-    auto fn = op->getParentOfType<func::FuncOp>();
-    int64_t tileRows = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr).getInt();
+    int64_t tileRows = tileRowsOf(op);
     // A contraction after the staging loop in its block (not nested in another op: a strip
     // loop would issue them once per strip), over the tile rows, that lowerContraction lowers
     // to register tiles (B not transposed: no dot products; no AMX tiles), where it issues
@@ -1123,16 +1128,12 @@ private:
     // The next tile's rows the staging left to this contraction: each register tile's rows
     // prefetch the same rows of the next tile, spread through the contraction.
     SmallVector<NextTileRows> spread;
-    if (pendingPrefetches && M % MR == 0) {
-      auto fn = op->getParentOfType<func::FuncOp>();
-      auto rowsAttr = fn->getAttrOfType<IntegerAttr>(spectra::kKernelTileRowsAttr);
-      if (rowsAttr && rowsAttr.getInt() == M) {
-        for (NextTileRows p : *pendingPrefetches)
-          if (p.block == op->getBlock())
-            spread.push_back(p);
-        llvm::erase_if(*pendingPrefetches,
-                       [&](const NextTileRows &p) { return p.block == op->getBlock(); });
-      }
+    if (pendingPrefetches && M % MR == 0 && tileRowsOf(op) == M) {
+      for (NextTileRows p : *pendingPrefetches)
+        if (p.block == op->getBlock())
+          spread.push_back(p);
+      llvm::erase_if(*pendingPrefetches,
+                     [&](const NextTileRows &p) { return p.block == op->getBlock(); });
     }
     if (fullRows > 0)
       loop(0, fullRows, MR, {}, [&](Value row0, ValueRange) {
