@@ -224,8 +224,10 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   if (launcher && reference.usesStatistics() && launcher->has("moments")) {
     const int64_t Nq = q.size(2);
     ReferenceFeatureMap::queryWeights(queryMask, B, Nq, f32);  // the mask's checks
-    out.qkeep = queryMask ? queryMask->to(f32) : torch::ones({B, Nq}, f32);
-    out.kkeep = keyMask ? keyMask->to(f32) : torch::ones({B, Nk}, f32);
+    // The masks per slice, made once for the moments kernels, both passes' launches and the
+    // backward's moments (keepPerSlice).
+    out.qkeep = queryMask ? keepPerSlice(*queryMask, H) : torch::ones({B, H, Nq}, f32);
+    out.kkeep = keyMask ? keepPerSlice(*keyMask, H) : torch::ones({B, H, Nk}, f32);
     // The moments, as leaves of the parameters' graph (FusedInputs: the autograd node takes
     // their gradient back to q and k).
     bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad());
@@ -238,7 +240,7 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
       }
       sum = moments[0].requires_grad_(grad);
       sq = moments[1].requires_grad_(grad);
-      return RowMoments{sum, sq, keep.sum(1).view({B, 1, 1}).expand({B, H, 1})};
+      return RowMoments{sum, sq, keep.sum(-1, /*keepdim=*/true)};  // [B, H, 1]
     };
     // The params program compiled (its adjoint runs in the backward): the parameters and
     // input scales come from one per-slice kernel, not a LibTorch graph.
@@ -279,7 +281,9 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   }
   out.vs = v.to(inputType).contiguous();
   out.W = weights.W.to(f32).contiguous();
-  out.keep = keyMask ? keyMask->to(f32).contiguous() : torch::ones({B, Nk}, f32);
+  out.keep = out.kkeep.defined() ? out.kkeep
+             : keyMask         ? keepPerSlice(*keyMask, H)
+                               : torch::ones({B, H, Nk}, f32);
   out.rowscale = weights.rowWeights
                      ? (weights.rowWeights->to(f32) * static_cast<float>(m)).contiguous()
                      : torch::ones({m}, f32);

@@ -32,17 +32,19 @@ class KernelLauncher;
 
 
 /// The fused kernels' inputs: q, k, v unscaled in the kernels' dtype, W in f32,
-/// the parameters [B, H, P] from the params program, the key mask as 1/0, the
-/// row scales (m*a_i), and qscale/kscale [B, H, d] f32: the d^-1/4 normaliser
-/// times SADERF's Psi or HCEXP's A, which the kernels apply in f32 to each row
-/// they load (no scaled copy of q or k is made, and none is rounded to bf16).
+/// the parameters [B, H, P] from the params program, the key mask as 1/0 per slice
+/// ([B, H, N], keepPerSlice), the row scales (m*a_i), and qscale/kscale [B, H, d]
+/// f32: the d^-1/4 normaliser times SADERF's Psi or HCEXP's A, which the kernels
+/// apply in f32 to each row they load (no scaled copy of q or k is made, and none
+/// is rounded to bf16).
 struct FusedInputs {
   torch::Tensor qs, ks, vs, W, params, keep, rowscale, qscale, kscale;
   /// With compiled statistics: each side's moments (sum and sum of squares per column,
   /// [B, H, d] f32), detached from q and k as leaves of the parameters' LibTorch graph, and
-  /// the rows' keep weights [B, N]. The autograd node carries the statistics' gradient back
-  /// to q and k itself (moments_backward adds it to dq and dk in place), so autograd sums no
-  /// second gradient path into q and k. Undefined without compiled statistics.
+  /// the rows' keep weights per slice [B, H, N]. The autograd node carries the statistics'
+  /// gradient back to q and k itself (moments_backward adds it to dq and dk in place), so
+  /// autograd sums no second gradient path into q and k. Undefined without compiled
+  /// statistics.
   torch::Tensor qsum, qsq, ksum, ksq, qkeep, kkeep;
   /// With compiled parameters (the moments_params kernel): the kept rows per side [B, H, 2]
   /// and the input scale the statistics apply; the parameters and scales are then the

@@ -349,7 +349,9 @@ std::map<std::string, torch::Tensor> inputBuffers(const KernelLauncher &launcher
   buf["q"] = slices(in.qs);
   buf["k"] = slices(in.ks);
   buf["v"] = slices(in.vs);
-  buf["keep"] = in.keep.unsqueeze(1).expand({B, H, Nk}).reshape({B * H, Nk}).contiguous();
+  buf["keep"] = slices(keepPerSlice(in.keep, H));
+  TORCH_CHECK(buf["keep"].size(1) == Nk, "spectra: internal error: a key mask of ",
+              buf["keep"].size(1), " rows for ", Nk, " keys");
   buf["W"] = in.W.contiguous();
   buf["Wt"] = in.W.t().contiguous();
   buf["ww"] = in.W.square().sum(1).contiguous();
@@ -435,6 +437,16 @@ void KernelTimer::add(const std::string &kind, double seconds) {
   ++t.launches;
 }
 
+torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H) {
+  TORCH_CHECK(keep.dim() == 2 || (keep.dim() == 3 && keep.size(1) == H),
+              "spectra: internal error: a row mask must be [B, N] or [B, ", H, ", N], got ",
+              keep.sizes());
+  torch::Tensor f = keep.to(torch::kFloat32);
+  if (f.dim() == 3)
+    return f.contiguous();
+  return f.unsqueeze(1).expand({f.size(0), H, f.size(1)}).contiguous();
+}
+
 std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
                                            const torch::Tensor &y, const torch::Tensor &keep) {
   const int64_t B = x.size(0), H = x.size(1), N = x.size(2), D = x.size(3), BH = B * H;
@@ -442,10 +454,9 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   const KernelAbi &moments = launcher.abi("moments"), &combine = launcher.abi("moments_combine");
   const int64_t C = rowChunks(launcher, moments, N, BH);
   torch::Tensor sump = emptyBuffer({BH, C, D}, f32), crossp = emptyBuffer({BH, C, D}, f32);
-  torch::Tensor keepRows =
-      keep.to(f32).unsqueeze(1).expand({B, H, N}).reshape({BH, N}).contiguous();
   run(launcher, moments,
-      {{"x", slices(x.contiguous())}, {"y", slices(y.contiguous())}, {"keep", keepRows},
+      {{"x", slices(x.contiguous())}, {"y", slices(y.contiguous())},
+       {"keep", slices(keepPerSlice(keep, H))},
        {"sum", sump}, {"cross", crossp}});
   torch::Tensor sum = emptyBuffer({BH, D}, f32), cross = emptyBuffer({BH, D}, f32);
   run(launcher, combine, {{"sump", sump}, {"crossp", crossp}, {"sum", sum}, {"cross", cross}});
@@ -518,7 +529,7 @@ void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &
   torch::Tensor rows = dx.view({BH, N, D});
   run(launcher, launcher.abi("moments_backward"),
       {{"x", slices(x.contiguous())},
-       {"keep", keep.to(f32).unsqueeze(1).expand({B, H, N}).reshape({BH, N}).contiguous()},
+       {"keep", slices(keepPerSlice(keep, H))},
        {"a", slices(a.to(f32)).contiguous()}, {"b", slices(b.to(f32)).contiguous()},
        {"dxin", rows}, {"dx", rows}});
 }
