@@ -447,6 +447,17 @@ torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H) {
   return f.unsqueeze(1).expand({f.size(0), H, f.size(1)}).contiguous();
 }
 
+torch::Tensor keepAllPerSlice(int64_t B, int64_t H, int64_t N, torch::TensorOptions options) {
+  static std::mutex mutex;
+  static torch::Tensor last;
+  options = options.dtype(torch::kFloat32);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!last.defined() || last.device() != options.device() ||
+      last.sizes() != torch::IntArrayRef{B, H, N})
+    last = torch::ones({B, H, N}, options);
+  return last;
+}
+
 std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const torch::Tensor &x,
                                            const torch::Tensor &y, const torch::Tensor &keep) {
   const int64_t B = x.size(0), H = x.size(1), N = x.size(2), D = x.size(3), BH = B * H;

@@ -221,6 +221,10 @@ private:
 /// a mask then views it as [B * H, N], where it copied the broadcast [B, N] each time (six
 /// copies a forward+backward with compiled statistics, 40 us each at B=8 H=2 N=4096).
 torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H);
+/// The mask that keeps every row, [B, H, N] f32 ones on `options`' device: the last one made
+/// is kept and handed out again while the shape and device match (the kernels only read
+/// masks), so a loop of unmasked calls fills none.
+torch::Tensor keepAllPerSlice(int64_t B, int64_t H, int64_t N, torch::TensorOptions options);
 
 /// The data statistics' prologue (moments, moments_combine): per (batch, head) the column
 /// sums {sum_n keep_n x_n, sum_n keep_n x_n y_n} [B, H, D] in f32 of rows x, y [B, H, N, D]

@@ -104,6 +104,35 @@ TEST(FusedCpu, LaunchTasksGoToWhicheverThreadIsFree) {
   EXPECT_EQ(tasksOf[held], 1) << "the held thread ran only its own task";
 }
 
+TEST(FusedCpu, RowMasksAreMadePerSliceOnce) {
+  const int64_t B = 3, H = 2, N = 70;
+  torch::Tensor mask = (torch::rand({B, N}) > 0.3).to(torch::kFloat64);
+  torch::Tensor rows = keepPerSlice(mask, H);
+  EXPECT_EQ(rows.sizes(), (torch::IntArrayRef{B, H, N}));
+  EXPECT_EQ(rows.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(rows.is_contiguous());
+  for (int64_t h = 0; h < H; ++h)
+    EXPECT_TRUE(torch::equal(rows.select(1, h), mask.to(torch::kFloat32))) << "head " << h;
+  // A mask already per slice is the kernels' as it is: no copy.
+  EXPECT_EQ(keepPerSlice(rows, H).data_ptr(), rows.data_ptr());
+  try {
+    keepPerSlice(rows, H + 1);
+    ADD_FAILURE() << "a [B, H, N] mask for another head count was taken";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("a row mask must be [B, N] or [B, 3, N], got [3, 2, 70]"),
+              std::string::npos)
+        << e.what();
+  }
+  // The all-kept mask: ones, made again only when the shape changes.
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  torch::Tensor all = keepAllPerSlice(B, H, N, f32);
+  EXPECT_TRUE(torch::equal(all, torch::ones({B, H, N})));
+  EXPECT_EQ(keepAllPerSlice(B, H, N, f32).data_ptr(), all.data_ptr());
+  torch::Tensor other = keepAllPerSlice(B, H, N + 1, f32);
+  EXPECT_EQ(other.sizes(), (torch::IntArrayRef{B, H, N + 1}));
+  EXPECT_TRUE(torch::equal(other, torch::ones({B, H, N + 1})));
+}
+
 TEST(FusedCpu, EveryPaperVariantMatchesTheReference) {
   for (const char *component : {"posrf", "oprf", "saderf"})
     for (const char *weights : {"orf", "sorf", "qmc", "mm", "sgq", "fastfoodl"}) {
