@@ -231,8 +231,8 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
     // The moments, as leaves of the parameters' graph (FusedInputs: the autograd node takes
     // their gradient back to q and k).
     bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad());
-    auto side = [&](const torch::Tensor &x, const torch::Tensor &keep, torch::Tensor &sum,
-                    torch::Tensor &sq) {
+    auto side = [&](const torch::Tensor &x, const torch::Tensor &keep, bool masked,
+                    torch::Tensor &sum, torch::Tensor &sq) {
       std::array<torch::Tensor, 2> moments;
       {
         torch::NoGradGuard noGrad;
@@ -240,15 +240,18 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
       }
       sum = moments[0].requires_grad_(grad);
       sq = moments[1].requires_grad_(grad);
-      return RowMoments{sum, sq, keep.sum(-1, /*keepdim=*/true)};  // [B, H, 1]
+      // The kept rows [B, H, 1]: all of them without a mask.
+      torch::Tensor count = masked ? keep.sum(-1, /*keepdim=*/true)
+                                   : torch::full({B, H, 1}, static_cast<double>(x.size(2)), f32);
+      return RowMoments{sum, sq, count};
     };
     // The params program compiled (its adjoint runs in the backward): the parameters and
     // input scales come from one per-slice kernel, not a LibTorch graph.
     const bool compiled =
         launcher->has("moments_params") && launcher->has("moments_params_backward");
     grad = grad && !compiled;
-    RowMoments qm = side(out.qs, out.qkeep, out.qsum, out.qsq);
-    RowMoments km = side(out.ks, out.kkeep, out.ksum, out.ksq);
+    RowMoments qm = side(out.qs, out.qkeep, queryMask.has_value(), out.qsum, out.qsq);
+    RowMoments km = side(out.ks, out.kkeep, keyMask.has_value(), out.ksum, out.ksq);
     if (compiled) {
       out.pcounts = torch::cat({qm.count, km.count}, -1).contiguous();  // [B, H, 2]
       out.pscale = s;
