@@ -230,6 +230,35 @@ def SpectraFullTilesInPlace : Pass<"spectra-full-tiles-in-place", "::mlir::func:
                            "::mlir::arith::ArithDialect"];
 }
 
+def SpectraHoistColumnTerms : Pass<"spectra-hoist-column-terms", "::mlir::func::FuncOp"> {
+  let summary = "a tile op's sum of terms that depend on the column alone is computed once, before the tile loop (CPU)";
+  let description = [{
+    A component's exponent is a sum of terms over a tile's [T, M] elements,
+    some of which depend on the feature (the column) alone: OPRF's
+    a0 ||w_j||^2 and a2, the stabiliser's per-feature constant c_j. For an
+    all-parallel 2-D linalg.generic in a tile loop (outputs by the identity
+    map), each maximal chain of addf/subf in its payload is a signed sum of
+    terms; a term computed only from inputs indexed by the column alone that
+    nothing in the tile loop writes, from values defined above the loop and
+    from constants is a column term. Where a chain has two or more and other
+    terms besides, the column terms are summed in their order by a 1-D generic
+    into an [M] stack buffer before the tile loop, and the chain becomes its
+    other terms, in their order, plus that buffer (a new column input of the
+    op). The sum is reassociated (f32 results differ from the chain's order by
+    a few ulps).
+
+    ```mlir
+    linalg.generic ins(%l, %xx, %ww, %c : [T,M], [T], [M], [M]) ... {
+      %0 = a0 * ww ; %1 = a1 * l ; %2 = %0 + %1 ; %3 = %2 - xx ; %4 = %3 + a2 ; %5 = %4 + c
+    }
+    // becomes, before the tile loop: %col[j] = a0 * ww[j] + a2 + c[j]; in the op:
+    //   %1 = a1 * l ; %3 = %1 - xx ; %5 = %3 + col
+    ```
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect", "::mlir::arith::ArithDialect",
+                           "::mlir::linalg::LinalgDialect"];
+}
+
 def SpectraReuseTileBuffers : Pass<"spectra-reuse-tile-buffers", "::mlir::func::FuncOp"> {
   let summary = "an elementwise op writes its output tile over an input tile it is the last to read (CPU)";
   let description = [{
