@@ -771,8 +771,7 @@ void mlir::spectra::buildCpuStage(OpPassManager &pm, const CpuPipelineOptions &o
     pm.addPass(createCSEPass());
     // The column-only terms of a tile op's sums (OPRF's a0 ||w||^2 and a2, the stabiliser's
     // constant) summed once per kernel, not per element: on the canonical IR, where the
-    // parameters' loads stand above the tile loop; the canonicalizer then drops the inputs
-    // the ops no longer read.
+    // parameters' loads stand above the tile loop.
     pm.addNestedPass<func::FuncOp>(createSpectraHoistColumnTerms());
     pm.addPass(createCanonicalizerPass());
     pm.addPass(createCSEPass());

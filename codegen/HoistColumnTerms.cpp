@@ -9,16 +9,17 @@
 // vector of features. This pass sums them once, before the tile loop, into an [M]
 // buffer that the op reads in their place.
 //
-// For an all-parallel 2-D linalg.generic G in a tile loop's body (scf.for marked
-// spectra.tile_loop) with its outputs by the identity map, each maximal chain of addf and
-// subf in G's payload (its inner sums used only within the chain) is a signed sum of
-// terms. A term is a column term when every value it is computed from is
-//  - a block argument of an input indexed by the column alone ((d0, d1) -> (d1)) whose
-//    memref is defined above the tile loop and written by nothing in it (no write through
-//    it or a view of it, nor through an argument that may be its memory: spectra::mayAlias),
-//    or
-//  - a value defined above the tile loop (a parameter loaded before it, a constant),
-// and it holds at least one such input or is a constant of the payload. Where a chain
+// For an all-parallel 2-D linalg.generic G with a static column count in a tile loop's
+// body (scf.for marked spectra.tile_loop) with its outputs by the identity map, each maximal
+// chain of addf and subf in G's payload (its inner sums used only within the chain) is a
+// signed sum of terms. A term is a column term when it is
+//  - a value defined above the tile loop (a parameter loaded before it), or
+//  - computed by arith and math ops of the payload from such values, constants and block
+//    arguments of inputs indexed by the column alone ((d0, d1) -> (d1)) whose memref is
+//    defined above the tile loop and written by nothing in it (no write through it or a view
+//    of it, nor through an argument that may be its memory: spectra::mayAlias), with at
+//    least one such input or constant among them (a product of two parameters computed in
+//    the payload stays: it is a scalar the vector stage splats once). Where a chain
 // has two column terms or more, they are summed in that order, with their signs, by a
 // new 1-D generic before the tile loop, and the chain becomes the sum of its other terms
 // in their order plus that buffer, read by G as a new column input (the inputs G no
@@ -35,6 +36,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/IR/IRMapping.h"
@@ -144,7 +146,8 @@ struct HoistColumnTermsPass
   /// Hoists the column terms of one chain of `op`'s payload; returns whether it did (the
   /// op is then a new one, so `op` is updated).
   bool hoistOne(linalg::GenericOp &op, scf::ForOp loop) {
-    if (op.getNumLoops() != 2 || op.getNumReductionLoops() != 0 || !op.hasPureBufferSemantics())
+    if (op.getNumLoops() != 2 || op.getNumReductionLoops() != 0 || !op.hasPureBufferSemantics() ||
+        ShapedType::isDynamic(op.getStaticLoopRanges()[1]))
       return false;
     MLIRContext *ctx = op.getContext();
     AffineMap colMap = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
@@ -164,7 +167,9 @@ struct HoistColumnTermsPass
     }
     llvm::DenseSet<Value> touchesInput;  // a column value computed from a column input
     for (Operation &inner : body.without_terminator()) {
-      bool all = inner.getNumRegions() == 0 && isMemoryEffectFree(&inner) &&
+      // Arithmetic only: linalg.index has no operands, yet names a row or a column.
+      bool all = isa<arith::ArithDialect, math::MathDialect>(inner.getDialect()) &&
+                 inner.getNumRegions() == 0 && isMemoryEffectFree(&inner) &&
                  inner.getNumResults() == 1;
       bool input = false;
       for (Value operand : inner.getOperands()) {

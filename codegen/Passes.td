@@ -238,13 +238,14 @@ def SpectraHoistColumnTerms : Pass<"spectra-hoist-column-terms", "::mlir::func::
     a0 ||w_j||^2 and a2, the stabiliser's per-feature constant c_j. For an
     all-parallel 2-D linalg.generic in a tile loop (outputs by the identity
     map), each maximal chain of addf/subf in its payload is a signed sum of
-    terms; a term computed only from inputs indexed by the column alone that
-    nothing in the tile loop writes, from values defined above the loop and
-    from constants is a column term. Where a chain has two or more and other
+    terms; a value defined above the tile loop, or a term the payload computes
+    (arith, math) from inputs indexed by the column alone that nothing in the
+    tile loop writes, constants and such values, with at least one of the
+    inputs or constants, is a column term. Where a chain has two or more and other
     terms besides, the column terms are summed in their order by a 1-D generic
     into an [M] stack buffer before the tile loop, and the chain becomes its
     other terms, in their order, plus that buffer (a new column input of the
-    op). The sum is reassociated (f32 results differ from the chain's order by
+    op, which drops the inputs it no longer reads). The sum is reassociated (f32 results differ from the chain's order by
     a few ulps).
 
     ```mlir

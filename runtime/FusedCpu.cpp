@@ -226,8 +226,8 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
     ReferenceFeatureMap::queryWeights(queryMask, B, Nq, f32);  // the mask's checks
     // The masks per slice, made once for the moments kernels, both passes' launches and the
     // backward's moments (keepPerSlice).
-    out.qkeep = queryMask ? keepPerSlice(*queryMask, H) : keepAllPerSlice(B, H, Nq, f32);
-    out.kkeep = keyMask ? keepPerSlice(*keyMask, H) : keepAllPerSlice(B, H, Nk, f32);
+    out.qkeep = queryMask ? keepPerSlice(*queryMask, H, f32) : keepAllPerSlice(B, H, Nq, f32);
+    out.kkeep = keyMask ? keepPerSlice(*keyMask, H, f32) : keepAllPerSlice(B, H, Nk, f32);
     // The moments, as leaves of the parameters' graph (FusedInputs: the autograd node takes
     // their gradient back to q and k).
     bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad());
@@ -285,7 +285,7 @@ FusedInputs prepareFusedInputs(const ReferenceFeatureMap &reference, const torch
   out.vs = v.to(inputType).contiguous();
   out.W = weights.W.to(f32).contiguous();
   out.keep = out.kkeep.defined() ? out.kkeep
-             : keyMask         ? keepPerSlice(*keyMask, H)
+             : keyMask         ? keepPerSlice(*keyMask, H, f32)
                                : keepAllPerSlice(B, H, Nk, f32);
   out.rowscale = weights.rowWeights
                      ? (weights.rowWeights->to(f32) * static_cast<float>(m)).contiguous()

@@ -349,7 +349,7 @@ std::map<std::string, torch::Tensor> inputBuffers(const KernelLauncher &launcher
   buf["q"] = slices(in.qs);
   buf["k"] = slices(in.ks);
   buf["v"] = slices(in.vs);
-  buf["keep"] = slices(keepPerSlice(in.keep, H));
+  buf["keep"] = slices(keepPerSlice(in.keep, H, in.qs.options()));
   TORCH_CHECK(buf["keep"].size(1) == Nk, "spectra: internal error: a key mask of ",
               buf["keep"].size(1), " rows for ", Nk, " keys");
   buf["W"] = in.W.contiguous();
@@ -437,23 +437,27 @@ void KernelTimer::add(const std::string &kind, double seconds) {
   ++t.launches;
 }
 
-torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H) {
+torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H, torch::TensorOptions options) {
   TORCH_CHECK(keep.dim() == 2 || (keep.dim() == 3 && keep.size(1) == H),
               "spectra: internal error: a row mask must be [B, N] or [B, ", H, ", N], got ",
               keep.sizes());
-  torch::Tensor f = keep.to(torch::kFloat32);
+  torch::Tensor f = keep.to(options.dtype(torch::kFloat32));
   if (f.dim() == 3)
     return f.contiguous();
   return f.unsqueeze(1).expand({f.size(0), H, f.size(1)}).contiguous();
 }
 
 torch::Tensor keepAllPerSlice(int64_t B, int64_t H, int64_t N, torch::TensorOptions options) {
+  options = options.dtype(torch::kFloat32);
+  // Kept on the CPU only (a device tensor would need its stream and a graph capture's
+  // state), and never an inference tensor, which a training call could not save for its
+  // backward; the cached one is never written (the kernels read masks).
+  if (options.device().type() != c10::DeviceType::CPU || c10::InferenceMode::is_enabled())
+    return torch::ones({B, H, N}, options);
   static std::mutex mutex;
   static torch::Tensor last;
-  options = options.dtype(torch::kFloat32);
   std::lock_guard<std::mutex> lock(mutex);
-  if (!last.defined() || last.device() != options.device() ||
-      last.sizes() != torch::IntArrayRef{B, H, N})
+  if (!last.defined() || last.sizes() != torch::IntArrayRef{B, H, N})
     last = torch::ones({B, H, N}, options);
   return last;
 }
@@ -467,7 +471,7 @@ std::array<torch::Tensor, 2> launchMoments(const KernelLauncher &launcher, const
   torch::Tensor sump = emptyBuffer({BH, C, D}, f32), crossp = emptyBuffer({BH, C, D}, f32);
   run(launcher, moments,
       {{"x", slices(x.contiguous())}, {"y", slices(y.contiguous())},
-       {"keep", slices(keepPerSlice(keep, H))},
+       {"keep", slices(keepPerSlice(keep, H, f32))},
        {"sum", sump}, {"cross", crossp}});
   torch::Tensor sum = emptyBuffer({BH, D}, f32), cross = emptyBuffer({BH, D}, f32);
   run(launcher, combine, {{"sump", sump}, {"crossp", crossp}, {"sum", sum}, {"cross", cross}});
@@ -540,7 +544,7 @@ void launchMomentsBackward(const KernelLauncher &launcher, const torch::Tensor &
   torch::Tensor rows = dx.view({BH, N, D});
   run(launcher, launcher.abi("moments_backward"),
       {{"x", slices(x.contiguous())},
-       {"keep", slices(keepPerSlice(keep, H))},
+       {"keep", slices(keepPerSlice(keep, H, f32))},
        {"a", slices(a.to(f32)).contiguous()}, {"b", slices(b.to(f32)).contiguous()},
        {"dxin", rows}, {"dx", rows}});
 }

@@ -217,13 +217,14 @@ private:
 };
 
 /// A row mask [B, N] as the kernels read it: one row per (batch, head) slice, [B, H, N] f32
-/// contiguous. prepareFusedInputs makes its masks so once per call; every launch that takes
-/// a mask then views it as [B * H, N], where it copied the broadcast [B, N] each time (six
-/// copies a forward+backward with compiled statistics, 40 us each at B=8 H=2 N=4096).
-torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H);
-/// The mask that keeps every row, [B, H, N] f32 ones on `options`' device: the last one made
-/// is kept and handed out again while the shape and device match (the kernels only read
-/// masks), so a loop of unmasked calls fills none.
+/// contiguous on `options`' device. prepareFusedInputs makes its masks so once per call;
+/// every launch that takes a mask then views it as [B * H, N], where it copied the broadcast
+/// [B, N] each time (six copies a forward+backward with compiled statistics, 40 us each at
+/// B=8 H=2 N=4096).
+torch::Tensor keepPerSlice(const torch::Tensor &keep, int64_t H, torch::TensorOptions options);
+/// The mask that keeps every row, [B, H, N] f32 ones on `options`' device. On the CPU, outside
+/// inference mode, the last one made is handed out again while its shape matches (the kernels
+/// only read masks), so a loop of unmasked calls fills none; elsewhere a new one each call.
 torch::Tensor keepAllPerSlice(int64_t B, int64_t H, int64_t N, torch::TensorOptions options);
 
 /// The data statistics' prologue (moments, moments_combine): per (batch, head) the column

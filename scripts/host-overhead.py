@@ -19,7 +19,8 @@ import torch
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", default="posrf-mm")
+    parser.add_argument("--variant", default="oprf-mm",
+                        help="a variant (default oprf-mm: with compiled statistics and their masks)")
     parser.add_argument("--shape", default="8x2x4096x32", help="BxHxNxd")
     parser.add_argument("--features", type=int, default=128, help="m")
     parser.add_argument("--steps", type=int, default=20)

@@ -116,7 +116,20 @@ func.func @written(%n: index, %a2: f32, %c: memref<16xf32>, %l: memref<4x16xf32>
 // left as they are.
 // CHECK-LABEL: func.func @left
 // CHECK-NOT:     memref.alloca
-// CHECK-COUNT-2: arith.addf
+// CHECK:         scf.for
+// CHECK:           ^bb0(%[[CC:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT:        arith.addf %[[CC]], %{{.*}} : f32
+// CHECK-NEXT:        linalg.yield
+// CHECK:         } {spectra.tile_loop}
+// CHECK-NOT:     memref.alloca
+// CHECK:         scf.for
+// CHECK-NEXT:      linalg.generic
+// CHECK-NEXT:      ^bb0(%[[X:.*]]: f32, %[[C2:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT:        %[[S:.*]] = arith.addf %[[X]], %{{.*}} : f32
+// CHECK-NEXT:        arith.addf %[[S]], %[[C2]] : f32
+// CHECK-NEXT:        linalg.yield
+// CHECK-NOT:     memref.alloca
+// CHECK:         return
 func.func @left(%n: index, %a2: f32, %c: memref<16xf32>, %l: memref<4x16xf32>, %out: memref<4x16xf32>) {
   %c0 = arith.constant 0 : index
   %c4 = arith.constant 4 : index

@@ -107,16 +107,17 @@ TEST(FusedCpu, LaunchTasksGoToWhicheverThreadIsFree) {
 TEST(FusedCpu, RowMasksAreMadePerSliceOnce) {
   const int64_t B = 3, H = 2, N = 70;
   torch::Tensor mask = (torch::rand({B, N}) > 0.3).to(torch::kFloat64);
-  torch::Tensor rows = keepPerSlice(mask, H);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  torch::Tensor rows = keepPerSlice(mask, H, f32);
   EXPECT_EQ(rows.sizes(), (torch::IntArrayRef{B, H, N}));
   EXPECT_EQ(rows.scalar_type(), torch::kFloat32);
   EXPECT_TRUE(rows.is_contiguous());
   for (int64_t h = 0; h < H; ++h)
     EXPECT_TRUE(torch::equal(rows.select(1, h), mask.to(torch::kFloat32))) << "head " << h;
   // A mask already per slice is the kernels' as it is: no copy.
-  EXPECT_EQ(keepPerSlice(rows, H).data_ptr(), rows.data_ptr());
+  EXPECT_EQ(keepPerSlice(rows, H, f32).data_ptr(), rows.data_ptr());
   try {
-    keepPerSlice(rows, H + 1);
+    keepPerSlice(rows, H + 1, f32);
     ADD_FAILURE() << "a [B, H, N] mask for another head count was taken";
   } catch (const c10::Error &e) {
     EXPECT_NE(std::string(e.what()).find("a row mask must be [B, N] or [B, 3, N], got [3, 2, 70]"),
@@ -124,13 +125,23 @@ TEST(FusedCpu, RowMasksAreMadePerSliceOnce) {
         << e.what();
   }
   // The all-kept mask: ones, made again only when the shape changes.
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   torch::Tensor all = keepAllPerSlice(B, H, N, f32);
   EXPECT_TRUE(torch::equal(all, torch::ones({B, H, N})));
   EXPECT_EQ(keepAllPerSlice(B, H, N, f32).data_ptr(), all.data_ptr());
   torch::Tensor other = keepAllPerSlice(B, H, N + 1, f32);
   EXPECT_EQ(other.sizes(), (torch::IntArrayRef{B, H, N + 1}));
   EXPECT_TRUE(torch::equal(other, torch::ones({B, H, N + 1})));
+  // Under inference mode a fresh one, never cached: a training call after it saves its mask
+  // for the backward, which an inference tensor cannot be.
+  torch::Tensor inference;
+  {
+    c10::InferenceMode guard;
+    inference = keepAllPerSlice(B, H, N + 2, f32);
+    EXPECT_TRUE(inference.is_inference());
+  }
+  torch::Tensor training = keepAllPerSlice(B, H, N + 2, f32);
+  EXPECT_FALSE(training.is_inference());
+  EXPECT_NE(training.data_ptr(), inference.data_ptr());
 }
 
 TEST(FusedCpu, EveryPaperVariantMatchesTheReference) {
