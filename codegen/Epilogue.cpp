@@ -78,6 +78,29 @@ bool mlir::spectra::mayAlias(Value x, Value y) {
   return marked(rx) && marked(ry) && rx.getType() == ry.getType();
 }
 
+bool mlir::spectra::mayTouch(Operation *op, Value buffer, bool reads) {
+  WalkResult result = op->walk([&](Operation *inner) {
+    // Its own effects (a linalg op's on its operands), and those of what it holds, which the
+    // walk visits too.
+    auto effects = dyn_cast<MemoryEffectOpInterface>(inner);
+    if (!effects)
+      return inner->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ? WalkResult::advance()
+                                                                     : WalkResult::interrupt();
+    SmallVector<MemoryEffects::EffectInstance> list;
+    effects.getEffects(list);
+    for (MemoryEffects::EffectInstance &e : list) {
+      if (!isa<MemoryEffects::Write>(e.getEffect()) &&
+          !(reads && isa<MemoryEffects::Read>(e.getEffect())))
+        continue;
+      Value v = e.getValue();
+      if (!v || mayAlias(v, buffer))
+        return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return result.wasInterrupted();
+}
+
 bool mlir::spectra::readElsewhere(Value tile, Operation *writer, Operation *reader) {
   Value base = root(tile);
   if (!base.getDefiningOp<memref::AllocaOp>() && !base.getDefiningOp<memref::AllocOp>())

@@ -40,6 +40,11 @@ Value viewRoot(Value view);
 /// arguments are distinct memory.
 bool mayAlias(Value x, Value y);
 
+/// Whether `op`, with what it holds, may write the memory of `buffer` (or, with `reads`, also
+/// read it): by its memory effects, on any value that mayAlias `buffer`; an effect on no named
+/// value, or an op without effect information, counts as touching every buffer.
+bool mayTouch(Operation *op, Value buffer, bool reads);
+
 /// The output C of a generic over (m, n, k) with one output, indexed (m, n): a tile
 /// contraction's (its inputs and payload not checked); null otherwise.
 Value contractionOutput(linalg::GenericOp op);

@@ -234,41 +234,6 @@ bool isPureWriterOf(Operation *op, Value buffer) {
   return generic.getMatchingBlockArgument(generic.getDpsInitOperand(0)).use_empty();
 }
 
-/// The function argument that `value` (a memref) is or views, or null.
-Value argumentOf(Value value, func::FuncOp fn) {
-  while (auto sv = value.getDefiningOp<memref::SubViewOp>())
-    value = sv.getSource();
-  return isArgument(value, fn) ? value : Value();
-}
-
-/// Whether `op` (with what it holds) may write, or with `reads` also read, the memory of
-/// the function argument `arg` (itself, or an argument that may be its buffer:
-/// spectra::mayAlias): by its memory effects, an effect on no named value or an op without
-/// effect information counting as touching every argument.
-bool touchesArgument(Operation *op, Value arg, func::FuncOp fn, bool reads) {
-  WalkResult result = op->walk([&](Operation *inner) {
-    // Its own effects (a linalg op's on its operands), and those of what it holds, which the
-    // walk visits too.
-    auto effects = dyn_cast<MemoryEffectOpInterface>(inner);
-    if (!effects)
-      return inner->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ? WalkResult::advance()
-                                                                     : WalkResult::interrupt();
-    SmallVector<MemoryEffects::EffectInstance> list;
-    effects.getEffects(list);
-    for (MemoryEffects::EffectInstance &e : list) {
-      if (!isa<MemoryEffects::Write>(e.getEffect()) &&
-          !(reads && isa<MemoryEffects::Read>(e.getEffect())))
-        continue;
-      Value v = e.getValue();
-      if (!v)
-        return WalkResult::interrupt();
-      if (Value other = argumentOf(v, fn); other && spectra::mayAlias(other, arg))
-        return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return result.wasInterrupted();
-}
 
 /// Rebuilds the views in `block` taken of `roots` (the [T, W] views of arguments, whose
 /// dynamic offset the buffers they replace did not have), and of those views in turn, in
@@ -362,7 +327,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
       return false;
     for (Operation *op = s.writer->getNextNode(); op != s.loop.getOperation();
          op = op->getNextNode())
-      if (touchesArgument(op, s.arg, fn, /*reads=*/true))
+      if (spectra::mayTouch(op, s.arg, /*reads=*/true))
         return true;
     return false;
   });
@@ -376,7 +341,7 @@ bool rewriteTileLoop(scf::ForOp loop, func::FuncOp fn) {
   auto readsTooLate = [&](const Staging &s) {
     Operation *firstWrite = nullptr;
     for (Operation &op : body.without_terminator()) {
-      bool writes = touchesArgument(&op, s.arg, fn, /*reads=*/false);
+      bool writes = spectra::mayTouch(&op, s.arg, /*reads=*/false);
       for (const Staging &o : chosen)
         writes |= !o.in && spectra::mayAlias(o.arg, s.arg) && (&op == o.writer || &op == o.loop);
       if (writes) {

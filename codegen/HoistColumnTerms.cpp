@@ -51,37 +51,6 @@ using namespace mlir;
 
 namespace {
 
-/// The memref a value views (through subviews).
-Value rootOf(Value v) {
-  while (auto sv = v.getDefiningOp<memref::SubViewOp>())
-    v = sv.getSource();
-  return v;
-}
-
-/// Whether anything in `loop` may write the memory of `buffer`.
-bool writtenIn(scf::ForOp loop, Value buffer) {
-  Value root = rootOf(buffer);
-  WalkResult result = loop->walk([&](Operation *op) {
-    auto effects = dyn_cast<MemoryEffectOpInterface>(op);
-    if (!effects)
-      return op->hasTrait<OpTrait::HasRecursiveMemoryEffects>() ? WalkResult::advance()
-                                                                : WalkResult::interrupt();
-    SmallVector<MemoryEffects::EffectInstance> list;
-    effects.getEffects(list);
-    for (MemoryEffects::EffectInstance &e : list) {
-      if (!isa<MemoryEffects::Write>(e.getEffect()))
-        continue;
-      Value v = e.getValue();
-      if (!v)
-        return WalkResult::interrupt();
-      Value other = rootOf(v);
-      if (other == root || spectra::mayAlias(other, root))
-        return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return result.wasInterrupted();
-}
 
 /// Whether `v` is defined above `loop`: in a block that holds the loop (through its
 /// ancestors), before it.
@@ -160,7 +129,8 @@ struct HoistColumnTermsPass
     llvm::DenseSet<Value> column, colInputs;
     for (OpOperand *in : op.getDpsInputOperands()) {
       if (op.getMatchingIndexingMap(in) == colMap && isa<MemRefType>(in->get().getType()) &&
-          definedAbove(in->get(), loop) && !writtenIn(loop, in->get())) {
+          definedAbove(in->get(), loop) &&
+          !spectra::mayTouch(loop, in->get(), /*reads=*/false)) {
         column.insert(op.getMatchingBlockArgument(in));
         colInputs.insert(op.getMatchingBlockArgument(in));
       }
