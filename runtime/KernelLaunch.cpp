@@ -344,7 +344,7 @@ void checkAntipodalWeights(const KernelLauncher &launcher, const torch::Tensor &
 std::map<std::string, torch::Tensor> inputBuffers(const KernelLauncher &launcher,
                                                   const FusedInputs &in) {
   checkAntipodalWeights(launcher, in.W);
-  const int64_t B = in.qs.size(0), H = in.qs.size(1), Nk = in.ks.size(2);
+  const int64_t H = in.qs.size(1), Nk = in.ks.size(2);
   std::map<std::string, torch::Tensor> buf;
   buf["q"] = slices(in.qs);
   buf["k"] = slices(in.ks);
