@@ -67,10 +67,8 @@ struct Term {
   bool negative = false;
 };
 
-/// The signed terms of the chain of addf/subf rooted at `root` (inner sums with one use);
-/// `inner` collects the chain's ops.
-void flatten(Value v, bool negative, Operation *root, SmallVectorImpl<Term> &terms,
-             SmallVectorImpl<Operation *> &inner) {
+/// The signed terms of the chain of addf/subf rooted at `root` (its inner sums have one use).
+void flatten(Value v, bool negative, Operation *root, SmallVectorImpl<Term> &terms) {
   Operation *def = v.getDefiningOp();
   bool sum = def && isa<arith::AddFOp, arith::SubFOp>(def) &&
              (def == root || v.hasOneUse()) && def->getBlock() == root->getBlock();
@@ -78,10 +76,27 @@ void flatten(Value v, bool negative, Operation *root, SmallVectorImpl<Term> &ter
     terms.push_back({v, negative});
     return;
   }
-  inner.push_back(def);
-  flatten(def->getOperand(0), negative, root, terms, inner);
-  flatten(def->getOperand(1), isa<arith::SubFOp>(def) ? !negative : negative, root, terms,
-          inner);
+  flatten(def->getOperand(0), negative, root, terms);
+  flatten(def->getOperand(1), isa<arith::SubFOp>(def) ? !negative : negative, root, terms);
+}
+
+/// The terms summed in their order with their signs (each value through `mapping`).
+Value signedSum(OpBuilder &b, Location loc, ArrayRef<Term> terms, const IRMapping &mapping) {
+  Value acc;
+  for (const Term &t : terms) {
+    Value v = mapping.lookupOrDefault(t.value);
+    if (!acc)
+      acc = t.negative ? arith::NegFOp::create(b, loc, v).getResult() : v;
+    else
+      acc = t.negative ? arith::SubFOp::create(b, loc, acc, v).getResult()
+                       : arith::AddFOp::create(b, loc, acc, v).getResult();
+  }
+  return acc;
+}
+
+/// (d0, d1) -> (d1): an operand indexed by the column alone.
+AffineMap columnMap(MLIRContext *ctx) {
+  return AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
 }
 
 struct HoistColumnTermsPass
@@ -118,8 +133,7 @@ struct HoistColumnTermsPass
     if (op.getNumLoops() != 2 || op.getNumReductionLoops() != 0 || !op.hasPureBufferSemantics() ||
         ShapedType::isDynamic(op.getStaticLoopRanges()[1]))
       return false;
-    MLIRContext *ctx = op.getContext();
-    AffineMap colMap = AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx);
+    AffineMap colMap = columnMap(op.getContext());
     for (OpOperand &out : op.getDpsInitsMutable())
       if (!op.getMatchingIndexingMap(&out).isIdentity())
         return false;
@@ -161,8 +175,7 @@ struct HoistColumnTermsPass
           result.user_begin()->getBlock() == &body)
         continue;  // inside a longer chain
       SmallVector<Term> terms, hoisted, kept;
-      SmallVector<Operation *> chain;
-      flatten(result, false, &inner, terms, chain);
+      flatten(result, false, &inner, terms);
       for (const Term &t : terms) {
         // A column input's value, one computed from it, a constant, or a value from above the
         // tile loop (a parameter).
@@ -193,7 +206,7 @@ struct HoistColumnTermsPass
     auto type = MemRefType::get({M}, f32);
     Value sum = memref::AllocaOp::create(b, loc, type);
     // Allocas belong at the function's entry (the vector stage and the pool expect them
-    // there); the tile loop is in that block, or the alloca stays beside it.
+    // there): moved there where the tile loop is nested in another op.
     if (auto fn = op->getParentOfType<func::FuncOp>(); fn && loop->getBlock() != &fn.front())
       sum.getDefiningOp()->moveBefore(&fn.front().front());
     // The payload ops the column terms need, in order, and the column inputs they read.
@@ -231,16 +244,7 @@ struct HoistColumnTermsPass
             mapping.map(arg, blockArgs[k]);
           for (Operation *o : order)
             nb.clone(*o, mapping);
-          Value acc;
-          for (const Term &t : hoisted) {
-            Value v = mapping.lookupOrDefault(t.value);
-            if (!acc)
-              acc = t.negative ? arith::NegFOp::create(nb, nl, v).getResult() : v;
-            else
-              acc = t.negative ? arith::SubFOp::create(nb, nl, acc, v).getResult()
-                               : arith::AddFOp::create(nb, nl, acc, v).getResult();
-          }
-          linalg::YieldOp::create(nb, nl, acc);
+          linalg::YieldOp::create(nb, nl, signedSum(nb, nl, hoisted, mapping));
         });
     // The op with the sum as one more column input.
     OpBuilder ob(op);
@@ -249,7 +253,7 @@ struct HoistColumnTermsPass
     SmallVector<AffineMap> newMaps;
     for (OpOperand *in : op.getDpsInputOperands())
       newMaps.push_back(op.getMatchingIndexingMap(in));
-    newMaps.push_back(AffineMap::get(2, 0, {getAffineDimExpr(1, ctx)}, ctx));
+    newMaps.push_back(columnMap(ctx));
     for (OpOperand &out : op.getDpsInitsMutable())
       newMaps.push_back(op.getMatchingIndexingMap(&out));
     auto next = linalg::GenericOp::create(ob, loc, op.getResultTypes(), newIns,
@@ -263,15 +267,7 @@ struct HoistColumnTermsPass
     BlockArgument colSum = moved.insertArgument(at, f32, loc);
     // The chain's root becomes the kept terms in their order, then + the column sum.
     OpBuilder rb(&root);
-    Value acc;
-    for (const Term &t : kept) {
-      if (!acc)
-        acc = t.negative ? arith::NegFOp::create(rb, loc, t.value).getResult() : t.value;
-      else
-        acc = t.negative ? arith::SubFOp::create(rb, loc, acc, t.value).getResult()
-                         : arith::AddFOp::create(rb, loc, acc, t.value).getResult();
-    }
-    acc = arith::AddFOp::create(rb, loc, acc, colSum);
+    Value acc = arith::AddFOp::create(rb, loc, signedSum(rb, loc, kept, IRMapping()), colSum);
     root.getResult(0).replaceAllUsesWith(acc);
     // The chain and the column terms' ops die with it.
     SmallVector<Operation *> payload;
